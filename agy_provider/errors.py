@@ -1,0 +1,81 @@
+"""The exception tree of agy-provider: one root, three branches.
+
+Owns every exception type the package raises; foreign exceptions are translated where we call them.
+
+    AgyError
+    ├── DecodeError            bad bytes or JSON in one row, frame or line: skippable
+    │   └── FramingError       a stream's framing is broken: that stream is poisoned
+    ├── SourceError            an event source or transport failed: becomes the turn's `error` event
+    │   ├── AgyNotFoundError   no agy binary could be found
+    │   ├── RpcError           a Connect call failed (code, message, raw body)
+    │   ├── DatabaseError      agy's SQLite database could not be read (path, row index)
+    │   └── TurnError          the turn itself failed (deadline, crash, binding)
+    └── UsageError (ValueError) the caller passed something we cannot use
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgyError",
+    "AgyNotFoundError",
+    "DatabaseError",
+    "DecodeError",
+    "FramingError",
+    "RpcError",
+    "SourceError",
+    "TurnError",
+    "UsageError",
+]
+
+
+class AgyError(Exception):
+    """Root of every exception agy-provider raises on purpose."""
+
+
+class DecodeError(AgyError):
+    """Input that does not decode. `offset` names where, when a byte offset is known."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        self.offset = offset
+        super().__init__(message if offset is None else f"{message} (at byte {offset})")
+
+
+class FramingError(DecodeError):
+    """A stream's framing is broken; the stream cannot be read further."""
+
+
+class SourceError(AgyError):
+    """An event source or its transport failed; ends the turn with an `error` event."""
+
+
+class AgyNotFoundError(SourceError):
+    """No agy binary was found where we looked."""
+
+
+class RpcError(SourceError):
+    """A Connect RPC failed: `code` and `message` as agy said them, `body` raw."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, body: bytes = b"") -> None:
+        self.code = code
+        self.message = message
+        self.status = status
+        self.body = body
+        super().__init__(f"{code}: {message}" if code else message)
+
+
+class DatabaseError(SourceError):
+    """agy's database could not be read."""
+
+    def __init__(self, message: str, *, path: str, index: int | None = None) -> None:
+        self.path = path
+        self.index = index
+        where = path if index is None else f"{path} row {index}"
+        super().__init__(f"{message} ({where})")
+
+
+class TurnError(SourceError):
+    """The turn failed as a whole: a deadline, a crash, a database we could not bind."""
+
+
+class UsageError(AgyError, ValueError):
+    """The caller passed something we cannot use."""
