@@ -236,6 +236,7 @@ class Step:
     conversation_id: str = ""
     trajectory_id: str = ""
     execution_id: str = ""
+    created_at_ms: int = 0
     stop_reason: str = ""
     requested_tool_calls: tuple[ToolCall, ...] = ()
 
@@ -258,7 +259,11 @@ class Step:
             "thinking": self.thinking,
             "tool": None
             if self.tool is None
-            else {"id": self.tool.id, "name": self.tool.name, "arguments": dict(self.tool.arguments)},
+            else {
+                "id": self.tool.id,
+                "name": self.tool.name,
+                "arguments": dict(self.tool.arguments),
+            },
             "result": None
             if self.result is None
             else {

@@ -1,0 +1,138 @@
+"""The one place that opens agy's conversation database, read-only, and reads rows from it.
+
+Never writes: a `file:…?mode=ro` URI plus `PRAGMA query_only=1`; `immutable=1` only as AGY-FORMATS §3.2 allows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from agy_provider.errors import DatabaseError
+
+__all__ = [
+    "STEP_COLUMNS",
+    "StepRow",
+    "iter_generator_rows",
+    "iter_step_rows",
+    "open_conversation_db",
+    "read_conversation_id",
+]
+
+# The columns we know (newer builds add some: select by name, never `*`).
+STEP_COLUMNS = ("idx", "step_type", "status", "metadata", "error_details", "step_payload")
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    index: int
+    step_type: int
+    status: int
+    metadata: bytes | None
+    error_details: bytes | None
+    payload: bytes | None
+
+
+def _uri(path: str, mode: str) -> str:
+    quoted = urllib.parse.quote(os.path.abspath(path))
+    return f"file:{quoted}?{mode}"
+
+
+def open_conversation_db(
+    path: str | os.PathLike[str], *, timeout: float = 0.0
+) -> sqlite3.Connection:
+    """Open agy's database read-only. Raises `DatabaseError` if it cannot be opened or is not agy's.
+
+    A cleanly closed WAL database with no `-wal` file can refuse a read-only open on some SQLite
+    builds (no `-shm` can be made); only then, with no writer possible, fall back to `immutable=1`.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DatabaseError("no such database file", path=path)
+    try:
+        conn = sqlite3.connect(
+            _uri(path, "mode=ro"), uri=True, timeout=timeout, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only=1")
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if os.path.exists(path + "-wal"):
+            raise DatabaseError(f"cannot open read-only: {exc}", path=path) from exc
+        try:
+            conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, check_same_thread=False)
+            conn.execute("PRAGMA query_only=1")
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc2:
+            raise DatabaseError(f"not a readable SQLite database: {exc2}", path=path) from exc2
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "steps" not in tables:
+        conn.close()
+        raise DatabaseError("not an agy conversation database (no steps table)", path=path)
+    return conn
+
+
+def _present_columns(conn: sqlite3.Connection) -> list[str]:
+    have = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
+    return [c for c in STEP_COLUMNS if c in have]
+
+
+def iter_step_rows(
+    conn: sqlite3.Connection, *, path: str = "", after: int = -1
+) -> Iterator[StepRow]:
+    """Every `steps` row with `idx > after`, in index order."""
+    columns = _present_columns(conn)
+    if "idx" not in columns or "step_payload" not in columns:
+        raise DatabaseError("steps table lacks idx or step_payload", path=path)
+    select = ", ".join(columns)
+    try:
+        cursor = conn.execute(f"SELECT {select} FROM steps WHERE idx > ? ORDER BY idx", (after,))
+        for values in cursor:
+            row = dict(zip(columns, values, strict=True))
+            yield StepRow(
+                index=int(row["idx"]),
+                step_type=int(row.get("step_type") or 0),
+                status=int(row.get("status") or 0),
+                metadata=_blob(row.get("metadata")),
+                error_details=_blob(row.get("error_details")),
+                payload=_blob(row.get("step_payload")),
+            )
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"reading steps failed: {exc}", path=path) from exc
+
+
+def iter_generator_rows(conn: sqlite3.Connection, *, path: str = "") -> Iterator[tuple[int, bytes]]:
+    """`gen_metadata` rows (index, data), when the table exists."""
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "gen_metadata" not in tables:
+            return
+        for idx, data in conn.execute("SELECT idx, data FROM gen_metadata ORDER BY idx"):
+            blob = _blob(data)
+            if blob:
+                yield int(idx), blob
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"reading gen_metadata failed: {exc}", path=path) from exc
+
+
+def read_conversation_id(conn: sqlite3.Connection) -> str:
+    """`trajectory_meta.cascade_id` of the CLI's main trajectory, or "" when absent."""
+    try:
+        rows = conn.execute(
+            "SELECT cascade_id, trajectory_type FROM trajectory_meta ORDER BY trajectory_type = 4 DESC"
+        ).fetchall()
+    except sqlite3.DatabaseError:
+        return ""
+    return str(rows[0][0] or "") if rows else ""
+
+
+def _blob(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return None

@@ -1,0 +1,411 @@
+"""Decode one row of agy's `steps` table (protobuf `gemini_coder.Step`) into a normalized Step.
+
+Sans-I/O: takes the row's values, returns a `Step` or raises `DecodeError`. Field numbers: AGY-FORMATS §3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agy_provider.agy.step import (
+    STATUS_BY_NUMBER,
+    Interaction,
+    InteractionKind,
+    PermissionRequest,
+    Question,
+    QuestionOption,
+    Step,
+    StepKind,
+    StepStatus,
+    StepUsage,
+    ToolCall,
+    ToolResult,
+)
+from agy_provider.errors import DecodeError
+from agy_provider.wire.protowire import Message
+
+__all__ = [
+    "INTERACTION_NAMES",
+    "LEGACY_TOOL_FIELDS",
+    "STOP_REASONS",
+    "decode_metadata_usage",
+    "decode_step_payload",
+    "decode_step_row",
+    "decode_usage_stats",
+    "parse_arguments",
+]
+
+# Step payload fields (the `oneof step` of gemini_coder.Step) that hold one kind of step.
+_USER, _PLANNER, _ERROR_MSG, _CHECKPOINT = 19, 20, 24, 30
+_HISTORY, _SYSTEM, _EPHEMERAL, _GENERIC = 111, 114, 103, 140
+_RUN_COMMAND, _VIEW_FILE, _LIST_DIR, _GREP, _CODE_ACTION, _MCP = 28, 14, 15, 13, 10, 47
+_ASK_QUESTION, _INVOKE_SUBAGENT = 154, 143
+_METADATA, _STEP_ERROR, _REQUESTED_INTERACTION = 5, 31, 56
+
+# Legacy typed tool payloads -> the tool name agy gives them in tool calls.
+LEGACY_TOOL_FIELDS: Mapping[int, str] = {
+    _RUN_COMMAND: "run_command",
+    _VIEW_FILE: "view_file",
+    _LIST_DIR: "list_dir",
+    _GREP: "grep_search",
+    _CODE_ACTION: "code_action",
+    _MCP: "mcp_tool",
+    _ASK_QUESTION: "ask_question",
+    _INVOKE_SUBAGENT: "invoke_subagent",
+}
+
+_TOOL_FIELDS = frozenset({_GENERIC, *LEGACY_TOOL_FIELDS})
+
+# exa.codeium_common_pb.StopReason, the values a planner step carries.
+STOP_REASONS: Mapping[int, str] = {
+    0: "",
+    1: "incomplete",
+    2: "stop_pattern",
+    3: "max_tokens",
+    10: "function_call",
+    11: "content_filter",
+    13: "error",
+    16: "client_canceled",
+}
+
+_ANY_STEP_URL = "type.googleapis.com/gemini_coder.Step"
+
+# exa.cortex_pb.RequestedInteraction fields by number, named as agy's JSON names them.
+INTERACTION_NAMES: Mapping[int, str] = {
+    2: "deploy",
+    3: "runCommand",
+    4: "openBrowserUrl",
+    5: "runExtensionCode",
+    7: "executeBrowserJavascript",
+    8: "captureBrowserScreenshot",
+    9: "clickBrowserPixel",
+    13: "browserAction",
+    14: "openBrowserSetup",
+    15: "confirmBrowserSetup",
+    16: "sendCommandInput",
+    17: "readUrlContent",
+    18: "mcp",
+    19: "filePermission",
+    20: "elicitation",
+    21: "permission",
+    22: "askQuestion",
+    23: "approvalInteraction",
+}
+
+
+def decode_step_row(
+    index: int,
+    step_type: int,
+    status: int,
+    payload: bytes | None,
+    *,
+    metadata: bytes | None = None,
+    error_details: bytes | None = None,
+) -> Step:
+    """Decode a `steps` row. The payload decides; the `step_type`/`status` columns fill gaps.
+
+    Raises `DecodeError` when the payload (or a blob it needs) does not decode.
+    """
+    if not payload:
+        # A row with no payload yet: trust the columns, it is a placeholder.
+        return Step(
+            index=index,
+            kind=_kind_from_type(step_type),
+            status=STATUS_BY_NUMBER.get(status, StepStatus.UNSPECIFIED),
+            step_type=step_type,
+        )
+    msg = Message(payload)
+    meta = msg.message(_METADATA)
+    if meta is None and metadata:
+        meta = Message(metadata)
+    step = decode_step_payload(msg, index=index, meta=meta)
+    if not step.error and error_details:
+        step = _with_error(step, _error_text(Message(error_details)))
+    return step
+
+
+def decode_step_payload(
+    msg: Message, *, index: int | None = None, meta: Message | None = None
+) -> Step:
+    """Decode a `gemini_coder.Step` message (a row payload, or a legacy step inside an Any)."""
+    if meta is None:
+        meta = msg.message(_METADATA)
+    step_type = msg.uint(1)
+    status = STATUS_BY_NUMBER.get(msg.uint(4), StepStatus.UNSPECIFIED)
+    present = msg.numbers()
+    conversation_id = trajectory_id = ""
+    meta_index: int | None = None
+    tool: ToolCall | None = None
+    usage: StepUsage | None = None
+    execution_id = ""
+    created_at_ms = 0
+    if meta is not None:
+        info = meta.message(20)
+        if info is not None:
+            trajectory_id = info.string(1)
+            meta_index = info.uint(2)
+            conversation_id = info.string(4)
+        tool = _tool_call(meta.message(4))
+        usage = decode_metadata_usage(meta)
+        execution_id = meta.string(12)
+        created = meta.message(1)
+        if created is not None:
+            created_at_ms = created.uint(1) * 1000 + created.uint(2) // 1_000_000
+    if index is None:
+        index = meta_index or 0
+
+    error = ""
+    err = msg.message(_STEP_ERROR)
+    if err is not None:
+        error = _error_text(err)
+    fields: dict[str, Any] = {
+        "index": index,
+        "status": status,
+        "step_type": step_type,
+        "conversation_id": conversation_id,
+        "trajectory_id": trajectory_id,
+        "execution_id": execution_id,
+        "created_at_ms": created_at_ms,
+        "usage": usage,
+        "error": error,
+        "interaction": _interaction(msg.message(_REQUESTED_INTERACTION))
+        if status is StepStatus.WAITING
+        else None,
+    }
+
+    if _USER in present or step_type == 14:
+        return Step(kind=StepKind.USER, text=_user_text(msg.message(_USER)), **fields)
+    if _HISTORY in present or step_type == 98:
+        return Step(kind=StepKind.HISTORY, **fields)
+    if _ERROR_MSG in present or step_type == 17:
+        body = msg.message(_ERROR_MSG)
+        detail = body.message(3) if body is not None else None
+        fields["error"] = (_error_text(detail) if detail is not None else "") or error
+        return Step(kind=StepKind.ERROR, **fields)
+    if _CHECKPOINT in present or step_type == 23:
+        title = msg.path_string(_CHECKPOINT, 4).split("\n", 1)[0].strip()
+        return Step(kind=StepKind.CHECKPOINT, title=title, **fields)
+    if _SYSTEM in present or _EPHEMERAL in present or step_type in (101, 90):
+        text = msg.path_string(_SYSTEM, 1) or msg.path_string(_EPHEMERAL, 1)
+        return Step(kind=StepKind.SYSTEM, text=text, **fields)
+
+    planner = msg.message(_PLANNER)
+    if planner is None and step_type == 15 and usage is not None and not present & _TOOL_FIELDS:
+        # A placeholder has no model call yet; a finished model call always writes its response
+        # (20.6 message id at least). Usage without field 20 means the payload was cut short.
+        raise DecodeError("planner step has usage but no response (field 20): payload is truncated")
+    if planner is not None:
+        fields["text"] = planner.string(8) or planner.string(1)
+        fields["thinking"] = planner.string(3)
+        fields["stop_reason"] = STOP_REASONS.get(planner.uint(12), "other")
+        fields["requested_tool_calls"] = tuple(
+            c for c in (_tool_call(m) for m in planner.messages(7)) if c is not None
+        )
+
+    legacy = _legacy_tool_field(present)
+    if tool is not None or _GENERIC in present or legacy is not None:
+        if tool is None:
+            tool = _tool_from_body(msg, legacy)
+        fields["tool"] = tool
+        fields["result"] = _tool_result(msg, legacy, status, error)
+        return Step(kind=StepKind.TOOL, **fields)
+    if planner is not None or step_type == 15:
+        return Step(kind=StepKind.ASSISTANT, **fields)
+    return Step(kind=StepKind.UNKNOWN, **fields)
+
+
+def decode_metadata_usage(meta: Message) -> StepUsage | None:
+    """Usage of the model call recorded in metadata 5.9, if any."""
+    usage = meta.message(9)
+    if usage is None:
+        return None
+    return decode_usage_stats(usage)
+
+
+def decode_usage_stats(usage: Message) -> StepUsage:
+    """An `exa.codeium_common_pb.ModelUsageStats` (2 input, 3 output, 4 cache write, 5 cache read)."""
+    return StepUsage(
+        input=usage.uint(2),
+        output=usage.uint(3),
+        cache_read=usage.uint(5),
+        cache_write=usage.uint(4),
+    )
+
+
+def _kind_from_type(step_type: int) -> StepKind:
+    return {
+        14: StepKind.USER,
+        15: StepKind.ASSISTANT,
+        17: StepKind.ERROR,
+        23: StepKind.CHECKPOINT,
+        98: StepKind.HISTORY,
+        101: StepKind.SYSTEM,
+        90: StepKind.SYSTEM,
+    }.get(
+        step_type,
+        StepKind.TOOL if step_type in (132, 21, 8, 9, 7, 5, 38, 138) else StepKind.UNKNOWN,
+    )
+
+
+def _legacy_tool_field(present: set[int]) -> int | None:
+    for number in LEGACY_TOOL_FIELDS:
+        if number in present:
+            return number
+    return None
+
+
+def _user_text(body: Message | None) -> str:
+    if body is None:
+        return ""
+    text = body.string(2)
+    if text:
+        return text
+    items = [item.string(1) for item in body.messages(3)]
+    return "".join(items) or body.string(1)
+
+
+def _tool_call(call: Message | None) -> ToolCall | None:
+    if call is None:
+        return None
+    name = call.string(2) or call.string(9)
+    if not name:
+        return None
+    return ToolCall(id=call.string(1), name=name, arguments=parse_arguments(call.string(3)))
+
+
+def parse_arguments(text: str) -> Mapping[str, Any]:
+    """A tool call's arguments JSON as an object; anything else becomes `{}` (never raises)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
+    generic = msg.message(_GENERIC)
+    if generic is not None:
+        pairs = {entry.string(1): entry.string(2) for entry in generic.messages(1)}
+        return ToolCall(id="", name=_generic_name(generic), arguments=pairs)
+    name = LEGACY_TOOL_FIELDS.get(legacy or 0, "tool")
+    body = msg.message(legacy) if legacy is not None else None
+    args: dict[str, Any] = {}
+    if body is not None:
+        if legacy == _RUN_COMMAND:
+            args = {"CommandLine": body.string(23) or body.string(25), "Cwd": body.string(2)}
+        elif legacy == _VIEW_FILE:
+            args = {"AbsolutePath": _uri_path(body.string(1))}
+        elif legacy == _LIST_DIR:
+            args = {"DirectoryPath": _uri_path(body.string(1))}
+        elif legacy == _GREP:
+            args = {"Query": body.string(1), "SearchPath": _uri_path(body.string(11))}
+    return ToolCall(id="", name=name, arguments={k: v for k, v in args.items() if v})
+
+
+def _generic_name(generic: Message) -> str:
+    payload = _embedded_step(generic)
+    if payload is not None:
+        meta = payload.message(_METADATA)
+        call = _tool_call(meta.message(4)) if meta is not None else None
+        if call is not None:
+            return call.name
+        legacy = _legacy_tool_field(payload.numbers())
+        if legacy is not None:
+            return LEGACY_TOOL_FIELDS[legacy]
+    return "tool"
+
+
+def _embedded_step(generic: Message) -> Message | None:
+    """The legacy typed step a generic tool run carries at 140.2.6 (an Any), if any."""
+    any_msg = generic.path(2, 6)
+    if any_msg is None or any_msg.string(1) != _ANY_STEP_URL:
+        return None
+    return any_msg.message(2)
+
+
+def _tool_result(
+    msg: Message, legacy: int | None, status: StepStatus, error: str
+) -> ToolResult | None:
+    is_error = status is StepStatus.ERROR
+    generic = msg.message(_GENERIC)
+    body: Message | None = None
+    kind = legacy
+    text = ""
+    if generic is not None:
+        text = generic.path_string(2, 1)
+        inner = _embedded_step(generic)
+        if inner is not None:
+            kind = _legacy_tool_field(inner.numbers())
+            body = inner.message(kind) if kind is not None else None
+    elif legacy is not None:
+        body = msg.message(legacy)
+    exit_code: int | None = None
+    if body is not None:
+        if kind == _RUN_COMMAND:
+            out = body.message(21)
+            if out is not None:
+                text = out.string(1)
+            elif not text:
+                text = body.string(4)
+            if body.has(6):
+                exit_code = body.int(6)
+        elif kind == _VIEW_FILE and not text:
+            text = body.string(4)
+        elif kind == _LIST_DIR and not text:
+            text = "\n".join(body.strings(2))
+        elif (kind == _GREP and not text) or (kind == _MCP and not text):
+            text = body.string(3)
+    if not status.terminal and not text and exit_code is None:
+        return None
+    if is_error and not text:
+        text = error
+    return ToolResult(output=text, exit_code=exit_code, is_error=is_error or bool(exit_code))
+
+
+def _uri_path(uri: str) -> str:
+    return uri.removeprefix("file://")
+
+
+def _error_text(details: Message) -> str:
+    """The most useful line of a CortexErrorDetails: user message, else short, else full."""
+    return details.string(1) or details.string(2) or details.string(3) or details.string(9)
+
+
+def _with_error(step: Step, error: str) -> Step:
+    return dataclasses.replace(step, error=error)
+
+
+def _interaction(spec: Message | None) -> Interaction | None:
+    if spec is None:
+        return None
+    permission = spec.message(21)
+    if permission is not None:
+        resource = permission.message(1)
+        return Interaction(
+            kind=InteractionKind.PERMISSION,
+            permission=PermissionRequest(
+                action=resource.string(1) if resource is not None else "",
+                target=resource.string(2) if resource is not None else "",
+                description=permission.string(5),
+            ),
+            name="permission",
+        )
+    ask = spec.message(22)
+    if ask is not None:
+        questions = tuple(
+            Question(
+                question=entry.string(1),
+                options=tuple(QuestionOption(o.string(1), o.string(2)) for o in entry.messages(2)),
+                multi_select=entry.bool(3),
+            )
+            for entry in ask.messages(1)
+        )
+        return Interaction(kind=InteractionKind.QUESTION, questions=questions, name="askQuestion")
+    numbers = sorted(spec.numbers())
+    name = INTERACTION_NAMES.get(numbers[0], f"field {numbers[0]}") if numbers else ""
+    return Interaction(kind=InteractionKind.OTHER, name=name)

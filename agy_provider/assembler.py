@@ -1,0 +1,382 @@
+"""The assembler: Step snapshots in, pi AssistantMessageEvents out. Pure — no I/O, no clock.
+
+The only place Steps become events, so every source (sqlite, rpc, stream-json, replay) agrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
+from agy_provider.types import (
+    AssistantMessage,
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    StartEvent,
+    TextContent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ThinkingContent,
+    ThinkingDeltaEvent,
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    Usage,
+)
+
+__all__ = ["API", "PROVIDER", "StepAssembler", "render_tool_run", "usage_to_pi"]
+
+log = logging.getLogger(__name__)
+
+API = "agy"
+PROVIDER = "agy"
+
+# Tool output longer than this many lines is cut in the rendered block (agy keeps the full text).
+MAX_TOOL_OUTPUT_LINES = 40
+MAX_TOOL_OUTPUT_CHARS = 4000
+
+# The argument that says what a tool run was about, per agy tool (AGY-FORMATS §3.5).
+_KEY_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
+    "run_command": ("CommandLine",),
+    "view_file": ("AbsolutePath",),
+    "list_dir": ("DirectoryPath",),
+    "grep_search": ("Query", "SearchPath"),
+    "write_to_file": ("TargetFile",),
+    "replace_file_content": ("TargetFile",),
+    "multi_replace_file_content": ("TargetFile",),
+}
+
+_BlockKind = Literal["text", "thinking"]
+
+
+@dataclasses.dataclass(slots=True)
+class _Block:
+    kind: _BlockKind
+    key: tuple[int, str]
+    text: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class _Emitted:
+    """What one step index has contributed so far, per part ("thinking", "text", "tool")."""
+
+    parts: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def usage_to_pi(usage: StepUsage) -> Usage:
+    """Our StepUsage in pi's terms; costs stay zero (agy runs on a subscription)."""
+    return Usage(
+        input=usage.input,
+        output=usage.output,
+        cache_read=usage.cache_read,
+        cache_write=usage.cache_write,
+        total_tokens=usage.total,
+    )
+
+
+def render_tool_run(step: Step) -> str:
+    """A tool run as readable lines: `▸ tool key-argument`, then its result once it settled.
+
+    The header never changes once written, and the result is only appended when the step is
+    final, so successive renders of one step only ever grow.
+    """
+    tool = step.tool
+    if tool is None:
+        return ""
+    lines = [f"▸ {tool.name} {_key_argument(tool.name, tool.arguments)}".rstrip()]
+    diff = _edit_lines(tool.name, tool.arguments)
+    if not step.status.terminal:
+        return lines[0] + "\n"
+    lines.extend(diff)
+    result = step.result
+    if step.status is StepStatus.CANCELED:
+        lines.append("  canceled")
+    elif result is not None:
+        if result.exit_code is not None:
+            lines.append(f"  exit {result.exit_code}")
+        elif result.is_error:
+            lines.append(f"  failed: {result.output or step.error or 'error'}".rstrip())
+        if result.output and not (result.is_error and result.exit_code is None):
+            lines.extend("  " + line for line in _clip(result.output))
+    elif step.error:
+        lines.append(f"  failed: {step.error}")
+    return "\n".join(lines) + "\n"
+
+
+def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
+    keys = _KEY_ARGUMENTS.get(name)
+    if keys:
+        values = [str(arguments[k]) for k in keys if arguments.get(k) not in (None, "")]
+        if values:
+            return " ".join(values)
+    for key, value in arguments.items():
+        if key not in ("toolAction", "toolSummary") and isinstance(value, str) and value:
+            return value if len(value) <= 120 else value[:117] + "..."
+    summary = arguments.get("toolSummary")
+    return str(summary) if summary else ""
+
+
+def _edit_lines(name: str, arguments: Mapping[str, Any]) -> list[str]:
+    """Edits as diff lines from the call's own arguments (agy stores no diffs, AGY-FORMATS §3.5)."""
+    pairs: list[tuple[str, str]] = []
+    if name == "replace_file_content":
+        pairs.append(
+            (str(arguments.get("TargetContent", "")), str(arguments.get("ReplacementContent", "")))
+        )
+    elif name == "multi_replace_file_content":
+        for chunk in arguments.get("ReplacementChunks") or ():
+            if isinstance(chunk, dict):
+                pairs.append(
+                    (str(chunk.get("TargetContent", "")), str(chunk.get("ReplacementContent", "")))
+                )
+    elif name == "write_to_file":
+        pairs.append(("", str(arguments.get("CodeContent", ""))))
+    lines: list[str] = []
+    for old, new in pairs:
+        lines.extend("  - " + line for line in _clip(old) if old)
+        lines.extend("  + " + line for line in _clip(new) if new)
+    return lines
+
+
+def _clip(text: str) -> list[str]:
+    text = text[:MAX_TOOL_OUTPUT_CHARS]
+    lines = text.rstrip("\n").replace("\r\n", "\n").split("\n")
+    if len(lines) > MAX_TOOL_OUTPUT_LINES:
+        more = len(lines) - MAX_TOOL_OUTPUT_LINES
+        lines = [*lines[:MAX_TOOL_OUTPUT_LINES], f"… ({more} more lines)"]
+    return lines
+
+
+class StepAssembler:
+    """Feed Step snapshots of one turn; get the pi events they add. Call `finish` once at the end.
+
+    The turn starts at the first USER step at or after `min_index` — or, when `turn_start` is
+    given, right after that index (-1: every step is in the turn) — and ends before the next USER
+    step. Steps outside it, and history steps, never start or join it. Per step index the
+    assembler remembers what it emitted and emits only growth; re-fed or shorter snapshots emit
+    nothing.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api: str = API,
+        provider: str = PROVIDER,
+        min_index: int = 0,
+        turn_start: int | None = None,
+        timestamp: int = 0,
+    ) -> None:
+        self._model = model
+        self._api = api
+        self._provider = provider
+        self._min_index = min_index
+        self._timestamp = timestamp
+        self._turn_start: int | None = turn_start
+        self._turn_end: int | None = None
+        self._blocks: list[_Block] = []
+        self._open: int | None = None
+        self._emitted: dict[int, _Emitted] = {}
+        self._usage: dict[int, StepUsage] = {}
+        self._failure: tuple[int, str] | None = None
+        self._last_answer = -1
+        self._stop_length = False
+        self._started = False
+        self._finished = False
+        self._partial: AssistantMessage | None = None
+        self.conversation_id = ""
+        self.title = ""
+
+    # -- public -----------------------------------------------------------------------------
+
+    @property
+    def turn_started(self) -> bool:
+        """True once the turn's USER step has been seen."""
+        return self._turn_start is not None
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def start(self) -> list[AssistantMessageEvent]:
+        """The `start` event, once."""
+        if self._started:
+            return []
+        self._started = True
+        return [StartEvent(partial=self._snapshot())]
+
+    def feed(self, steps: Iterable[Step]) -> list[AssistantMessageEvent]:
+        """Take the newest snapshots of some steps (any order, repeats welcome)."""
+        if self._finished:
+            return []
+        events = self.start()
+        for step in sorted(steps, key=lambda s: s.index):
+            self._take(step, events)
+        return events
+
+    def finish(self, outcome: TurnOutcome | None = None) -> list[AssistantMessageEvent]:
+        """Close the open block and end the turn with `done`, or `error` when it failed."""
+        if self._finished:
+            return []
+        events = self.start()
+        self._close(events)
+        self._finished = True
+        outcome = outcome or TurnOutcome()
+        usage = outcome.usage
+        if usage is None:
+            usage = StepUsage()
+            for part in self._usage.values():
+                usage = usage + part
+        error = ""
+        if outcome.aborted:
+            error = outcome.error or "The turn was aborted."
+        elif not outcome.ok:
+            error = outcome.error or "agy ended the turn with an error."
+        elif self._failure is not None and self._failure[0] > self._last_answer:
+            error = self._failure[1]
+        content = self._content()
+        if error:
+            message = AssistantMessage(
+                content=content,
+                api=self._api,
+                provider=self._provider,
+                model=self._model,
+                usage=usage_to_pi(usage),
+                stop_reason="aborted" if outcome.aborted else "error",
+                error_message=error,
+                timestamp=self._timestamp,
+            )
+            events.append(
+                ErrorEvent(reason="aborted" if outcome.aborted else "error", error=message)
+            )
+            return events
+        reason: Literal["stop", "length"] = "length" if self._stop_length else "stop"
+        message = AssistantMessage(
+            content=content,
+            api=self._api,
+            provider=self._provider,
+            model=self._model,
+            usage=usage_to_pi(usage),
+            stop_reason=reason,
+            timestamp=self._timestamp,
+        )
+        events.append(DoneEvent(reason=reason, message=message))
+        return events
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _in_turn(self, step: Step) -> bool:
+        if step.kind is StepKind.HISTORY:
+            return False
+        if step.kind is StepKind.USER:
+            if self._turn_start is None and step.index >= self._min_index:
+                self._turn_start = step.index
+            elif (
+                self._turn_start is not None
+                and step.index > self._turn_start
+                and (self._turn_end is None or step.index < self._turn_end)
+            ):
+                self._turn_end = step.index
+            return False
+        if self._turn_start is None or step.index <= self._turn_start:
+            return False
+        return self._turn_end is None or step.index < self._turn_end
+
+    def _take(self, step: Step, events: list[AssistantMessageEvent]) -> None:
+        if not self._in_turn(step):
+            return
+        if step.conversation_id and not self.conversation_id:
+            self.conversation_id = step.conversation_id
+        if step.usage is not None:
+            self._usage[step.index] = step.usage
+        kind = step.kind
+        if kind is StepKind.ASSISTANT:
+            self._grow(step.index, "thinking", "thinking", step.thinking, events)
+            self._grow(step.index, "text", "text", step.text, events)
+            if step.status is StepStatus.ERROR:
+                self._fail(step.index, step.error or "agy's model call failed.")
+            elif step.text or step.thinking or step.requested_tool_calls:
+                self._answered(step.index)
+                self._stop_length = step.stop_reason == "max_tokens"
+        elif kind is StepKind.TOOL:
+            self._grow(step.index, "tool", "thinking", render_tool_run(step), events)
+        elif kind is StepKind.ERROR:
+            self._fail(step.index, step.error or "agy reported an error.")
+        elif kind is StepKind.CHECKPOINT:
+            if step.title:
+                self.title = step.title
+        elif kind is StepKind.UNKNOWN and step.index not in self._emitted:
+            self._emitted[step.index] = _Emitted()
+            log.debug("step %d: type %d is not one we render; skipped", step.index, step.step_type)
+
+    def _answered(self, index: int) -> None:
+        self._last_answer = max(self._last_answer, index)
+
+    def _fail(self, index: int, message: str) -> None:
+        if self._failure is None or index >= self._failure[0]:
+            self._failure = (index, message)
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    def _grow(
+        self,
+        index: int,
+        part: str,
+        kind: _BlockKind,
+        text: str,
+        events: list[AssistantMessageEvent],
+    ) -> None:
+        emitted = self._emitted.setdefault(index, _Emitted())
+        before = emitted.parts.get(part, "")
+        if len(text) <= len(before):
+            return  # nothing new, or a shorter rewrite: never retract what was emitted
+        if not text.startswith(before):
+            # A rewrite we cannot retract: keep what was streamed, emit nothing that would not
+            # follow from it. Growth that extends the streamed text is still taken later.
+            log.warning("step %d: %s was rewritten; keeping what was already streamed", index, part)
+            return
+        delta = text[len(before) :]
+        emitted.parts[part] = text
+        key = (index, part)
+        if self._open is None or self._blocks[self._open].key != key:
+            self._close(events)
+            self._blocks.append(_Block(kind=kind, key=key))
+            self._open = len(self._blocks) - 1
+            self._partial = None
+            start = TextStartEvent if kind == "text" else ThinkingStartEvent
+            events.append(start(content_index=self._open, partial=self._snapshot()))
+        block = self._blocks[self._open]
+        block.text += delta
+        self._partial = None
+        delta_event = TextDeltaEvent if kind == "text" else ThinkingDeltaEvent
+        events.append(delta_event(content_index=self._open, delta=delta, partial=self._snapshot()))
+
+    def _close(self, events: list[AssistantMessageEvent]) -> None:
+        if self._open is None:
+            return
+        block = self._blocks[self._open]
+        end = TextEndEvent if block.kind == "text" else ThinkingEndEvent
+        events.append(end(content_index=self._open, content=block.text, partial=self._snapshot()))
+        self._open = None
+
+    def _content(self) -> list[TextContent | ThinkingContent]:
+        return [
+            TextContent(text=b.text) if b.kind == "text" else ThinkingContent(thinking=b.text)
+            for b in self._blocks
+        ]
+
+    def _snapshot(self) -> AssistantMessage:
+        if self._partial is None:
+            self._partial = AssistantMessage(
+                content=self._content(),
+                api=self._api,
+                provider=self._provider,
+                model=self._model,
+                stop_reason="stop",
+                timestamp=self._timestamp,
+            )
+        return self._partial

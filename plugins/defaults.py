@@ -1,0 +1,41 @@
+"""Built-in decisions: which event source a turn uses, and the default answers to agy's prompts.
+
+Hosts override any of these with their own plugins; firstresult hooks take the first opinion given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agy_provider.hookspecs import hookimpl
+
+__all__ = ["answer_question", "choose_event_source", "decide_permission"]
+
+# "auto" prefers the RPC source (it can answer agy) and falls back to the database.
+_PREFERENCE = ("rpc", "sqlite")
+
+
+@hookimpl(trylast=True)
+def choose_event_source(turn: Any, available: Sequence[str]) -> str | None:
+    wanted = getattr(turn, "event_source", "auto") or "auto"
+    if wanted != "auto":
+        return str(wanted) if wanted in available else None
+    for name in _PREFERENCE:
+        if name in available:
+            return name
+    return available[0] if available else None
+
+
+@hookimpl(trylast=True)
+def decide_permission(request: Any, step: Any, turn: Any) -> bool | None:
+    # Allow only when the user's config says permissions are skipped; otherwise deny, never hang.
+    return getattr(turn, "permissions", "ask") == "skip"
+
+
+@hookimpl(trylast=True)
+def answer_question(
+    questions: Sequence[Any], step: Any, turn: Any
+) -> Sequence[Mapping[str, Any]] | None:
+    # Nobody to ask: decline every question explicitly (an empty selection) so agy never hangs.
+    return [{"question": getattr(q, "question", ""), "selectedOptionIds": []} for q in questions]

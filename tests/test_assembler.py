@@ -1,0 +1,256 @@
+"""The assembler: pure Step snapshots in, pi events out."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agy_provider.agy.step import (
+    Step,
+    StepKind,
+    StepStatus,
+    StepUsage,
+    ToolCall,
+    ToolResult,
+    TurnOutcome,
+)
+from agy_provider.assembler import StepAssembler
+from agy_provider.types import DoneEvent, ErrorEvent, TextContent, ThinkingContent
+
+USER = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE, text="hi")
+
+
+def planner(
+    index: int,
+    text: str = "",
+    thinking: str = "",
+    status: StepStatus = StepStatus.GENERATING,
+    **kw: object,
+) -> Step:
+    return Step(
+        index=index, kind=StepKind.ASSISTANT, status=status, text=text, thinking=thinking, **kw
+    )  # type: ignore[arg-type]
+
+
+def types(events: list) -> list[str]:
+    return [e.type for e in events]
+
+
+def run(*batches: list[Step], outcome: TurnOutcome | None = None) -> list:
+    asm = StepAssembler(model="m")
+    events = []
+    for batch in batches:
+        events += asm.feed(batch)
+    return events + asm.finish(outcome)
+
+
+def test_growth_streams_as_deltas_thinking_first() -> None:
+    events = run(
+        [USER, planner(1)],  # the empty placeholder row
+        [planner(1, thinking="Let me")],
+        [planner(1, thinking="Let me think", text="Hel")],
+        [planner(1, thinking="Let me think", text="Hello!", status=StepStatus.DONE)],
+    )
+    assert types(events) == [
+        "start",
+        "thinking_start",
+        "thinking_delta",
+        "thinking_delta",
+        "thinking_end",
+        "text_start",
+        "text_delta",
+        "text_delta",
+        "text_end",
+        "done",
+    ]
+    deltas = "".join(e.delta for e in events if e.type == "text_delta")
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert deltas == "Hello!"
+    assert done.message.content == (
+        ThinkingContent(thinking="Let me think"),
+        TextContent(text="Hello!"),
+    )
+    assert done.reason == "stop"
+
+
+def test_same_snapshot_twice_emits_nothing_and_shorter_rewrite_emits_nothing() -> None:
+    asm = StepAssembler(model="m")
+    first = asm.feed([USER, planner(1, text="Hello world")])
+    assert first
+    assert asm.feed([USER, planner(1, text="Hello world")]) == []
+    assert asm.feed([planner(1, text="Hello")]) == []  # shorter
+    assert asm.feed([planner(1, text="Goodbye, cruel world")]) == []  # diverged
+    more = asm.feed([planner(1, text="Hello world, again")])
+    assert [e.delta for e in more if e.type == "text_delta"] == [", again"]
+
+
+def test_tool_runs_render_inside_thinking_never_as_tool_calls() -> None:
+    call = ToolCall(id="c1", name="run_command", arguments={"CommandLine": "pwd"})
+    running = Step(index=2, kind=StepKind.TOOL, status=StepStatus.RUNNING, tool=call)
+    done = Step(
+        index=2,
+        kind=StepKind.TOOL,
+        status=StepStatus.DONE,
+        tool=call,
+        result=ToolResult(output="/tmp\n", exit_code=0),
+    )
+    events = run(
+        [USER, planner(1, text="Checking.", status=StepStatus.DONE)],
+        [running],
+        [done],
+        [planner(3, text="You are in /tmp.", status=StepStatus.DONE)],
+    )
+    assert not any(e.type.startswith("toolcall") for e in events)
+    message = events[-1].message
+    assert message.stop_reason == "stop"
+    assert [type(b).__name__ for b in message.content] == [
+        "TextContent",
+        "ThinkingContent",
+        "TextContent",
+    ]
+    assert message.content[1].thinking == "▸ run_command pwd\n  exit 0\n  /tmp\n"
+
+
+def test_usage_is_summed_over_the_turns_model_calls() -> None:
+    events = run(
+        [
+            USER,
+            planner(
+                1,
+                text="a",
+                status=StepStatus.DONE,
+                usage=StepUsage(input=10, output=5, cache_read=100),
+            ),
+            planner(
+                3,
+                text="b",
+                status=StepStatus.DONE,
+                usage=StepUsage(input=7, output=2, cache_read=50, cache_write=1),
+            ),
+        ]
+    )
+    usage = events[-1].message.usage
+    assert (usage.input, usage.output, usage.cache_read, usage.cache_write, usage.total_tokens) == (
+        17,
+        7,
+        150,
+        1,
+        175,
+    )
+    assert usage.cost.total == 0
+
+
+def test_error_message_step_ends_with_error_event() -> None:
+    quota = Step(
+        index=2,
+        kind=StepKind.ERROR,
+        status=StepStatus.DONE,
+        error="429 RESOURCE_EXHAUSTED: quota exceeded",
+    )
+    events = run([USER, planner(1, status=StepStatus.ERROR), quota])
+    last = events[-1]
+    assert isinstance(last, ErrorEvent)
+    assert last.reason == "error"
+    assert last.error.error_message == "429 RESOURCE_EXHAUSTED: quota exceeded"
+    assert last.error.stop_reason == "error"
+
+
+def test_an_error_the_model_recovered_from_is_not_a_failure() -> None:
+    denied = Step(index=2, kind=StepKind.ERROR, status=StepStatus.DONE, error="transient")
+    events = run(
+        [
+            USER,
+            planner(1, text="x", status=StepStatus.DONE),
+            denied,
+            planner(3, text="recovered", status=StepStatus.DONE),
+        ]
+    )
+    assert isinstance(events[-1], DoneEvent)
+
+
+def test_abort_outcome_and_max_tokens() -> None:
+    aborted = run(
+        [USER, planner(1, text="par")],
+        outcome=TurnOutcome(aborted=True, error="aborted by the host"),
+    )
+    assert isinstance(aborted[-1], ErrorEvent) and aborted[-1].reason == "aborted"
+    assert aborted[-1].error.stop_reason == "aborted"
+    assert aborted[-2].type == "text_end"  # the open block is closed first
+    length = run([USER, planner(1, text="cut", status=StepStatus.DONE, stop_reason="max_tokens")])
+    assert length[-1].reason == "length"
+
+
+def test_history_and_other_turns_never_join() -> None:
+    history = Step(index=0, kind=StepKind.HISTORY, status=StepStatus.DONE, text="old")
+    old_user = Step(index=1, kind=StepKind.USER, status=StepStatus.DONE, text="old")
+    old_answer = planner(2, text="old answer", status=StepStatus.DONE)
+    user = Step(index=3, kind=StepKind.USER, status=StepStatus.DONE, text="new")
+    answer = planner(4, text="new answer", status=StepStatus.DONE)
+    later_user = Step(index=5, kind=StepKind.USER, status=StepStatus.DONE, text="later")
+    later = planner(6, text="later answer", status=StepStatus.DONE)
+    asm = StepAssembler(model="m", min_index=3)
+    events = (
+        asm.feed([history, old_user, old_answer, user, answer, later_user, later]) + asm.finish()
+    )
+    assert "".join(e.delta for e in events if e.type == "text_delta") == "new answer"
+    nothing = StepAssembler(model="m")
+    assert types(nothing.feed([history]) + nothing.finish()) == ["start", "done"]
+
+
+# -- property: any interleaving of growing snapshots gives a well-formed event stream -------
+
+
+@st.composite
+def growth(draw: st.DrawFn) -> list[list[Step]]:
+    steps = draw(st.integers(min_value=1, max_value=4))
+    finals = [(draw(st.text(max_size=12)), draw(st.text(max_size=12))) for _ in range(steps)]
+    batches: list[list[Step]] = [[USER]]
+    progress = [0] * steps
+    for _ in range(draw(st.integers(min_value=0, max_value=25))):
+        i = draw(st.integers(min_value=0, max_value=steps - 1))
+        progress[i] = min(progress[i] + draw(st.integers(min_value=0, max_value=6)), 24)
+        thinking, text = finals[i]
+        p = progress[i]
+        snap = planner(i + 1, thinking=thinking[:p], text=text[: max(0, p - len(thinking))])
+        batches.append([snap] * draw(st.integers(min_value=1, max_value=2)))
+    batches.append(
+        [
+            planner(i + 1, thinking=t, text=x, status=StepStatus.DONE)
+            for i, (t, x) in enumerate(finals)
+        ]
+    )
+    return batches
+
+
+@settings(max_examples=200, deadline=None)
+@given(growth())
+def test_event_grammar(batches: list[list[Step]]) -> None:
+    events = run(*batches)
+    assert events[0].type == "start" and events[-1].type == "done"
+    open_index = None
+    built: dict[int, str] = {}
+    for event in events[1:-1]:
+        _kind, _, phase = event.type.partition("_")
+        if phase == "start":
+            assert open_index is None, "at most one open block"
+            open_index = event.content_index
+            built[open_index] = ""
+        elif phase == "delta":
+            assert event.content_index == open_index and event.delta
+            built[open_index] += event.delta
+        elif phase == "end":
+            assert event.content_index == open_index
+            assert event.content == built[open_index]
+            open_index = None
+    assert open_index is None
+    content = events[-1].message.content
+    assert [getattr(b, "text", None) or getattr(b, "thinking", None) for b in content] == [
+        built[i] for i in range(len(content))
+    ]
+    # Nothing lost, nothing invented: every block is a piece of some step's final text, and
+    # together the blocks are exactly as long as all the final texts.
+    final = batches[-1]
+    pieces = [s.thinking for s in final] + [s.text for s in final]
+    assert all(any(block in piece for piece in pieces) for block in built.values())
+    assert sum(map(len, built.values())) == sum(map(len, pieces))
