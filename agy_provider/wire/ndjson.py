@@ -1,0 +1,254 @@
+"""Sans-I/O NDJSON framing: bytes in, lines and JSON objects out, bounded and skip-tolerant.
+
+Owns the line layer of agy's stream-json output and input (field guide §2.1); no files, no pipes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, Final, NoReturn
+
+from agy_provider.errors import DecodeError, FramingError, UsageError
+from agy_provider.wire.connect import NEED_DATA, NeedData
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "NEED_DATA",
+    "JsonLineDecoder",
+    "LineDecoder",
+    "NeedData",
+]
+
+# One stream-json line is one event, and the largest is a step_update carrying one tool's output
+# or a result carrying the whole answer: agy caps what it inlines (full outputs go to
+# brain/<id>/.../output.txt), so real lines stay well under a megabyte. 16 MiB is far past any
+# honest line and still small enough to hold, so hitting it means a runaway writer or a stream
+# that is not NDJSON at all.
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+
+_NEWLINE: Final = 0x0A
+_CR: Final = 0x0D
+
+
+class LineDecoder:
+    """Splits a byte stream into lines, whatever sizes the reads come in.
+
+    Feed bytes with `feed()`, pull lines (without their `\\n` or `\\r\\n`) with `next_line()` or
+    `lines()` until `NEED_DATA`, then call `end_of_input()` for the unterminated tail. Each chunk
+    is scanned once and a line that spans chunks is joined once, so a long line arriving in many
+    small reads stays linear; `bytes_copied` counts the bytes copied out of the fed chunks.
+    `line_number` and `line_offset` describe the line scanned last, which is the line just
+    returned by `next_line()` (1-based, counting blank lines; byte offset of its first byte).
+    """
+
+    def __init__(self) -> None:
+        # Unscanned chunks as fed; `_head_offset` is how far `_pending[0]` has been consumed, so a
+        # chunk of many short lines is never re-sliced (which would be quadratic).
+        self._pending: deque[bytes] = deque()
+        self._head_offset = 0
+        self._pending_bytes = 0
+        # The start of the current line, already scanned and known to hold no newline.
+        self._partial: list[memoryview] = []
+        self._partial_bytes = 0
+        self._line_start = 0  # stream offset where the current line starts
+        self._failure: FramingError | None = None
+        self._input_ended = False
+        self.line_number = 0
+        self.line_offset = 0
+        self.bytes_copied = 0
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes. Raises the poisoning `FramingError` if the stream has failed.
+
+        A decoder drained after every feed holds at most one partial line, so holding more than
+        `MAX_LINE_BYTES` (plus a `\r\n`) before a feed means the line is too long or a caller
+        is not draining it.
+        """
+        self._check_failed()
+        if self._input_ended:
+            raise UsageError("feed() after end_of_input()")
+        if self._pending_bytes + self._partial_bytes > MAX_LINE_BYTES + 2:
+            self._fail(f"over {MAX_LINE_BYTES} bytes buffered without a complete line")
+        if not data:
+            return
+        if type(data) is not bytes:
+            # A bytearray or memoryview may be reused by the caller's read loop: keep our own copy.
+            data = bytes(data)
+            self.bytes_copied += len(data)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+
+    def next_line(self) -> bytes | NeedData:
+        """Return the next non-blank line without its line ending, or `NEED_DATA`.
+
+        Raises:
+            FramingError: a line is longer than `MAX_LINE_BYTES`; the decoder is poisoned.
+        """
+        self._check_failed()
+        while self._pending:
+            line = self._scan()
+            # NEED_DATA here only means one chunk moved into the partial line: scan the next.
+            if line is not NEED_DATA and line and not line.isspace():
+                return line
+        return NEED_DATA
+
+    def lines(self) -> Iterator[bytes]:
+        """Yield every complete line buffered so far; stops at `NEED_DATA`."""
+        while (line := self.next_line()) is not NEED_DATA:
+            yield line
+
+    def end_of_input(self) -> bytes | None:
+        """Declare the input finished and return its last line if it had no newline.
+
+        Returns `None` when the input ended with a newline or the tail is blank. Drain `lines()`
+        first.
+
+        Raises:
+            UsageError: a complete line is still buffered; pull it before ending the input.
+            FramingError: the decoder failed earlier, or the tail is longer than `MAX_LINE_BYTES`.
+        """
+        self._check_failed()
+        self._input_ended = True
+        if self.next_line() is not NEED_DATA:
+            raise UsageError("end_of_input() with a complete line not yet pulled")
+        if not self._partial_bytes:
+            return None
+        parts = self._partial
+        consumed = self._partial_bytes
+        if parts[-1][-1] == _CR:
+            parts[-1] = parts[-1][:-1]
+            self._partial_bytes -= 1
+        if self._partial_bytes > MAX_LINE_BYTES:
+            self._fail(f"line longer than {MAX_LINE_BYTES} bytes", self._line_start)
+        tail = self._complete(b"".join(parts), consumed)
+        if not tail or tail.isspace():
+            return None
+        return tail
+
+    def _scan(self) -> bytes | NeedData:
+        """Consume one line from the pending chunks, blank or not; `NEED_DATA` if none is whole."""
+        head = self._pending[0]
+        start = self._head_offset
+        end = head.find(b"\n", start)
+        if end < 0:
+            piece = memoryview(head)[start:]
+            self._pending.popleft()
+            self._pending_bytes -= len(piece)
+            self._head_offset = 0
+            self._partial.append(piece)
+            self._partial_bytes += len(piece)
+            # One byte of slack: a line of exactly the bound may still end in "\r\n".
+            if self._partial_bytes > MAX_LINE_BYTES + 1:
+                self._fail(f"line longer than {MAX_LINE_BYTES} bytes", self._line_start)
+            return NEED_DATA
+        self._pending_bytes -= end + 1 - start
+        if end + 1 == len(head):
+            self._pending.popleft()
+            self._head_offset = 0
+        else:
+            self._head_offset = end + 1
+        consumed = self._partial_bytes + end - start + 1
+        # Drop a `\r` before the `\n`; it may be the last byte of an earlier chunk.
+        if end > start and head[end - 1] == _CR:
+            end -= 1
+        elif end == start and self._partial and self._partial[-1][-1] == _CR:
+            self._partial[-1] = self._partial[-1][:-1]
+            self._partial_bytes -= 1
+        if self._partial_bytes + end - start > MAX_LINE_BYTES:
+            self._fail(f"line longer than {MAX_LINE_BYTES} bytes", self._line_start)
+        if self._partial:
+            self._partial.append(memoryview(head)[start:end])
+            line = b"".join(self._partial)
+        else:
+            line = head[start:end]
+        return self._complete(line, consumed)
+
+    def _complete(self, line: bytes, consumed: int) -> bytes:
+        """Account for a finished line that took `consumed` bytes of input."""
+        self.bytes_copied += len(line)
+        self.line_number += 1
+        self.line_offset = self._line_start
+        self._line_start += consumed
+        self._partial = []
+        self._partial_bytes = 0
+        return line
+
+    def _fail(self, message: str, offset: int | None = None) -> NoReturn:
+        self._failure = FramingError(message, offset)
+        self._pending.clear()  # nothing more will be read: let the memory go
+        self._partial = []
+        self._pending_bytes = self._partial_bytes = 0
+        raise self._failure
+
+    def _check_failed(self) -> None:
+        if self._failure is not None:
+            again = FramingError(f"stream already failed: {self._failure}")
+            again.offset = self._failure.offset
+            raise again from self._failure
+
+
+class JsonLineDecoder:
+    """Parses NDJSON into JSON objects, one per non-blank line.
+
+    `next_object()` returns the next object or `NEED_DATA`; a line that is not valid UTF-8 JSON,
+    or is JSON but not an object, raises `DecodeError` (message names the line number, `offset`
+    its first byte) and is skipped: call again for the next line. Framing errors come from the
+    `LineDecoder` underneath and poison the stream.
+    """
+
+    def __init__(self) -> None:
+        self._lines = LineDecoder()
+
+    @property
+    def lines(self) -> LineDecoder:
+        """The line layer underneath (for its line number and counters)."""
+        return self._lines
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes."""
+        self._lines.feed(data)
+
+    def next_object(self) -> dict[str, Any] | NeedData:
+        """Return the next line's JSON object, or `NEED_DATA`.
+
+        Raises:
+            DecodeError: this line is not a JSON object (skippable: call again).
+            FramingError: a line is too long; the stream is poisoned.
+        """
+        line = self._lines.next_line()
+        if line is NEED_DATA:
+            return NEED_DATA
+        return self._parse(line)
+
+    def objects(self) -> Iterator[dict[str, Any]]:
+        """Yield every complete object buffered so far; stops at `NEED_DATA`.
+
+        An exception ends the iterator; after a `DecodeError` call `objects()` again to go on.
+        """
+        while (obj := self.next_object()) is not NEED_DATA:
+            yield obj
+
+    def end_of_input(self) -> dict[str, Any] | None:
+        """Declare the input finished; return the object on a last line without a newline.
+
+        Raises:
+            DecodeError: that last line is not a JSON object.
+            UsageError, FramingError: as for `LineDecoder.end_of_input()`.
+        """
+        tail = self._lines.end_of_input()
+        return None if tail is None else self._parse(tail)
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        number, offset = self._lines.line_number, self._lines.line_offset
+        try:
+            value = json.loads(line.decode("utf-8"))
+        # UnicodeDecodeError and JSONDecodeError are both ValueErrors; hostile nesting like
+        # "[[[[…" overflows the parser's stack and must not escape as a RecursionError.
+        except (ValueError, RecursionError) as exc:
+            raise DecodeError(f"line {number} is not valid JSON: {exc}", offset) from exc
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            raise DecodeError(f"line {number} is JSON {kind}, not an object", offset)
+        return value
