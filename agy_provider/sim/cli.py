@@ -1,0 +1,329 @@
+"""`agy-sim`: a command line argument-compatible with agy's, driving the simulator.
+
+Owns argument parsing, agy's headless behaviours (stdin hang, cold start, print timeout, exit
+codes, output formats) and wiring the simulator to the language-server child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import stat
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from agy_provider.errors import UsageError
+from agy_provider.sim.control import ServerLink
+from agy_provider.sim.engine import Clock, Conversation, SimCrash, Simulator, TurnResult
+from agy_provider.sim.output import StreamJsonPrinter, emit_line
+from agy_provider.sim.payloads import IdSource
+from agy_provider.sim.scenario import CatalogModel, Scenario, load_scenario
+from agy_provider.sim.state import CONVERSATION_ID, AppState, default_app_dir
+
+__all__ = ["VERSION", "main", "parse_go_duration"]
+
+# `agy --version` prints the bare version.
+VERSION = "1.2.3"
+# Record mode's fixed clock start (2026-06-22T23:57:36Z) and uuid seed.
+DETERMINISTIC_START = 1_782_172_656.0
+DETERMINISTIC_SEED = 20260622
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_TOOLS = [
+    "ask_question",
+    "run_command",
+    "view_file",
+    "write_to_file",
+    "replace_file_content",
+    "list_dir",
+]
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration such as `5m0s`, `90s`, `1m30s`, `1.5h`; raises ValueError."""
+    if text in ("0", "+0", "-0"):
+        return 0.0
+    body = text.lstrip("+")
+    position, total = 0, 0.0
+    while position < len(body):
+        match = _GO_DURATION.match(body, position)
+        if match is None:
+            raise ValueError(f'time: invalid duration "{text}"')
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        position = match.end()
+    if not body:
+        raise ValueError(f'time: invalid duration "{text}"')
+    return total
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agy", description="Antigravity CLI (simulated by agy-sim)")
+    p.add_argument("-p", "--print", dest="prompt", metavar="PROMPT", help="run one headless turn")
+    p.add_argument("--model", help="model slug (see `agy models`)")
+    p.add_argument("--effort", choices=["low", "medium", "high"])
+    p.add_argument("--mode", choices=["accept-edits", "plan"])
+    p.add_argument("--dangerously-skip-permissions", action="store_true")
+    p.add_argument("--conversation", metavar="UUID", help="resume a conversation")
+    p.add_argument("-c", "--continue", dest="continue_", action="store_true")
+    p.add_argument("--add-dir", action="append", default=[], metavar="DIR")
+    p.add_argument("--print-timeout", default="5m0s", metavar="DURATION")
+    p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
+    p.add_argument("--input-format", choices=["text", "stream-json"], default="text")
+    p.add_argument("--csrf_token", help=argparse.SUPPRESS)
+    p.add_argument("--gemini_dir", help=argparse.SUPPRESS)
+    p.add_argument("--log-file")
+    p.add_argument("--version", action="store_true")
+    p.add_argument("--deterministic", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(f"Error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def _speed() -> float:
+    try:
+        return max(float(os.environ.get("AGY_SIM_SPEED", "1") or 1), 1e-3)
+    except ValueError:
+        return 1.0
+
+
+def _resolve_model(scenario: Scenario, slug: str | None, effort: str | None) -> CatalogModel:
+    """`--model`/`--effort` → one catalog entry, with agy's refusals."""
+    slug = slug or scenario.model
+    base = slug.split("-")[0]
+    if effort and (base == "claude" or slug.startswith("gpt-oss")):
+        _fail(f'--effort is not supported for model "{slug}": it has no effort levels')
+    if effort:
+        tiered = re.sub(r"-(high|medium|low)$", "", slug)
+        found = scenario.find_model(f"{tiered}-{effort}")
+        if found is None:
+            _fail(f'model "{slug}" does not support effort "{effort}"')
+        return found
+    found = scenario.find_model(slug)
+    if found is None:
+        # A tier family's base name picks its medium (or first) tier, as agy's picker does.
+        family = [m for m in scenario.catalog if m.slug.startswith(slug + "-")]
+        medium = [m for m in family if m.slug.endswith("-medium")]
+        if not family:
+            _fail(f'model "{slug}" is not available. Run "agy models" to list available models')
+        return (medium or family)[0]
+    return found
+
+
+def _models(scenario: Scenario) -> int:
+    lines = ["Fetching available models..."] + [f"{m.slug}\t{m.name}" for m in scenario.catalog]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _stdin_blocks() -> bool:
+    """agy's `-p` reads stdin to EOF when it is a terminal or a pipe (so it hangs while open)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return sys.stdin.isatty() or stat.S_ISFIFO(mode)
+
+
+class _Session:
+    """One agy-sim process: state, simulator, server link, output."""
+
+    def __init__(self, args: argparse.Namespace, scenario: Scenario) -> None:
+        self.args = args
+        self.scenario = scenario
+        self.speed = _speed()
+        self.state = AppState(default_app_dir(args.gemini_dir), args.log_file)
+        deterministic = args.deterministic or os.environ.get("AGY_SIM_DETERMINISTIC") == "1"
+        clock = Clock(self.speed, DETERMINISTIC_START if deterministic else None)
+        ids = IdSource(DETERMINISTIC_SEED if deterministic else None)
+        self.sim = Simulator(
+            scenario,
+            self.state.conversations,
+            clock=clock,
+            ids=ids,
+            skip_permissions=args.dangerously_skip_permissions,
+        )
+        self.link = ServerLink(
+            self.sim,
+            self.state,
+            csrf_token=args.csrf_token,
+            log_file=args.log_file,
+            run_message=self.run_message,
+        )
+        self.sim.on_commit = self.link.changed
+        self.sim.on_conversation = self._opened
+        self.stream = args.output_format == "stream-json"
+
+    def _opened(self, conversation: Conversation) -> None:
+        self.link.conversation(conversation)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        emit_line(sys.stdout, event)
+
+    def conversation(self) -> Conversation:
+        args = self.args
+        time.sleep(self.scenario.cold_start_ms / 1000 / self.speed)
+        cid = args.conversation
+        if cid is None and args.continue_:
+            cid = self.state.last_conversation(os.getcwd())
+        if cid is not None:
+            if not self.state.db_path(cid).exists():
+                _fail(f"conversation {cid} not found")
+            return self.sim.open(cid)
+        conversation = self.sim.open()
+        self.state.log(f"Created conversation {conversation.id}")
+        return conversation
+
+    def run_turn(self, conversation: Conversation, prompt: str, model: CatalogModel) -> TurnResult:
+        args = self.args
+        timeout = parse_go_duration(args.print_timeout)
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        printer = StreamJsonPrinter(conversation.id, self.emit) if self.stream else None
+        if printer is not None:
+            self.sim.listeners.append(printer)
+        self.link.status(conversation.id, True)
+        try:
+            return self.sim.run_turn(conversation, prompt, model=model, deadline=deadline)
+        finally:
+            self.link.status(conversation.id, False)
+            if printer is not None:
+                self.sim.listeners.remove(printer)
+            self.state.remember(os.getcwd(), conversation.id)
+
+    def run_message(self, conversation_id: str, text: str, model: str) -> None:
+        """A turn asked for over RPC (`SendUserCascadeMessage`)."""
+        chosen = self.scenario.find_model(model) or _resolve_model(self.scenario, None, None)
+        try:
+            self.sim.run_turn(self.sim.open(conversation_id), text, model=chosen)
+        except SimCrash as crash:
+            self._crash(crash)
+        finally:
+            self.link.status(conversation_id, False)
+
+    def init_event(self, conversation: Conversation) -> None:
+        mode = (
+            "bypass-permissions"
+            if self.args.dangerously_skip_permissions
+            else (self.args.mode or "request-review")
+        )
+        self.emit(
+            {
+                "event": "init",
+                "conversation_id": conversation.id,
+                "init": {"cwd": os.getcwd(), "tools": _TOOLS, "permission_mode": mode},
+            }
+        )
+
+    def report(self, result: TurnResult) -> None:
+        fmt = self.args.output_format
+        if fmt == "stream-json":
+            self.emit({"event": "result", "result": result.to_json()})
+        elif fmt == "json":
+            sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+        elif result.response:
+            sys.stdout.write(result.response + "\n")
+        sys.stdout.flush()
+        if result.status == "ERROR" and result.exit_code:
+            sys.stderr.write(f"Error: {result.error}\n")
+
+    def _crash(self, crash: SimCrash) -> NoReturn:
+        sys.stdout.flush()
+        sys.stderr.write(crash.message + "\n")
+        sys.stderr.flush()
+        self.link.close()
+        os._exit(crash.exit_code)
+
+
+def _stream_turns(session: _Session, model: CatalogModel) -> int:
+    """`--input-format stream-json`: one turn per stdin `user` event, until EOF."""
+    conversation: Conversation | None = None
+    code = 0
+    for line in sys.stdin:
+        try:
+            event = json.loads(line)
+            parts = event["message"]["content"] if event.get("event") == "user" else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            parts = None
+        if not isinstance(parts, list):
+            sys.stderr.write("Error: invalid stream-json input line\n")
+            continue
+        text = "".join(
+            p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+        )
+        if conversation is None:
+            conversation = session.conversation()
+            session.init_event(conversation)
+        result = session.run_turn(conversation, text, model)
+        session.report(result)
+        code = result.exit_code
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    scenario = load_scenario()
+    model = _resolve_model(scenario, args.model, args.effort)
+    try:
+        parse_go_duration(args.print_timeout)
+    except ValueError as exc:
+        _fail(f'invalid argument "{args.print_timeout}" for "--print-timeout" flag: {exc}')
+    if args.conversation is not None and not CONVERSATION_ID.fullmatch(args.conversation):
+        _fail(f'invalid conversation id "{args.conversation}"')
+    session = _Session(args, scenario)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    session.link.start()
+    try:
+        if args.input_format == "stream-json":
+            return _stream_turns(session, model)
+        if args.prompt is None:
+            # No headless turn: serve the language server (RPC-driven turns) until killed.
+            threading.Event().wait()
+            return 0
+        if _stdin_blocks():
+            sys.stdin.read()
+        conversation = session.conversation()
+        if session.stream:
+            session.init_event(conversation)
+        try:
+            result = session.run_turn(conversation, args.prompt, model)
+        except SimCrash as crash:
+            session._crash(crash)
+        session.report(result)
+        return result.exit_code
+    finally:
+        session.link.close()
+        for conversation in session.sim.conversations.values():
+            conversation.writer.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `agy-sim` (and of `python -m agy_provider.sim.cli`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "models":
+            return _models(load_scenario())
+        if argv and argv[0] == "record":
+            from agy_provider.sim.record import record_main
+
+            return record_main(argv[1:])
+        args = _parser().parse_args(argv)
+        if args.version:
+            sys.stdout.write(VERSION + "\n")
+            return 0
+        return _run(args)
+    except UsageError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""Shared helpers for the agy-sim tests: running the simulator, and the real reference schema."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REAL_FDS = REFERENCE / "schema" / "antigravity_schema.fds"
+
+
+def sim_env(
+    app_dir: Path, scenario: str = "default", speed: float = 10, **extra: str
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANTIGRAVITY_APP_DATA_DIR=str(app_dir),
+        AGY_SIM_NO_SERVER="1",
+        AGY_SIM_SCENARIO=scenario,
+        AGY_SIM_SPEED=str(speed),
+    )
+    env.update(extra)
+    return env
+
+
+def sim_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agy_provider.sim.cli", *args]
+
+
+def run_sim(
+    app_dir: Path,
+    *args: str,
+    scenario: str = "default",
+    speed: float = 10,
+    timeout: float = 30,
+    cwd: Path | None = None,
+    **extra: str,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        sim_argv(*args),
+        env=sim_env(app_dir, scenario, speed, **extra),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or app_dir.parent,
+    )
+
+
+def databases(app_dir: Path) -> list[Path]:
+    return sorted((app_dir / "conversations").glob("*.db"))
+
+
+def rows(db: Path) -> list[tuple[int, int, int, bytes | None, bytes | None]]:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return conn.execute(
+            "SELECT idx, step_type, status, error_details, step_payload FROM steps ORDER BY idx"
+        ).fetchall()
+
+
+_REAL: Any = None
+
+
+def real_pool() -> Any:
+    """The real schema as a DescriptorPool (well-known types first, then every file in order)."""
+    global _REAL
+    if _REAL is None:
+        from google.protobuf import (
+            any_pb2,
+            descriptor_pb2,
+            descriptor_pool,
+            duration_pb2,
+            empty_pb2,
+            field_mask_pb2,
+            struct_pb2,
+            timestamp_pb2,
+            wrappers_pb2,
+        )
+
+        fds = descriptor_pb2.FileDescriptorSet()
+        fds.ParseFromString(REAL_FDS.read_bytes())
+        pool = descriptor_pool.DescriptorPool()
+        names = {f.name for f in fds.file}
+        for module in (
+            any_pb2,
+            timestamp_pb2,
+            duration_pb2,
+            struct_pb2,
+            empty_pb2,
+            wrappers_pb2,
+            field_mask_pb2,
+        ):
+            proto = descriptor_pb2.FileDescriptorProto()
+            module.DESCRIPTOR.CopyToProto(proto)
+            if proto.name not in names:
+                pool.Add(proto)
+        for proto in fds.file:
+            pool.Add(proto)
+        _REAL = pool
+    return _REAL
+
+
+def real_class(full_name: str) -> Any:
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(real_pool().FindMessageTypeByName(full_name))
+
+
+def schema_problems(message: Any, path: str = "") -> list[str]:
+    """Unknown fields and undeclared enum values anywhere in `message`, Any payloads included."""
+    from google.protobuf import unknown_fields
+    from google.protobuf.descriptor import FieldDescriptor
+
+    problems = []
+    if len(unknown_fields.UnknownFieldSet(message)):
+        problems.append(f"{path or message.DESCRIPTOR.full_name}: unknown fields")
+    if message.DESCRIPTOR.full_name == "google.protobuf.Any" and message.type_url:
+        inner = real_class(message.type_url.split("/", 1)[1])()
+        inner.ParseFromString(message.value)
+        problems += schema_problems(inner, f"{path}<Any>")
+    for field, value in message.ListFields():
+        where = f"{path}.{field.name}"
+        values = value if field.is_repeated else [value]
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            values = (
+                [value[k] for k in value]
+                if field.message_type.fields_by_name["value"].message_type
+                else []
+            )
+            for v in values:
+                problems += schema_problems(v, where)
+            continue
+        for v in values:
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                problems += schema_problems(v, where)
+            elif (
+                field.type == FieldDescriptor.TYPE_ENUM
+                and v not in field.enum_type.values_by_number
+            ):
+                problems.append(f"{where}: enum value {v} not in {field.enum_type.full_name}")
+    return problems
