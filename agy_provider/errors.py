@@ -55,7 +55,9 @@ class AgyNotFoundError(SourceError):
 class RpcError(SourceError):
     """A Connect RPC failed: `code` and `message` as agy said them, `body` raw."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None, body: bytes = b"") -> None:
+    def __init__(
+        self, code: str, message: str, *, status: int | None = None, body: bytes = b""
+    ) -> None:
         self.code = code
         self.message = message
         self.status = status

@@ -133,8 +133,13 @@ def select_turns(count: int, turn: str) -> range:
     return range(number - 1, number)
 
 
-def replay(recording: Recording, turn: str = "last") -> Iterator[ReplayedTurn]:
-    """Assemble the selected turns into pi events, exactly as a live turn would have."""
+def replay(
+    recording: Recording, turn: str = "last", *, partials: bool = True
+) -> Iterator[ReplayedTurn]:
+    """Assemble the selected turns into pi events, exactly as a live turn would have.
+
+    `partials=False` leaves each event's `partial` empty (faster, for output that drops it).
+    """
     for position in select_turns(len(recording.turns), turn):
         inputs = recording.turns[position]
         start = inputs.user.index if inputs.user is not None else -1
@@ -142,6 +147,7 @@ def replay(recording: Recording, turn: str = "last") -> Iterator[ReplayedTurn]:
             model=inputs.model,
             turn_start=start,
             timestamp=inputs.user.created_at_ms if inputs.user is not None else 0,
+            track_partial=partials,
         )
         events: list[AssistantMessageEvent] = assembler.start()
         steps: dict[int, Step] = {}
@@ -181,7 +187,7 @@ def _split_turns(
 
 def _load_sqlite(path: str, warn: Warn) -> Recording:
     try:
-        conn = open_conversation_db(path)
+        conn = open_conversation_db(path, snapshot=True)
     except DatabaseError as exc:
         raise UsageError(str(exc)) from exc
     try:

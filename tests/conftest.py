@@ -16,3 +16,7 @@ def reference() -> Path:
     if not REFERENCE.is_dir():
         pytest.skip("../shared/reference is not beside this checkout")
     return REFERENCE
+
+
+# End-to-end fixtures (agy-sim as agy, a private state folder, a throwaway observing plugin).
+from live_helpers import live_env, recorder  # noqa: E402, F401

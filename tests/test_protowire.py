@@ -466,6 +466,8 @@ def test_nested_offsets_are_absolute() -> None:
     assert usage is not None
     assert usage.get(3) == Field(3, VARINT, 2, STEP.index(USAGE) + 3)
     assert bytes(usage.raw) == USAGE
+    rebuilt = Message(STEP[6 : 6 + len(METADATA)], base_offset=6, depth=1)
+    assert rebuilt.fields() == metadata.fields()
     cascade = step.path(5, 20)
     assert cascade is not None
     (field,) = cascade.fields()

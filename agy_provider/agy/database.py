@@ -42,16 +42,20 @@ def _uri(path: str, mode: str) -> str:
 
 
 def open_conversation_db(
-    path: str | os.PathLike[str], *, timeout: float = 0.0
+    path: str | os.PathLike[str], *, timeout: float = 0.0, snapshot: bool = False
 ) -> sqlite3.Connection:
     """Open agy's database read-only. Raises `DatabaseError` if it cannot be opened or is not agy's.
 
     A cleanly closed WAL database with no `-wal` file can refuse a read-only open on some SQLite
     builds (no `-shm` can be made); only then, with no writer possible, fall back to `immutable=1`.
+    `snapshot=True` (offline replay) reads such a closed database with `immutable=1` at once, so
+    not even SQLite's `-wal`/`-shm` side files appear beside a file someone asked us to read.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DatabaseError("no such database file", path=path)
+    if snapshot and not os.path.exists(path + "-wal"):
+        return _checked(_open_immutable(path), path)
     try:
         conn = sqlite3.connect(
             _uri(path, "mode=ro"), uri=True, timeout=timeout, check_same_thread=False
@@ -61,12 +65,21 @@ def open_conversation_db(
     except sqlite3.DatabaseError as exc:
         if os.path.exists(path + "-wal"):
             raise DatabaseError(f"cannot open read-only: {exc}", path=path) from exc
-        try:
-            conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, check_same_thread=False)
-            conn.execute("PRAGMA query_only=1")
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        except sqlite3.DatabaseError as exc2:
-            raise DatabaseError(f"not a readable SQLite database: {exc2}", path=path) from exc2
+        conn = _open_immutable(path)
+    return _checked(conn, path)
+
+
+def _open_immutable(path: str) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, check_same_thread=False)
+        conn.execute("PRAGMA query_only=1")
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"not a readable SQLite database: {exc}", path=path) from exc
+    return conn
+
+
+def _checked(conn: sqlite3.Connection, path: str) -> sqlite3.Connection:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "steps" not in tables:
         conn.close()
@@ -89,6 +102,17 @@ def iter_step_rows(
     select = ", ".join(columns)
     try:
         cursor = conn.execute(f"SELECT {select} FROM steps WHERE idx > ? ORDER BY idx", (after,))
+        if columns == list(STEP_COLUMNS):  # the usual case: unpack without a dict per row
+            for idx, step_type, status, metadata, error_details, payload in cursor:
+                yield StepRow(
+                    int(idx),
+                    int(step_type or 0),
+                    int(status or 0),
+                    _blob(metadata),
+                    _blob(error_details),
+                    _blob(payload),
+                )
+            return
         for values in cursor:
             row = dict(zip(columns, values, strict=True))
             yield StepRow(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agy_provider.agy.step import (
@@ -31,6 +31,7 @@ __all__ = [
     "INTERACTION_NAMES",
     "LEGACY_TOOL_FIELDS",
     "STOP_REASONS",
+    "answers_text",
     "decode_metadata_usage",
     "decode_step_payload",
     "decode_step_row",
@@ -358,13 +359,42 @@ def _tool_result(
             text = body.string(4)
         elif kind == _LIST_DIR and not text:
             text = "\n".join(body.strings(2))
-        elif (kind == _GREP and not text) or (kind == _MCP and not text):
+        elif kind in (_GREP, _MCP) and not text:
             text = body.string(3)
+        elif kind == _ASK_QUESTION and not text:
+            text = answers_text(
+                (
+                    entry.string(1),
+                    [(o.string(1), o.string(2)) for o in entry.messages(2)],
+                    entry.strings(4),
+                    entry.string(5),
+                )
+                for entry in body.messages(1)
+            )
     if not status.terminal and not text and exit_code is None:
         return None
     if is_error and not text:
         text = error
     return ToolResult(output=text, exit_code=exit_code, is_error=is_error or bool(exit_code))
+
+
+def answers_text(
+    questions: Iterable[tuple[str, Sequence[tuple[str, str]], Sequence[str], str]],
+) -> str:
+    """The chosen option texts; with several questions, `question → choices` per line.
+
+    Each question is (question, options as (id, text), selected ids, write-in answer).
+    """
+    answered = []
+    for question, options, selected, write_in in questions:
+        chosen = set(selected)
+        picked = [text for option_id, text in options if option_id in chosen]
+        if write_in:
+            picked.append(write_in)
+        answered.append((question, ", ".join(picked)))
+    if len(answered) == 1:
+        return answered[0][1]
+    return "\n".join(f"{q} → {a}" for q, a in answered if a)
 
 
 def _uri_path(uri: str) -> str:

@@ -9,7 +9,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agy_provider.agy.rows import parse_arguments
+from agy_provider.agy.rows import answers_text, parse_arguments
 from agy_provider.agy.step import (
     Interaction,
     InteractionKind,
@@ -226,9 +226,15 @@ def _complete_tool(
     tool: ToolCall | None, raw: Mapping[str, Any], meta: Mapping[str, Any], body_key: str | None
 ) -> ToolCall:
     """Fill what the stream shape dropped: name from the type, arguments from the body."""
-    name = tool.name if tool is not None else _TOOL_BODIES.get(body_key or "", "tool")
     if tool is not None and tool.arguments:
         return tool
+    name = tool.name if tool is not None else _TOOL_BODIES.get(body_key or "", "tool")
+    if tool is None and body_key == "generic":
+        # The stream drops metadata.toolCall: the embedded legacy step still names the tool.
+        payload = _obj(_obj(_obj(raw.get("generic")).get("result")).get("payload"))
+        inner = _tool_call(_obj(_obj(payload.get("metadata")).get("toolCall")))
+        legacy = next((k for k in _TOOL_BODIES if k in payload and k != "generic"), None)
+        name = inner.name if inner is not None else _TOOL_BODIES.get(legacy or "", "tool")
     args: dict[str, Any] = {}
     if body_key == "generic":
         args = dict(_obj(_obj(raw.get("generic")).get("args")))
@@ -282,20 +288,18 @@ def _tool_result(
 
 
 def _answers(body: Mapping[str, Any]) -> str:
-    """`question → chosen option texts` per answered question."""
-    lines = []
-    for entry in (_obj(q) for q in _list(body.get("questions"))):
-        chosen = {str(i) for i in _list(entry.get("selectedOptionIds"))}
-        picked = [
-            str(_obj(o).get("text", ""))
-            for o in _list(entry.get("options"))
-            if str(_obj(o).get("id")) in chosen
-        ]
-        if entry.get("writeInResponse"):
-            picked.append(str(entry["writeInResponse"]))
-        if picked:
-            lines.append(f"{entry.get('question', '')} → {', '.join(picked)}")
-    return "\n".join(lines)
+    return answers_text(
+        (
+            str(entry.get("question", "")),
+            [
+                (str(_obj(o).get("id", "")), str(_obj(o).get("text", "")))
+                for o in _list(entry.get("options"))
+            ],
+            [str(i) for i in _list(entry.get("selectedOptionIds"))],
+            str(entry.get("writeInResponse", "")),
+        )
+        for entry in (_obj(q) for q in _list(body.get("questions")))
+    )
 
 
 def _interaction(spec: Mapping[str, Any]) -> Interaction | None:
