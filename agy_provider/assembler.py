@@ -108,6 +108,10 @@ def render_tool_run(step: Step) -> str:
 
 
 def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
+    questions = arguments.get("questions")
+    if name == "ask_question" and isinstance(questions, list) and questions:
+        first = questions[0]
+        return str(first.get("question", "")) if isinstance(first, dict) else str(first)
     keys = _KEY_ARGUMENTS.get(name)
     if keys:
         values = [str(arguments[k]) for k in keys if arguments.get(k) not in (None, "")]
@@ -158,7 +162,8 @@ class StepAssembler:
     given, right after that index (-1: every step is in the turn) — and ends before the next USER
     step. Steps outside it, and history steps, never start or join it. Per step index the
     assembler remembers what it emitted and emits only growth; re-fed or shorter snapshots emit
-    nothing.
+    nothing. With `track_partial=False` events carry an empty `partial` (cheaper; for
+    consumers that drop it).
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class StepAssembler:
         min_index: int = 0,
         turn_start: int | None = None,
         timestamp: int = 0,
+        track_partial: bool = True,
     ) -> None:
         self._model = model
         self._api = api
@@ -188,6 +194,9 @@ class StepAssembler:
         self._started = False
         self._finished = False
         self._partial: AssistantMessage | None = None
+        # Without partials every event carries one empty message: for consumers (replay's JSON
+        # lines) that never read `partial`, this skips rebuilding the message per delta.
+        self._track_partial = track_partial
         self.conversation_id = ""
         self.title = ""
 
@@ -201,6 +210,18 @@ class StepAssembler:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    def begin_after(self, min_index: int) -> None:
+        """Take the turn from the first USER step at or after `min_index` (before any feed)."""
+        self._min_index = min_index
+
+    def has_failure(self) -> bool:
+        """True when an error step or failed model call is, so far, the turn's last word."""
+        return self._failure is not None and self._failure[0] > self._last_answer
+
+    def has_text(self) -> bool:
+        """True once the model's answer text (not just thinking) has been streamed."""
+        return any(block.kind == "text" for block in self._blocks)
 
     def start(self) -> list[AssistantMessageEvent]:
         """The `start` event, once."""
@@ -346,12 +367,12 @@ class StepAssembler:
             self._close(events)
             self._blocks.append(_Block(kind=kind, key=key))
             self._open = len(self._blocks) - 1
-            self._partial = None
+            self._content_changed()
             start = TextStartEvent if kind == "text" else ThinkingStartEvent
             events.append(start(content_index=self._open, partial=self._snapshot()))
         block = self._blocks[self._open]
         block.text += delta
-        self._partial = None
+        self._content_changed()
         delta_event = TextDeltaEvent if kind == "text" else ThinkingDeltaEvent
         events.append(delta_event(content_index=self._open, delta=delta, partial=self._snapshot()))
 
@@ -372,7 +393,7 @@ class StepAssembler:
     def _snapshot(self) -> AssistantMessage:
         if self._partial is None:
             self._partial = AssistantMessage(
-                content=self._content(),
+                content=self._content() if self._track_partial else (),
                 api=self._api,
                 provider=self._provider,
                 model=self._model,
@@ -380,3 +401,7 @@ class StepAssembler:
                 timestamp=self._timestamp,
             )
         return self._partial
+
+    def _content_changed(self) -> None:
+        if self._track_partial:
+            self._partial = None

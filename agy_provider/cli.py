@@ -6,14 +6,19 @@ Each subcommand parses arguments, calls one library function, and maps typed err
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
 from agy_provider import __version__
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.errors import AgyError, AgyNotFoundError, UsageError
 from agy_provider.formatters import event_line, markdown, step_line, transcript
 from agy_provider.replay import load_recording, replay
+from agy_provider.runner import find_agy
 
 __all__ = ["build_parser", "main"]
 
@@ -47,6 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--turn", default="last", help="last (default), all, or a 1-based number")
     rp.set_defaults(run=_replay)
+
+    ch = commands.add_parser(
+        "chat",
+        help="run one turn with agy and stream the answer",
+        description="Run one turn with agy and stream it as it is written.",
+    )
+    ch.add_argument("prompt", metavar="PROMPT")
+    ch.add_argument("--model", default="", help="agy model slug or base (default: config)")
+    ch.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    ch.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
+    ch.add_argument("--session", default="", help="host session id: resume its conversation")
+    ch.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
+    ch.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
+    ch.add_argument(
+        "--format",
+        choices=("text", "events"),
+        default="text",
+        help="text: for people; events: one pi event per line, flushed as produced",
+    )
+    ch.set_defaults(run=_chat)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run one demo turn with agy, or with the bundled simulator when agy is not installed",
+    )
+    demo.add_argument("--prompt", default="Say hello and tell me in one sentence what you can do.")
+    demo.set_defaults(run=_demo)
     return parser
 
 
@@ -57,7 +89,8 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     recording = load_recording(args.path, warn=warn)
     if not recording.turns:
         raise UsageError(f"{args.path} holds no turns to replay")
-    turns = list(replay(recording, args.turn))
+    # Printed events never include `partial`; transcripts and markdown read only final messages.
+    turns = list(replay(recording, args.turn, partials=False))
     title = next((t.title for t in reversed(turns) if t.title), "")
     if args.format == "events":
         for turn in turns:
@@ -75,6 +108,62 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write(markdown([(t.number, t.user_text, t.message) for t in turns], title=title))
     return EXIT_OK
+
+
+def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # Imported here: the live path pulls in asyncio and the provider, which replay never needs.
+    from agy_provider.chat import run_chat
+
+    message = asyncio.run(
+        run_chat(
+            args.prompt,
+            model=args.model,
+            thinking=args.thinking,
+            backend=args.backend,
+            session=args.session,
+            cwd=args.cwd,
+            agy_bin=args.agy_bin,
+            events=args.format == "events",
+            out=out,
+            err=err,
+        )
+    )
+    return EXIT_OK if message.stop_reason not in ("error", "aborted") else EXIT_FAILED
+
+
+def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """A turn with the real agy when there is one; else, said out loud, with agy-sim."""
+    try:
+        agy = find_agy(os.environ.get("AGY_BIN", ""))
+    except AgyNotFoundError:
+        agy = ""
+    state_dir = None
+    if agy:
+        print(f"Running a turn with {agy}.", file=err)
+    else:
+        agy = shutil.which("agy-sim") or os.path.join(os.path.dirname(sys.executable), "agy-sim")
+        state_dir = tempfile.mkdtemp(prefix="agy-provider-demo-")
+        os.environ["ANTIGRAVITY_APP_DATA_DIR"] = state_dir
+        print(
+            "agy is not installed: using the bundled simulator agy-sim instead "
+            f"(its state lives in {state_dir} and is removed afterwards).",
+            file=err,
+        )
+    chat = argparse.Namespace(
+        prompt=args.prompt,
+        model="",
+        thinking=None,
+        backend=None,
+        session="",
+        cwd=None,
+        agy_bin=agy,
+        format="text",
+    )
+    try:
+        return _chat(chat, out, err)
+    finally:
+        if state_dir is not None:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def main(

@@ -6,13 +6,27 @@ Pure string builders; the CLI decides where the text goes and whether colour is 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from agy_provider.agy.step import Step
-from agy_provider.types import AssistantMessage, AssistantMessageEvent, TextContent, ThinkingContent
+from agy_provider.types import (
+    AssistantMessage,
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    TextContent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ThinkingContent,
+    ThinkingDeltaEvent,
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+)
 
 __all__ = [
     "TOOL_MARK",
+    "LivePrinter",
     "event_line",
     "markdown",
     "step_line",
@@ -98,3 +112,44 @@ def markdown(turns: Sequence[tuple[int, str, AssistantMessage]], *, title: str =
             out += [f"> **Error:** {message.error_message}", ""]
         out += [f"*{message.stop_reason} · {_usage_text(message)}*", ""]
     return "\n".join(out)
+
+
+class LivePrinter:
+    """Writes a streaming turn for people as its events arrive: thinking dimmed, tool runs as
+    their one-line summaries, the answer as plain text, and the error or usage at the end."""
+
+    def __init__(self, write: Callable[[str], object], *, colour: bool = False) -> None:
+        self._write = write
+        self._colour = colour
+        self._kinds: dict[int, str] = {}
+        self._at_line_start = True
+
+    def _paint(self, code: str, text: str) -> str:
+        return f"{code}{text}{_RESET}" if self._colour and text else text
+
+    def _out(self, text: str) -> None:
+        if text:
+            self._write(text)
+            self._at_line_start = text.endswith("\n")
+
+    def _newline(self) -> None:
+        if not self._at_line_start:
+            self._out("\n")
+
+    def feed(self, event: AssistantMessageEvent) -> None:
+        if isinstance(event, (ThinkingStartEvent, TextStartEvent)):
+            self._newline()
+            self._kinds[event.content_index] = event.type
+        elif isinstance(event, ThinkingDeltaEvent):
+            self._out(self._paint(_DIM, event.delta))
+        elif isinstance(event, TextDeltaEvent):
+            self._out(event.delta)
+        elif isinstance(event, (ThinkingEndEvent, TextEndEvent)):
+            self._newline()
+        elif isinstance(event, ErrorEvent):
+            self._newline()
+            self._out(self._paint(_RED, f"✗ {event.error.error_message}") + "\n")
+        elif isinstance(event, DoneEvent):
+            self._newline()
+            message = event.message
+            self._out(self._paint(_DIM, f"[{message.model} · {_usage_text(message)}]") + "\n")

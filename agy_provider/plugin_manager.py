@@ -33,7 +33,10 @@ ENTRY_POINT_GROUP = "agy_provider"
 PLUGINS_ENV = "AGY_PROVIDER_PLUGINS"
 
 # Built-in plugins, registered like third-party ones.
-DEFAULT_PLUGINS: tuple[str, ...] = ("agy_provider.plugins.defaults",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "agy_provider.plugins.defaults",
+    "agy_provider.plugins.sqlite_source",
+)
 
 _pm = pluggy.PluginManager("agy_provider")
 _pm.add_hookspecs(hookspecs)

@@ -6,6 +6,7 @@ legacy step embedded, and a final planner answer: the row shapes agy writes, at 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def _turn(n: int, text_size: int) -> list[Any]:
     call = tool.metadata.tool_call
     call.id = f"call{n}"
     call.name = "run_command"
-    call.arguments_json = '{"CommandLine":"echo %d","Cwd":"/tmp"}' % n
+    call.arguments_json = json.dumps({"CommandLine": f"echo {n}", "Cwd": "/tmp"})
     for key, value in (("CommandLine", f"echo {n}"), ("Cwd", "/tmp")):
         tool.generic.args[key] = value
     legacy = _step("RUN_COMMAND")

@@ -1,0 +1,104 @@
+"""Parse `agy models` output into model families, and choose `--model`/`--effort` for a turn.
+
+Tiered families (`gemini-3.8-flash-{high,medium,low}`) collapse to a base with an effort list (AGY-FORMATS §2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+
+from agy_provider.errors import UsageError
+
+__all__ = ["AgyModel", "model_arguments", "parse_models", "supports_effort"]
+
+_SLUG = re.compile(r"[a-z0-9][a-z0-9.\-]*[a-z0-9]")
+_TIERS = ("high", "medium", "low")
+_TIER_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<tier>high|medium|low)$")
+_NAME_TIER = re.compile(r"\s*\((High|Medium|Low)\)\s*$")
+# Families agy rejects --effort for (AGY-FORMATS §2).
+_NO_EFFORT_PREFIXES = ("claude-", "gpt-oss")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgyModel:
+    """One selectable model: its slug, display name and the efforts it offers (may be empty)."""
+
+    id: str
+    name: str
+    efforts: tuple[str, ...] = ()
+
+    @property
+    def reasoning(self) -> bool:
+        return bool(self.efforts) or "thinking" in self.name.lower()
+
+
+def supports_effort(slug: str) -> bool:
+    return not slug.startswith(_NO_EFFORT_PREFIXES)
+
+
+def parse_models(output: str) -> list[AgyModel]:
+    """Models from `agy models` stdout; log lines and notices are ignored.
+
+    Accepts the ≥1.1.25 `slug<TAB>Display Name` lines and older bare-slug lines.
+    """
+    entries: list[tuple[str, str]] = []
+    for line in output.splitlines():
+        first, _, rest = line.strip().partition("\t")
+        first = first.strip()
+        if not _SLUG.fullmatch(first) or not any(c.isdigit() or c == "-" for c in first):
+            continue
+        entries.append((first, rest.strip() or first))
+    return collapse_tiers(entries)
+
+
+def collapse_tiers(entries: Iterable[tuple[str, str]]) -> list[AgyModel]:
+    """Group `base-high/-medium/-low` into one model `base` with efforts, keeping first-seen order."""
+    order: list[str] = []
+    families: dict[str, tuple[str, list[str]]] = {}
+    singles: dict[str, str] = {}
+    for slug, name in entries:
+        match = _TIER_SUFFIX.match(slug)
+        if match and supports_effort(slug):
+            base = match["base"]
+            if base not in families:
+                families[base] = (_NAME_TIER.sub("", name), [])
+                order.append(base)
+            families[base][1].append(match["tier"])
+        elif slug not in singles:
+            singles[slug] = name
+            order.append(slug)
+    models = []
+    for key in order:
+        if key in families:
+            name, tiers = families[key]
+            efforts = tuple(t for t in _TIERS if t in tiers)
+            models.append(AgyModel(id=key, name=name, efforts=efforts))
+        else:
+            models.append(AgyModel(id=key, name=singles[key]))
+    return models
+
+
+def model_arguments(model: str, effort: str, known: Sequence[AgyModel] = ()) -> list[str]:
+    """`--model`/`--effort` for a turn: effort only where the model takes one.
+
+    `model` may be a base with tiers (`gemini-3.8-flash`, then `effort` picks the tier) or a full
+    slug (`gemini-3.8-flash-high`, effort ignored). Raises `UsageError` for an effort the model
+    does not offer, or a model id that could become a flag.
+    """
+    if not model:
+        return []
+    if not _SLUG.fullmatch(model):
+        raise UsageError(f"not a model id agy accepts: {model!r}")
+    args = ["--model", model]
+    if not effort or not supports_effort(model) or _TIER_SUFFIX.match(model):
+        return args
+    family = next((m for m in known if m.id == model), None)
+    if family is not None and not family.efforts:
+        return args
+    if family is not None and effort not in family.efforts:
+        raise UsageError(f"{model} offers effort {', '.join(family.efforts)}, not {effort}")
+    if effort not in _TIERS:
+        raise UsageError(f"effort must be low, medium or high, not {effort!r}")
+    return [*args, "--effort", effort]

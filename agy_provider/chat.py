@@ -1,0 +1,102 @@
+"""One interactive turn for the command line: run it through `stream_simple` and print it live.
+
+People get text (thinking dimmed, a spinner while agy warms up); machines get pi events, flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+from typing import TextIO
+
+from agy_provider.config import load_config
+from agy_provider.formatters import LivePrinter, event_line
+from agy_provider.provider import stream_simple
+from agy_provider.types import (
+    AbortSignal,
+    AssistantMessage,
+    Context,
+    Model,
+    SimpleStreamOptions,
+    UserMessage,
+)
+
+__all__ = ["run_chat"]
+
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+async def _spin(err: TextIO, started: asyncio.Event) -> None:
+    for frame in itertools.cycle(_SPINNER):
+        if started.is_set():
+            break
+        err.write(f"\r{frame} agy is starting…")
+        err.flush()
+        await asyncio.sleep(0.1)
+    err.write("\r\x1b[K")
+    err.flush()
+
+
+async def run_chat(
+    prompt: str,
+    *,
+    model: str = "",
+    thinking: str | None = None,
+    backend: str | None = None,
+    session: str = "",
+    cwd: str | None = None,
+    agy_bin: str | None = None,
+    events: bool = False,
+    out: TextIO,
+    err: TextIO,
+) -> AssistantMessage:
+    """Run `prompt` as one turn and write it to `out` as it streams; returns the final message."""
+    config = load_config()
+    chosen = model or config.model or "agy"
+    pi_model = Model(
+        id=chosen,
+        name=chosen,
+        api="agy",
+        provider="agy",
+        base_url="",
+        reasoning=True,
+        context_window=1_000_000,
+        max_tokens=65_536,
+    )
+    signal = AbortSignal()
+    options = SimpleStreamOptions(
+        session_id=session or None,
+        reasoning=thinking or (config.thinking or None),  # type: ignore[arg-type]
+        signal=signal,
+    )
+    stream = stream_simple(
+        pi_model,
+        Context(messages=[UserMessage(content=prompt, timestamp=0)]),
+        options,
+        cwd=cwd,
+        agy_bin=agy_bin,
+        event_source=backend,
+    )
+    printer = LivePrinter(out.write, colour=out.isatty())
+    started = asyncio.Event()
+    spinner = asyncio.create_task(_spin(err, started)) if not events and err.isatty() else None
+    try:
+        async for event in stream:
+            if event.type != "start":
+                started.set()
+            if events:
+                out.write(event_line(event) + "\n")
+            else:
+                printer.feed(event)
+            out.flush()
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        signal.abort("interrupted")
+        raise
+    finally:
+        started.set()
+        if spinner is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await spinner
+    return dataclasses.replace(await stream.result())

@@ -1,0 +1,126 @@
+"""Persisted settings (mode, permissions, default model and thinking, event source, timeouts).
+
+Read per turn: environment variables override the file; `save_config` writes atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agy_provider.atomic import file_lock, read_json, write_json_atomic
+from agy_provider.errors import UsageError
+
+__all__ = ["CONFIG_ENV", "ENV_OVERRIDES", "Config", "config_path", "load_config", "save_config"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "AGY_PROVIDER_CONFIG"
+
+_CHOICES: Mapping[str, tuple[str, ...]] = {
+    "mode": ("default", "accept-edits", "plan"),
+    "permissions": ("ask", "skip"),
+    "thinking": ("", "low", "medium", "high"),
+    "event_source": ("auto", "rpc", "sqlite"),
+}
+
+# Environment variable -> setting. Set variables win over the file, for this process only.
+ENV_OVERRIDES: Mapping[str, str] = {
+    "AGY_BIN": "agy_bin",
+    "AGY_MODE": "mode",
+    "AGY_PERMISSIONS": "permissions",
+    "AGY_MODEL": "model",
+    "AGY_THINKING": "thinking",
+    "AGY_EVENT_SOURCE": "event_source",
+    "AGY_TURN_TIMEOUT": "turn_timeout",
+    "AGY_IDLE_TIMEOUT": "idle_timeout",
+    "AGY_APP_DATA_DIR": "app_data_dir",
+    "AGY_CSRF": "csrf",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    """Settings for a turn. Timeouts are seconds; `idle_timeout` is the no-progress deadline."""
+
+    mode: str = "default"
+    permissions: str = "ask"
+    model: str = ""
+    thinking: str = ""
+    event_source: str = "auto"
+    turn_timeout: float = 600.0
+    idle_timeout: float = 180.0
+    agy_bin: str = ""
+    app_data_dir: str = ""
+    csrf: bool = True
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                shown = " | ".join(a or '""' for a in allowed)
+                raise UsageError(
+                    f"config: {name} must be one of {shown}, not {getattr(self, name)!r}"
+                )
+        if self.turn_timeout <= 0 or self.idle_timeout <= 0:
+            raise UsageError("config: timeouts must be positive numbers of seconds")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def config_path() -> Path:
+    """`$AGY_PROVIDER_CONFIG`, else `$XDG_CONFIG_HOME/agy-provider/config.json`."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "agy-provider" / "config.json"
+
+
+def _coerce(name: str, value: Any) -> Any:
+    field_type = {f.name: f.type for f in dataclasses.fields(Config)}[name]
+    try:
+        if field_type == "float":
+            return float(value)
+        if field_type == "bool":
+            if isinstance(value, bool):
+                return value
+            return str(value).strip().lower() in ("1", "true", "yes", "on")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"config: {name} must be a number, not {value!r}") from exc
+    return str(value)
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The file's settings (unknown keys ignored with a warning), then environment overrides."""
+    path = path or config_path()
+    env = os.environ if env is None else env
+    try:
+        data = read_json(path) or {}
+    except ValueError as exc:
+        raise UsageError(f"config file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a JSON object")
+    known = {f.name for f in dataclasses.fields(Config)}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in known:
+            values[key] = _coerce(key, value)
+        else:
+            log.warning("config file %s: unknown setting %r ignored", path, key)
+    for variable, name in ENV_OVERRIDES.items():
+        if env.get(variable):
+            values[name] = _coerce(name, env[variable])
+    return Config(**values)
+
+
+def save_config(config: Config, path: Path | None = None) -> Path:
+    """Write `config` atomically; returns the path written."""
+    path = path or config_path()
+    with file_lock(path):
+        write_json_atomic(path, config.to_json())
+    return path

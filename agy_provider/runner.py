@@ -1,0 +1,245 @@
+"""Spawn agy for one turn and own its process tree: argv, environment, output, termination.
+
+No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import signal
+from collections.abc import Mapping, Sequence
+
+import psutil
+
+from agy_provider.errors import AgyNotFoundError, TurnError, UsageError
+from agy_provider.sessions import valid_conversation_id
+
+__all__ = [
+    "MAX_ARG_BYTES",
+    "AgyProcess",
+    "TurnRequest",
+    "build_argv",
+    "find_agy",
+    "go_duration",
+]
+
+log = logging.getLogger(__name__)
+
+# Linux caps one argv element at 128 KiB (MAX_ARG_STRLEN); keep a margin below it.
+MAX_ARG_BYTES = 120 * 1024
+# How much of agy's stdout/stderr we keep: enough for a crash report, bounded for a runaway log.
+MAX_CAPTURE_BYTES = 64 * 1024
+
+INSTALL_HINT = (
+    "Install Google's Antigravity CLI so `agy` is on your PATH, point AGY_BIN or --agy-bin at it, "
+    "or try the bundled simulator with --agy-bin agy-sim."
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """Everything agy's command line says about one turn."""
+
+    prompt: str
+    cwd: str
+    agy_bin: str
+    model_args: Sequence[str] = ()
+    mode: str = "default"
+    skip_permissions: bool = False
+    conversation_id: str = ""
+    print_timeout: float = 0.0
+    csrf_token: str = ""
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def find_agy(configured: str = "") -> str:
+    """The agy binary: the configured path or name (config, AGY_BIN, --agy-bin), else `agy` on PATH."""
+    candidate = configured or "agy"
+    if os.sep in candidate:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        raise AgyNotFoundError(f"{candidate} is not an executable file. {INSTALL_HINT}")
+    found = shutil.which(candidate)
+    if found is None:
+        raise AgyNotFoundError(f"`{candidate}` was not found on PATH. {INSTALL_HINT}")
+    return found
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds as a Go duration string (`5m0s`), what `--print-timeout` takes."""
+    total = max(1, math.ceil(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def build_argv(request: TurnRequest) -> list[str]:
+    """agy's argv: the prompt right after `-p`; every value validated before it becomes an argument."""
+    if len(request.prompt.encode("utf-8")) > MAX_ARG_BYTES:
+        raise UsageError(
+            f"the prompt is {len(request.prompt.encode('utf-8'))} bytes; agy takes at most "
+            f"{MAX_ARG_BYTES} in one argument. Shorten it or start a new session."
+        )
+    if "\x00" in request.prompt:
+        raise UsageError("the prompt contains a NUL byte, which no command line can carry")
+    argv = [request.agy_bin, "-p", request.prompt, *request.model_args]
+    if request.mode not in ("default", ""):
+        if request.mode not in ("accept-edits", "plan"):
+            raise UsageError(f"mode must be default, accept-edits or plan, not {request.mode!r}")
+        argv += ["--mode", request.mode]
+    if request.skip_permissions:
+        argv.append("--dangerously-skip-permissions")
+    if request.conversation_id:
+        if not valid_conversation_id(request.conversation_id):
+            raise UsageError(f"not a conversation id: {request.conversation_id!r}")
+        argv += ["--conversation", request.conversation_id]
+    argv += ["--add-dir", os.path.abspath(request.cwd)]
+    if request.print_timeout > 0:
+        argv += ["--print-timeout", go_duration(request.print_timeout)]
+    if request.csrf_token:
+        if not request.csrf_token.isalnum():
+            raise UsageError("the CSRF token must be alphanumeric")
+        argv.append(f"--csrf_token={request.csrf_token}")
+    return argv
+
+
+class AgyProcess:
+    """One running agy: its own process group, stdin from /dev/null, output captured (bounded)."""
+
+    def __init__(self, request: TurnRequest) -> None:
+        self.request = request
+        self.argv = build_argv(request)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stdout = bytearray()
+        self._stderr = bytearray()
+        self._readers: list[asyncio.Task[None]] = []
+        self._known: dict[int, psutil.Process] = {}
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("agy has not been started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
+    async def start(self) -> None:
+        env = {**os.environ, **self.request.env}
+        env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.request.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}") from exc
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._readers = [
+            asyncio.create_task(self._drain(self._proc.stdout, self._stdout)),
+            asyncio.create_task(self._drain(self._proc.stderr, self._stderr)),
+        ]
+        self.track()
+
+    @staticmethod
+    async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+        while chunk := await stream.read(65536):
+            into += chunk
+            if len(into) > MAX_CAPTURE_BYTES:
+                del into[: len(into) - MAX_CAPTURE_BYTES]
+
+    def stdout_text(self) -> str:
+        return self._stdout.decode("utf-8", "replace")
+
+    def stderr_text(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    def track(self) -> list[psutil.Process]:
+        """Remember every live descendant (and agy itself); returns the current tree."""
+        if self._proc is None:
+            return []
+        try:
+            root = psutil.Process(self._proc.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            self._known.setdefault(proc.pid, proc)
+        return tree
+
+    def tree(self) -> list[psutil.Process]:
+        """agy and its live descendants (for open files and listening sockets)."""
+        return self.track()
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for agy to exit; returns its exit code, or None if it is still running."""
+        if self._proc is None:
+            return None
+        try:
+            code = await asyncio.wait_for(self._proc.wait(), timeout)
+        except TimeoutError:
+            return None
+        await self._finish_readers()
+        return code
+
+    async def _finish_readers(self) -> None:
+        if self._readers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*self._readers, return_exceptions=True), 2.0)
+
+    async def terminate(self, grace: float = 2.0) -> None:
+        """End agy and every descendant ever seen: SIGTERM, then SIGKILL after `grace` seconds."""
+        if self._proc is None:
+            return
+        self.track()
+        alive = [p for p in self._known.values() if _alive(p)]
+        for proc in alive:
+            _signal(proc, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while alive and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            self.track()
+            alive = [p for p in self._known.values() if _alive(p)]
+        for proc in alive:
+            _signal(proc, signal.SIGKILL)
+        if self._proc.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._proc.wait(), 5.0)
+        await self._finish_readers()
+        leftovers = [p for p in self._known.values() if _alive(p)]
+        if leftovers:
+            log.warning("processes still alive after SIGKILL: %s", [p.pid for p in leftovers])
+
+    def survivors(self) -> list[int]:
+        """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
+        return [p.pid for p in self._known.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        # is_running() also checks the create time, so a reused PID is not mistaken for ours.
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal(proc: psutil.Process, sig: signal.Signals) -> None:
+    with contextlib.suppress(psutil.Error):
+        proc.send_signal(sig)

@@ -1,0 +1,213 @@
+"""The sqlite event source: watch agy's conversation database and yield changed Step snapshots.
+
+Wakes on file-change notifications (inotify on the database's folder), with a
+`PRAGMA data_version` tick as the fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from agy_provider.agy.database import STEP_COLUMNS, open_conversation_db
+from agy_provider.agy.rows import decode_step_row
+from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
+from agy_provider.errors import DatabaseError, DecodeError
+from agy_provider.hookspecs import hookimpl
+
+try:  # Linux only; elsewhere the data_version tick alone keeps us correct, just slower.
+    import inotify_simple
+except ImportError:  # pragma: no cover - depends on the platform
+    inotify_simple = None
+
+__all__ = ["SqliteEventSource", "register_event_sources"]
+
+log = logging.getLogger(__name__)
+
+# Fallback ticks (seconds): fast right after a change, backing off while nothing moves. With
+# inotify they only cover missed notifications; without it they are the whole mechanism.
+TICK_ACTIVE = 0.05
+TICK_IDLE = 0.5
+TICK_ACTIVE_NO_NOTIFY = 0.01
+TICK_IDLE_NO_NOTIFY = 0.25
+
+
+@hookimpl
+def register_event_sources(register: Any) -> None:
+    register("sqlite", SqliteEventSource.for_turn)
+
+
+class _Watch:
+    """inotify on one folder, filtered to names starting with our stem; an asyncio wake-up."""
+
+    def __init__(self, folder: Path, stem: str) -> None:
+        self._stem = stem
+        self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        assert inotify_simple is not None
+        flags = inotify_simple.flags
+        self._fd = inotify_simple.INotify()
+        self._fd.add_watch(
+            str(folder), flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE
+        )
+        self._loop.add_reader(self._fd.fileno(), self._on_readable)
+
+    def _on_readable(self) -> None:
+        for event in self._fd.read(timeout=0):
+            if event.name.startswith(self._stem):
+                self._changed.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when a change was notified before `timeout` seconds passed."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._changed.clear()
+        return True
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._fd.fileno())
+        self._fd.close()
+
+
+class SqliteEventSource:
+    """One turn's reader of one conversation database (one read-only connection).
+
+    `poll()` returns the snapshots that changed since the last call: after `data_version` moved it
+    reads rows past the highest one seen plus the rows that were not final, fetching a payload only
+    when a light column scan shows the row changed. It never moves past a row that can still change.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: Path, *, min_index: int = -1) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._data_version: int | None = None
+        self._max_seen = min_index
+        self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
+        self._watch: _Watch | None = None
+        self._idle_ticks = 0
+        self.skipped: list[tuple[int, str]] = []
+        # (rows the light scan returned, payloads fetched) by the last read: tests hold the
+        # reader to "cost follows what changed" with these.
+        self.last_read = (0, 0)
+
+    @classmethod
+    def for_turn(cls, turn: Any) -> SqliteEventSource:
+        return cls(Path(turn.binding.path), min_index=turn.min_index)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._conn = open_conversation_db(self.path)
+        if inotify_simple is not None:
+            try:
+                self._watch = _Watch(self.path.parent, self.path.stem)
+            except OSError as exc:
+                log.info("no file notifications for %s (%s); ticking instead", self.path, exc)
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def wait(self, timeout: float) -> None:
+        """Sleep until the database may have changed, at most `timeout` (and one fallback tick)."""
+        notify = self._watch is not None
+        active = TICK_ACTIVE if notify else TICK_ACTIVE_NO_NOTIFY
+        idle = TICK_IDLE if notify else TICK_IDLE_NO_NOTIFY
+        tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
+        delay = max(0.0, min(timeout, tick))
+        if self._watch is not None:
+            await self._watch.wait(delay)
+        else:
+            await asyncio.sleep(delay)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def poll(self, *, force: bool = False) -> list[Step]:
+        """Changed snapshots since the last poll; [] while nothing moved or the database is busy."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("poll() before open()")
+        try:
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._data_version and not force:
+                self._idle_ticks += 1
+                return []
+            changed = self._read_changes(conn)
+        except sqlite3.OperationalError as exc:
+            # Locked or busy: agy holds a write lock. Try again next tick, nothing is lost.
+            log.debug("%s busy (%s); next tick", self.path, exc)
+            return []
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(
+                f"reading agy's database failed: {exc}", path=str(self.path)
+            ) from exc
+        self._data_version = version
+        self._idle_ticks = 0 if changed else self._idle_ticks + 1
+        return changed
+
+    def _read_changes(self, conn: sqlite3.Connection) -> list[Step]:
+        """One read transaction: a light scan, then payloads of the rows that changed."""
+        conn.execute("BEGIN")
+        try:
+            pending = sorted(self._pending)
+            marks = ",".join("?" * len(pending))
+            where = "idx > ?" + (f" OR idx IN ({marks})" if pending else "")
+            light = conn.execute(
+                f"SELECT idx, step_type, status, length(step_payload) FROM steps WHERE {where}",
+                (self._max_seen, *pending),
+            ).fetchall()
+            wanted = [
+                row[0]
+                for row in light
+                if self._pending.get(row[0]) != (row[1], row[2], row[3] or 0)
+            ]
+            rows: list[tuple[Any, ...]] = []
+            if wanted:
+                marks = ",".join("?" * len(wanted))
+                columns = ", ".join(STEP_COLUMNS)
+                rows = conn.execute(
+                    f"SELECT {columns} FROM steps WHERE idx IN ({marks}) ORDER BY idx", wanted
+                ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        self.last_read = (len(light), len(rows))
+        steps: list[Step] = []
+        for idx, step_type, status, metadata, error_details, payload in rows:
+            self._max_seen = max(self._max_seen, idx)
+            signature = (step_type, status, len(payload) if payload else 0)
+            try:
+                step = decode_step_row(
+                    idx, step_type, status, payload, metadata=metadata, error_details=error_details
+                )
+            except DecodeError as exc:
+                reason = str(exc)
+                if (idx, reason) not in self.skipped:
+                    self.skipped.append((idx, reason))
+                    log.warning("%s step %d skipped: %s", self.path, idx, reason)
+                # A corrupt row in a terminal state will not be rewritten: stop re-reading it.
+                if STATUS_BY_NUMBER.get(status, StepStatus.UNSPECIFIED).terminal:
+                    self._pending.pop(idx, None)
+                else:
+                    self._pending[idx] = signature
+                continue
+            if step.final:
+                self._pending.pop(idx, None)
+            else:
+                self._pending[idx] = signature
+            steps.append(step)
+        return steps
+
+    def last_final_index(self) -> int:
+        """The highest index below which every row seen is final (what a session may record)."""
+        return min([self._max_seen, *[i - 1 for i in self._pending]])

@@ -1,0 +1,93 @@
+"""Runner argv, model discovery parsing and database discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agy_provider.agy.models import model_arguments, parse_models
+from agy_provider.errors import AgyNotFoundError, UsageError
+from agy_provider.runner import MAX_ARG_BYTES, TurnRequest, build_argv, find_agy, go_duration
+
+
+def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
+    request = TurnRequest(
+        prompt="-rf /",
+        cwd=str(tmp_path),
+        agy_bin="/bin/agy",
+        model_args=["--model", "gemini-3.8-flash", "--effort", "high"],
+        mode="accept-edits",
+        skip_permissions=True,
+        conversation_id="2399249c-4a48-40f1-bf3b-4c6e5d3a5a0e",
+        print_timeout=660,
+        csrf_token="abc123",
+    )
+    argv = build_argv(request)
+    assert argv[:3] == ["/bin/agy", "-p", "-rf /"]
+    assert argv[3:7] == ["--model", "gemini-3.8-flash", "--effort", "high"]
+    assert argv[7:9] == ["--mode", "accept-edits"]
+    assert "--dangerously-skip-permissions" in argv
+    assert argv[argv.index("--conversation") + 1] == request.conversation_id
+    assert argv[argv.index("--add-dir") + 1] == str(tmp_path)
+    assert argv[argv.index("--print-timeout") + 1] == "11m0s"
+    assert argv[-1] == "--csrf_token=abc123"
+    with pytest.raises(UsageError):
+        build_argv(TurnRequest(prompt="x", cwd=".", agy_bin="a", conversation_id="--evil"))
+    with pytest.raises(UsageError):
+        build_argv(TurnRequest(prompt="x" * (MAX_ARG_BYTES + 1), cwd=".", agy_bin="a"))
+    with pytest.raises(UsageError):
+        build_argv(TurnRequest(prompt="x", cwd=".", agy_bin="a", mode="yolo"))
+    with pytest.raises(UsageError):
+        build_argv(TurnRequest(prompt="x", cwd=".", agy_bin="a", csrf_token="a;b"))
+
+
+def test_go_durations() -> None:
+    assert go_duration(0.2) == "1s"
+    assert go_duration(90) == "1m30s"
+    assert go_duration(3661) == "1h1m1s"
+
+
+def test_find_agy_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(AgyNotFoundError, match="agy-sim"):
+        find_agy("definitely-not-agy-here")
+    with pytest.raises(AgyNotFoundError, match="not an executable"):
+        find_agy(str(tmp_path / "agy"))
+
+
+def test_models_parse_the_1_1_25_format(reference: Path) -> None:
+    models = parse_models((reference / "models" / "agy-1.1.25-models.txt").read_text())
+    by_id = {m.id: m for m in models}
+    assert by_id["gemini-3.8-flash"].efforts == ("high", "medium", "low")
+    assert by_id["gemini-3.8-flash"].name == "Gemini 3.8 Flash"
+    assert by_id["gemini-3.1-pro"].efforts == ("high", "low")
+    assert by_id["claude-sonnet-4-6"].efforts == ()
+    assert "gpt-oss-120b-medium" in by_id  # no effort tiers for gpt-oss
+    assert "Fetching" not in " ".join(by_id)
+
+
+def test_models_ignore_log_lines_and_old_formats() -> None:
+    out = "I1130 12:00:00 log line\nYou are not logged into Antigravity\ngemini-2.5-pro\nclaude-opus-4-6-thinking\n"
+    assert [m.id for m in parse_models(out)] == ["gemini-2.5-pro", "claude-opus-4-6-thinking"]
+
+
+def test_model_arguments() -> None:
+    models = parse_models(
+        "gemini-3.1-pro-high\tG (High)\ngemini-3.1-pro-low\tG (Low)\nclaude-sonnet-4-6\tC\n"
+    )
+    assert model_arguments("gemini-3.1-pro", "low", models) == [
+        "--model",
+        "gemini-3.1-pro",
+        "--effort",
+        "low",
+    ]
+    assert model_arguments("claude-sonnet-4-6", "high", models) == ["--model", "claude-sonnet-4-6"]
+    assert model_arguments("gemini-3.1-pro-high", "low", models) == [
+        "--model",
+        "gemini-3.1-pro-high",
+    ]
+    assert model_arguments("", "high") == []
+    with pytest.raises(UsageError):
+        model_arguments("gemini-3.1-pro", "medium", models)
+    with pytest.raises(UsageError):
+        model_arguments("--evil", "")
