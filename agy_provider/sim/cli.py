@@ -280,7 +280,10 @@ def _run(args: argparse.Namespace) -> int:
         _fail(f'invalid conversation id "{args.conversation}"')
     session = _Session(args, scenario)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    session.link.start()
+    # Real agy runs every cascade inside its language server, so the server is up before the
+    # turn writes its first step; wait for it the same way (bounded, in case it cannot start).
+    if session.link.start():
+        session.link.ready.wait(10.0)
     try:
         if args.input_format == "stream-json":
             return _stream_turns(session, model)

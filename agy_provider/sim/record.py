@@ -24,6 +24,7 @@ from agy_provider.sim.engine import Clock, Simulator
 from agy_provider.sim.output import StreamJsonPrinter
 from agy_provider.sim.payloads import IdSource
 from agy_provider.sim.scenario import load_scenario
+from agy_provider.sim.step_reader import stream_shape
 
 __all__ = ["FIXTURES", "record", "record_main"]
 
@@ -80,15 +81,6 @@ def _render(step: Any) -> dict[str, Any]:
     return rendered
 
 
-def _stream_shape(step: dict[str, Any]) -> dict[str, Any]:
-    """agy's stream drops `metadata.toolCall` and `plannerResponse.toolCalls`."""
-    shaped: dict[str, Any] = json.loads(json.dumps(step))
-    shaped.get("metadata", {}).pop("toolCall", None)
-    if isinstance(shaped.get("plannerResponse"), dict):
-        shaped["plannerResponse"].pop("toolCalls", None)
-    return shaped
-
-
 def _dump(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -130,7 +122,7 @@ def _record_one(fixture: Fixture, out: Path, work: Path, seed: int) -> dict[str,
     steps = [snapshots[i] for i in sorted(snapshots)]
     shutil.copyfile(conversation.writer.path, out / "db" / f"{fixture.name}.db")
     _dump(out / "rpc" / f"{fixture.name}.poll.json", {"steps": steps})
-    _dump(out / "rpc" / f"{fixture.name}.stream.json", {"steps": [_stream_shape(s) for s in steps]})
+    _dump(out / "rpc" / f"{fixture.name}.stream.json", {"steps": [stream_shape(s) for s in steps]})
     if waiting:
         _dump(
             out / "rpc" / f"{fixture.name}.waiting.poll.json",

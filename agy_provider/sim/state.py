@@ -77,6 +77,7 @@ class AppState:
             except (OSError, ValueError):
                 data = {}
             data[cwd] = conversation_id
-            tmp = self._last_path.with_suffix(".tmp")
+            # Several agy processes share this file: each writes its own temp file, then renames.
+            tmp = self._last_path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
             tmp.replace(self._last_path)
