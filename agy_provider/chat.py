@@ -9,10 +9,14 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from typing import TextIO
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 from agy_provider.config import load_config
 from agy_provider.formatters import LivePrinter, event_line
+from agy_provider.hookspecs import hookimpl
+from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import stream_simple
 from agy_provider.types import (
     AbortSignal,
@@ -23,7 +27,7 @@ from agy_provider.types import (
     UserMessage,
 )
 
-__all__ = ["run_chat"]
+__all__ = ["TerminalDecisions", "run_chat"]
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -37,6 +41,45 @@ async def _spin(err: TextIO, started: asyncio.Event) -> None:
         await asyncio.sleep(0.1)
     err.write("\r\x1b[K")
     err.flush()
+
+
+class TerminalDecisions:
+    """Asks the person at the terminal when agy waits on a permission or a question.
+
+    Registered by `agy-provider chat` when stdin is a terminal; hooks run in a worker thread, so
+    blocking on input is fine. `ask` and `say` are the terminal's input and output.
+    """
+
+    def __init__(self, ask: Callable[[str], str], say: Callable[[str], object]) -> None:
+        self._ask = ask
+        self._say = say
+
+    @hookimpl(tryfirst=True)
+    def decide_permission(self, request: Any, step: Any, turn: Any) -> bool:
+        what = f"{request.action} `{request.target}`" if request is not None else "an action"
+        why = f" ({request.description})" if request is not None and request.description else ""
+        answer = self._ask(f"agy wants to run {what}{why}. Allow? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    @hookimpl(tryfirst=True)
+    def answer_question(
+        self, questions: Sequence[Any], step: Any, turn: Any
+    ) -> list[dict[str, Any]]:
+        answers = []
+        for question in questions:
+            self._say(f"agy asks: {question.question}\n")
+            ids = [option.id for option in question.options]
+            for option in question.options:
+                self._say(f"  {option.id}. {option.text}\n")
+            reply = self._ask(
+                "Your choice (numbers separated by commas, or your own words): "
+            ).strip()
+            picked = [part.strip() for part in reply.split(",") if part.strip() in ids]
+            answer: dict[str, Any] = {"question": question.question, "selectedOptionIds": picked}
+            if reply and not picked:
+                answer["writeInResponse"] = reply
+            answers.append(answer)
+        return answers
 
 
 async def run_chat(
@@ -80,6 +123,11 @@ async def run_chat(
         event_source=backend,
     )
     printer = LivePrinter(out.write, colour=out.isatty())
+    pm = get_plugin_manager()
+    asker = None
+    if not events and sys.stdin.isatty():
+        asker = TerminalDecisions(input, err.write)
+        pm.register(asker, name="agy-provider-chat-terminal")
     started = asyncio.Event()
     spinner = asyncio.create_task(_spin(err, started)) if not events and err.isatty() else None
     try:
@@ -95,6 +143,8 @@ async def run_chat(
         signal.abort("interrupted")
         raise
     finally:
+        if asker is not None:
+            pm.unregister(asker)
         started.set()
         if spinner is not None:
             with contextlib.suppress(asyncio.CancelledError):

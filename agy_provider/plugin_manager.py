@@ -36,6 +36,7 @@ PLUGINS_ENV = "AGY_PROVIDER_PLUGINS"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "agy_provider.plugins.defaults",
     "agy_provider.plugins.sqlite_source",
+    "agy_provider.plugins.rpc_source",
 )
 
 _pm = pluggy.PluginManager("agy_provider")

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 _EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 # After agy exits, keep reading until the database stops changing for this many polls.
 _DRAIN_QUIET_POLLS = 3
+# When the server stops answering, how long to wait for agy's exit to explain it.
+_EXIT_GRACE = 1.0
 # agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
 _PRINT_TIMEOUT_MARGIN = 60.0
 
@@ -67,6 +69,7 @@ class TurnContext:
     min_index: int = -1
     binding: Binding | None = None
     process: AgyProcess | None = None
+    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
 
 
 def _text_of(message: Message) -> str:
@@ -195,9 +198,12 @@ class _Turn:
         self.store = store or SessionStore()
         self.process: AgyProcess | None = None
         self.source: Any = None
+        self.backup: Any = None  # the sqlite reader an rpc turn falls back to and drains from
+        self.source_name = ""
         self.pm = get_plugin_manager()
         self.ctx: TurnContext | None = None
         self.final: AssistantMessage | None = None
+        self.switch_to_backup = False
 
     def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
         for event in events:
@@ -245,8 +251,8 @@ class _Turn:
             await self.process.terminate()
         elif self.process is not None and self.process.survivors():
             await self.process.terminate(grace=0.5)
-        if self.source is not None:
-            self.source.close()
+        for source in {id(s): s for s in (self.source, self.backup) if s is not None}.values():
+            await source.aclose()
 
     # -- the happy path, one concern per method ---------------------------------------------
 
@@ -267,16 +273,16 @@ class _Turn:
             permissions=config.permissions,
             min_index=record.last_step_index if resume and record else -1,
         )
-        source_name = self._choose_source()
+        self.source_name = self._choose_source()
         self.assembler.begin_after(self.ctx.min_index + 1)
         conversation_id = record.conversation_id if resume and record else ""
         await self._spawn(config, prompt, conversation_id)
         await self._bind(config, prompt, conversation_id)
-        await self._open_source(source_name)
+        await self._open_source(self.source_name)
         outcome = await self._stream(config)
         self._settle(outcome)
         if session_id:
-            self._remember(session_id, source_name)
+            self._remember(session_id, self.source_name)
 
     def _choose_source(self) -> str:
         assert self.ctx is not None
@@ -304,8 +310,9 @@ class _Turn:
             skip_permissions=config.permissions == "skip",
             conversation_id=conversation_id,
             print_timeout=config.turn_timeout + _PRINT_TIMEOUT_MARGIN,
+            # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
             csrf_token=secrets.token_hex(16)
-            if config.csrf and self.ctx.event_source == "rpc"
+            if config.csrf and self.ctx.event_source in ("rpc", "auto")
             else "",
             env=env,
         )
@@ -332,9 +339,52 @@ class _Turn:
         self.assembler.conversation_id = self.ctx.binding.conversation_id
 
     async def _open_source(self, name: str) -> None:
+        """Open the chosen source; under `auto`, an rpc source that cannot start falls back."""
         spec = event_sources()[name]
-        self.source = spec.factory(self.ctx)
-        await self.source.open()
+        source = spec.factory(self.ctx)
+        try:
+            await source.open()
+        except AgyError as exc:
+            await source.aclose()
+            if name == "sqlite" or not self._may_fall_back():
+                raise
+            log.warning("the %s event source could not start (%s); reading the database", name, exc)
+            self.source = await self._open_backup()
+            self.source_name = "sqlite"
+            return
+        self.source = source
+
+    def _may_fall_back(self) -> bool:
+        assert self.ctx is not None
+        return self.ctx.event_source == "auto" and "sqlite" in event_sources()
+
+    async def _open_backup(self) -> Any:
+        """The sqlite reader of the bound database, opened once and shared."""
+        if self.backup is None:
+            backup = event_sources()["sqlite"].factory(self.ctx)
+            await backup.open()
+            self.backup = backup
+        return self.backup
+
+    async def _poll(self) -> list[Any]:
+        """The source's changes; under `auto`, a failing rpc source is replaced by the database."""
+        try:
+            return list(self.source.poll())
+        except AgyError as exc:
+            assert self.process is not None
+            # agy exiting takes its server along; the exit may not be reaped yet, so look.
+            exited = await self.process.wait(_EXIT_GRACE) is not None
+            if exited and self.source_name != "sqlite":
+                return []  # the drain reads the database
+            if self.source_name == "sqlite" or not self._may_fall_back():
+                raise
+            log.warning(
+                "the %s event source failed (%s); finishing from the database",
+                self.source_name,
+                exc,
+            )
+            self.switch_to_backup = True
+            return []
 
     async def _stream(self, config: Config) -> TurnOutcome:
         """Feed snapshots until agy exits, the host aborts, or a deadline passes."""
@@ -346,17 +396,24 @@ class _Turn:
         last_progress = loop.time()
         try:
             while True:
-                changed = self.source.poll()
+                changed = await self._poll()
+                if self.switch_to_backup:
+                    self.switch_to_backup = False
+                    old, self.source = self.source, await self._open_backup()
+                    self.source_name = "sqlite"
+                    await old.aclose()
+                    changed = await self._poll()
                 if changed:
                     last_progress = loop.time()
                     self.emit(self.assembler.feed(changed))
                 now = loop.time()
                 if signal is not None and signal.aborted:
+                    await self.source.cancel()
                     await self.process.terminate()
-                    self._drain()
+                    await self._drain()
                     return TurnOutcome(aborted=True, error="The turn was aborted.")
                 if exit_task.done():
-                    self._drain()
+                    await self._drain()
                     return self._exit_outcome(exit_task.result())
                 if now - self.started > config.turn_timeout:
                     return await self._deadline(
@@ -382,11 +439,23 @@ class _Turn:
     async def _deadline(self, message: str) -> TurnOutcome:
         assert self.process is not None
         await self.process.terminate()
-        self._drain()
+        await self._drain()
         return TurnOutcome(ok=False, error=message)
 
-    def _drain(self) -> None:
-        """Read until the database has been quiet for a few polls (agy has exited or been killed)."""
+    async def _drain(self) -> None:
+        """Take what the source still holds, then read the database until it is quiet.
+
+        After agy exits its language server is gone with it, so the database — the ground truth —
+        gives the last word; the assembler drops whatever was already streamed.
+        """
+        self.emit(self.assembler.feed(self._safe_poll()))
+        if self.source_name != "sqlite":
+            try:
+                self.source = await self._open_backup()
+            except AgyError as exc:
+                log.warning("could not read the database for the final drain: %s", exc)
+                return
+            self.source_name = "sqlite"
         quiet = 0
         while quiet < _DRAIN_QUIET_POLLS:
             changed = self._safe_poll(force=quiet == 0)

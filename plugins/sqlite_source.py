@@ -111,6 +111,12 @@ class SqliteEventSource:
             except OSError as exc:
                 log.info("no file notifications for %s (%s); ticking instead", self.path, exc)
 
+    async def aclose(self) -> None:
+        self.close()
+
+    async def cancel(self) -> None:
+        """Nothing to tell agy through a database: the runner stops the process."""
+
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()

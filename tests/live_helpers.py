@@ -54,6 +54,7 @@ def live_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AGY_PROVIDER_SESSIONS", str(tmp_path / "sessions.json"))
     monkeypatch.setenv("AGY_BIN", agy_sim_path())
     monkeypatch.setenv("AGY_SIM_NO_SERVER", "1")
+    monkeypatch.setenv("AGY_EVENT_SOURCE", "sqlite")
     monkeypatch.setenv("AGY_SIM_SPEED", "4")
     monkeypatch.delenv("AGY_SIM_SCENARIO", raising=False)
     return app

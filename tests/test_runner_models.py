@@ -91,3 +91,32 @@ def test_model_arguments() -> None:
         model_arguments("gemini-3.1-pro", "medium", models)
     with pytest.raises(UsageError):
         model_arguments("--evil", "")
+
+
+def test_chat_asks_the_person_at_the_terminal() -> None:
+    from agy_provider.agy.step import PermissionRequest, Question, QuestionOption
+    from agy_provider.chat import TerminalDecisions
+
+    said: list[str] = []
+    replies = iter(["y", "n", "2, 3", "something else"])
+    asked: list[str] = []
+
+    def ask(prompt: str) -> str:
+        asked.append(prompt)
+        return next(replies)
+
+    terminal = TerminalDecisions(ask, said.append)
+    request = PermissionRequest(action="command", target="pwd", description="Running pwd")
+    assert terminal.decide_permission(request, None, None) is True
+    assert "command `pwd` (Running pwd)" in asked[0]
+    assert terminal.decide_permission(request, None, None) is False
+    question = Question(
+        "Pick", (QuestionOption("1", "a"), QuestionOption("2", "b"), QuestionOption("3", "c"))
+    )
+    assert terminal.answer_question([question], None, None) == [
+        {"question": "Pick", "selectedOptionIds": ["2", "3"]}
+    ]
+    assert terminal.answer_question([question], None, None) == [
+        {"question": "Pick", "selectedOptionIds": [], "writeInResponse": "something else"}
+    ]
+    assert "  2. b\n" in said

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Any, Final, Protocol
 
 from agy_provider.sim.step_reader import ConversationSteps, stream_shape
 from agy_provider.wire.connect import encode_envelope, encode_json_envelope
+
+_log = logging.getLogger("agy_provider.sim.server")
 
 __all__ = [
     "RUNNING_POLL_INTERVAL_S",
@@ -306,6 +309,9 @@ class AgentStateStream:
             # A data frame whose JSON is cut short: a client must skip it and read on.
             await self.writer.write(self.sink, encode_envelope(b'{"update": {"conversationId": '))
         if self.writer.should_drop(self.frames_sent):
+            _log.info(
+                "stream fault: dropped StreamAgentStateUpdates after %d frames", self.frames_sent
+            )
             self._enter(StreamPhase.DROPPED)
             await self.sink.drop()
             return False

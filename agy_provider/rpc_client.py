@@ -1,0 +1,208 @@
+"""A Connect RPC client for agy's language server, on httpx; the framing lives in `wire/connect.py`.
+
+Loopback only: every URL is checked, TLS is unverified only for loopback, proxies are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
+from agy_provider.wire.connect import (
+    CONNECT_PROTOCOL_VERSION,
+    CONTENT_TYPE_CONNECT_JSON,
+    CONTENT_TYPE_JSON,
+    ConnectStreamDecoder,
+    encode_json_envelope,
+    parse_error_body,
+)
+
+__all__ = [
+    "CSRF_HEADER",
+    "SERVICE",
+    "ConnectClient",
+    "assert_loopback",
+]
+
+SERVICE = "exa.language_server_pb.LanguageServerService"
+CSRF_HEADER = "x-codeium-csrf-token"
+
+# Time budgets (seconds), each for one kind of wait (AGY-FORMATS §4).
+PROBE_TIMEOUT = 2.0  # is anything Connect listening here?
+CALL_TIMEOUT = 30.0  # a unary call
+STREAM_CONNECT_TIMEOUT = 10.0  # until the stream's response headers arrive
+STREAM_READ_TIMEOUT = 5.0  # the watchdog: a live stream that says nothing this long is stalled
+
+
+def assert_loopback(url: str) -> None:
+    """Refuse any URL whose host is not a loopback address (127.0.0.0/8, ::1, localhost)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise UsageError(f"refusing a non-loopback language server address: {host or url!r}")
+
+
+class ConnectClient:
+    """Calls one language server at `base_url` (`https://127.0.0.1:P` or `http://127.0.0.1:P`).
+
+    `transport` lets unit tests replay captured frames; end-to-end tests use agy-sim's server.
+    The CSRF token is sent on every call and never logged.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        csrf_token: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+        call_timeout: float = CALL_TIMEOUT,
+        stream_read_timeout: float = STREAM_READ_TIMEOUT,
+    ) -> None:
+        assert_loopback(base_url)
+        self.base_url = base_url.rstrip("/")
+        self.call_timeout = call_timeout
+        self.stream_read_timeout = stream_read_timeout
+        headers = {"Connect-Protocol-Version": CONNECT_PROTOCOL_VERSION}
+        if csrf_token:
+            headers[CSRF_HEADER] = csrf_token
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            verify=False,  # loopback only (checked above): agy's certificate is self-signed
+            trust_env=False,
+            transport=transport,
+            timeout=httpx.Timeout(call_timeout, connect=PROBE_TIMEOUT),
+        )
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"ConnectClient({self.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _path(self, method: str) -> str:
+        if not method.isidentifier():
+            raise UsageError(f"not an RPC method name: {method!r}")
+        return f"/{SERVICE}/{method}"
+
+    async def call(
+        self, method: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """A unary call; returns the response object. Raises `RpcError` for any failure."""
+        try:
+            response = await self._http.post(
+                self._path(method),
+                content=json.dumps(body or {}).encode(),
+                headers={"Content-Type": CONTENT_TYPE_JSON},
+                timeout=timeout or self.call_timeout,
+            )
+        except httpx.TimeoutException as exc:
+            raise RpcError("deadline_exceeded", f"{method} timed out") from exc
+        except httpx.HTTPError as exc:
+            raise RpcError("unavailable", f"{method} failed: {exc}") from exc
+        if response.status_code != 200:
+            raise _named(method, parse_error_body(response.status_code, response.content))
+        try:
+            value = response.json() if response.content else {}
+        except ValueError as exc:
+            raise RpcError(
+                "internal", f"{method} answered with invalid JSON", body=response.content
+            ) from exc
+        if not isinstance(value, dict):
+            raise RpcError("internal", f"{method} answered with JSON that is not an object")
+        return value
+
+    async def heartbeat(self, *, timeout: float = PROBE_TIMEOUT) -> bool:
+        """True when a Connect server answers `Heartbeat` here."""
+        try:
+            await self.call("Heartbeat", {}, timeout=timeout)
+        except RpcError:
+            return False
+        return True
+
+    async def stream(
+        self, method: str, body: Mapping[str, Any], *, read_timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A server stream: yields each message. Ends quietly on a clean end-of-stream.
+
+        Raises `RpcError` for an HTTP error, an error trailer, a stall longer than the watchdog
+        (`deadline_exceeded`), a dropped connection (`unavailable`) or broken framing (`internal`).
+        A frame that is not a JSON object is skipped.
+        """
+        watchdog = read_timeout or self.stream_read_timeout
+        request = self._http.build_request(
+            "POST",
+            self._path(method),
+            content=encode_json_envelope(dict(body)),
+            headers={"Content-Type": CONTENT_TYPE_CONNECT_JSON},
+            timeout=httpx.Timeout(None, connect=STREAM_CONNECT_TIMEOUT),
+        )
+        try:
+            response = await asyncio.wait_for(
+                self._http.send(request, stream=True), STREAM_CONNECT_TIMEOUT
+            )
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise RpcError("deadline_exceeded", f"{method} did not answer") from exc
+        except httpx.HTTPError as exc:
+            raise RpcError("unavailable", f"{method} failed: {exc}") from exc
+        try:
+            if response.status_code != 200:
+                raise _named(method, parse_error_body(response.status_code, await response.aread()))
+            decoder = ConnectStreamDecoder()
+            chunks = response.aiter_bytes().__aiter__()
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(chunks.__anext__(), watchdog)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise RpcError(
+                        "deadline_exceeded", f"{method} stalled for {watchdog:.0f}s"
+                    ) from exc
+                except httpx.HTTPError as exc:
+                    raise RpcError("unavailable", f"{method} stream broke: {exc}") from exc
+                decoder.feed(chunk)
+                while True:
+                    try:
+                        message = next(decoder.messages(), None)
+                    except FramingError as exc:
+                        raise RpcError("internal", f"{method} stream framing broke: {exc}") from exc
+                    except DecodeError:
+                        continue  # one bad frame: skip it, keep the stream
+                    if message is None:
+                        break
+                    yield message
+                if decoder.ended:
+                    return
+            try:
+                decoder.end_of_input()
+            except DecodeError as exc:
+                raise RpcError("unavailable", f"{method} stream dropped: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await response.aclose()
+
+
+def _named(method: str, error: RpcError) -> RpcError:
+    """Say which call failed; a CSRF refusal says what it is rather than looking like sign-out."""
+    if error.status == 401 and "csrf" in error.message.lower():
+        message = (
+            f"{method}: agy's language server refused us: {error.message} "
+            "(this agy needs --csrf_token; keep csrf enabled in the config)"
+        )
+    else:
+        message = f"{method}: {error.message}"
+    return RpcError(error.code, message, status=error.status, body=error.body)

@@ -1,0 +1,313 @@
+"""The rpc event source: agy's language server over Connect — pushes, reconcile, interactions, cancel.
+
+Streams `StreamAgentStateUpdates`, reconciles with a `GetCascadeTrajectorySteps` snapshot on every
+(re)connect, falls back to polling after stream errors, and answers WAITING steps through the hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agy_provider.agy.rpcjson import decode_json_step
+from agy_provider.agy.step import InteractionKind, Step, StepStatus
+from agy_provider.errors import DecodeError, RpcError, SourceError
+from agy_provider.hookspecs import hookimpl
+from agy_provider.language_server import connect_to_language_server, prove_ownership
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.rpc_client import ConnectClient
+
+__all__ = ["RpcEventSource", "register_event_sources"]
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.25  # polling after stream errors, while the turn is active (AGY-FORMATS §4.4)
+REOPEN_DELAY = 0.05  # between a clean end of the stream and reopening it
+INTERACTION_ATTEMPTS = 3  # answers tried against re-asked steps before giving up
+SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
+# Under `auto` another source can take over, so waiting for a server that may not exist is short.
+SERVER_TIMEOUT_AUTO = 5.0
+
+# How to refuse interaction kinds we do not support, so agy never waits on them.
+_REFUSALS: Mapping[str, dict[str, Any]] = {
+    "filePermission": {"filePermission": {"allow": False}},
+    "runCommand": {"runCommand": {"confirm": False}},
+}
+
+
+@hookimpl
+def register_event_sources(register: Any) -> None:
+    register("rpc", RpcEventSource.for_turn)
+
+
+class RpcEventSource:
+    """One turn's view of agy through its language server.
+
+    `poll()` returns the newest snapshot of every step that changed since the last call; `wait()`
+    sleeps until something arrived. A failure of the server surfaces from `poll()` as a
+    `SourceError`, so the provider can finish the turn from another source.
+    """
+
+    name = "rpc"
+
+    def __init__(self, turn: Any) -> None:
+        self.turn = turn
+        self.conversation_id: str = turn.binding.conversation_id
+        self.min_index: int = turn.min_index
+        self.client: ConnectClient | None = None
+        self._latest: dict[int, Step] = {}
+        self._seen: dict[int, Step] = {}
+        self._arrived = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: SourceError | None = None
+        self._handled: set[tuple[int, str]] = set()
+        self.mode = "stream"
+        self.reconnects = 0
+
+    @classmethod
+    def for_turn(cls, turn: Any) -> RpcEventSource:
+        return cls(turn)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        process = self.turn.process
+        self.client = await connect_to_language_server(
+            process.tree,
+            csrf_token=process.request.csrf_token,
+            exited=lambda: process.returncode is not None,
+            timeout=min(
+                SERVER_TIMEOUT_AUTO if self.turn.event_source == "auto" else SERVER_TIMEOUT,
+                self.turn.config.idle_timeout,
+            ),
+        )
+        await prove_ownership(self.client, self.conversation_id)
+        self.turn.endpoint = self.client.base_url
+        await self._reconcile()
+        self._spawn(self._run())
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- what the provider calls -------------------------------------------------------------
+
+    def poll(self, *, force: bool = False) -> list[Step]:
+        if self._failure is not None and not self._latest:
+            raise self._failure
+        changed = [self._latest[i] for i in sorted(self._latest)]
+        self._latest.clear()
+        return changed
+
+    async def wait(self, timeout: float) -> None:
+        if self._latest or self._failure is not None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._arrived.wait(), timeout)
+        self._arrived.clear()
+
+    def last_final_index(self) -> int:
+        highest = max(self._seen, default=self.min_index)
+        open_steps = [i - 1 for i, s in self._seen.items() if not s.final]
+        return min([highest, *open_steps])
+
+    async def cancel(self) -> None:
+        """Stop agy's running work and refuse whatever it waits on (cancel leaves WAITING alone)."""
+        if self.client is None:
+            return
+        with contextlib.suppress(RpcError):
+            await self.client.call("CancelCascadeSteps", {"cascadeId": self.conversation_id})
+        for step in [s for s in self._seen.values() if s.status is StepStatus.WAITING]:
+            with contextlib.suppress(RpcError):
+                await self._send(step, self._refusal(step))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _put(self, step: Step) -> None:
+        if step.index <= self.min_index:
+            return
+        previous = self._seen.get(step.index)
+        if previous == step:
+            return
+        self._seen[step.index] = step
+        self._latest[step.index] = step
+        self._arrived.set()
+        if step.status is StepStatus.WAITING and step.interaction is not None:
+            key = (step.index, step.interaction.kind.value)
+            if key not in self._handled:
+                self._handled.add(key)
+                self._spawn(self._answer(step))
+
+    async def _snapshot(self) -> list[Step]:
+        assert self.client is not None
+        offset = max(self.min_index + 1, 0)
+        answer = await self.client.call(
+            "GetCascadeTrajectorySteps", {"cascadeId": self.conversation_id, "stepOffset": offset}
+        )
+        steps = []
+        for position, raw in enumerate(answer.get("steps") or []):
+            try:
+                steps.append(decode_json_step(raw, position=offset + position))
+            except DecodeError as exc:
+                log.warning("step %d skipped: %s", offset + position, exc)
+        return steps
+
+    async def _reconcile(self) -> list[Step]:
+        steps = await self._snapshot()
+        for step in steps:
+            self._put(step)
+        return steps
+
+    def _take_update(self, message: Mapping[str, Any]) -> None:
+        update = message.get("update") or {}
+        steps_update = (update.get("mainTrajectoryUpdate") or {}).get("stepsUpdate") or {}
+        steps: Sequence[Any] = steps_update.get("steps") or []
+        indices: Sequence[Any] = steps_update.get("indices") or []
+        for position, raw in enumerate(steps):
+            index = int(indices[position]) if position < len(indices) else None
+            try:
+                self._put(decode_json_step(raw, index=index))
+            except (DecodeError, ValueError, TypeError) as exc:
+                log.warning("a streamed step was skipped: %s", exc)
+
+    async def _run(self) -> None:
+        """Stream; on a clean end or a stall reconcile and reopen; after errors, poll."""
+        assert self.client is not None
+        while True:
+            try:
+                async for message in self.client.stream(
+                    "StreamAgentStateUpdates", {"conversationId": self.conversation_id}
+                ):
+                    self._take_update(message)
+                # A clean end: the turn settled; the snapshot is the truth. Then reopen.
+                if not await self._reconcile_or_fail():
+                    return
+                await asyncio.sleep(REOPEN_DELAY)
+            except RpcError as exc:
+                if exc.code == "deadline_exceeded":
+                    # No frame for a while: normal while agy thinks or idles. Check and reopen.
+                    if not await self._reconcile_or_fail():
+                        return
+                    continue
+                log.info("agy's update stream failed (%s); polling every %.2fs", exc, POLL_INTERVAL)
+                self.mode = "poll"
+                await self._poll_forever()
+                return
+            self.reconnects += 1
+
+    async def _reconcile_or_fail(self) -> bool:
+        try:
+            await self._reconcile()
+        except RpcError as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self._reconcile()
+            except RpcError as exc:
+                self._fail(exc)
+                return
+            await asyncio.sleep(POLL_INTERVAL)
+
+    def _fail(self, exc: RpcError) -> None:
+        self._failure = SourceError(f"agy's language server stopped answering: {exc.message}")
+        self._arrived.set()
+
+    # -- interactions ------------------------------------------------------------------------
+
+    async def _answer(self, step: Step) -> None:
+        """Answer a WAITING step through the hooks, against the step as it is right now."""
+        assert step.interaction is not None
+        kind = step.interaction.kind
+        for _attempt in range(INTERACTION_ATTEMPTS):
+            try:
+                current = await self._snapshot()
+            except RpcError as exc:
+                log.warning("could not re-read steps before answering: %s", exc)
+                return
+            waiting = [
+                s
+                for s in current
+                if s.status is StepStatus.WAITING
+                and s.interaction is not None
+                and s.interaction.kind is kind
+                and s.index >= step.index
+            ]
+            if not waiting:
+                return  # answered, canceled or timed out without a re-ask
+            target = waiting[-1]
+            self._handled.add((target.index, kind.value))
+            body = await self._decide(target)
+            try:
+                await self._send(target, body)
+                return
+            except RpcError as exc:
+                if "not registered" not in exc.message:
+                    log.warning("answering step %d failed: %s", target.index, exc)
+                    return
+                log.info("step %d was re-asked; answering again", target.index)
+        log.warning("gave up answering step %d after %d attempts", step.index, INTERACTION_ATTEMPTS)
+
+    async def _decide(self, step: Step) -> dict[str, Any]:
+        interaction = step.interaction
+        assert interaction is not None
+        hook = get_plugin_manager().hook
+        if interaction.kind is InteractionKind.PERMISSION:
+            allow = await asyncio.to_thread(
+                hook.decide_permission, request=interaction.permission, step=step, turn=self.turn
+            )
+            return {"permission": {"allow": bool(allow)}}
+        if interaction.kind is InteractionKind.QUESTION:
+            answers = await asyncio.to_thread(
+                hook.answer_question,
+                questions=list(interaction.questions),
+                step=step,
+                turn=self.turn,
+            )
+            return {"askQuestion": {"responses": [dict(a) for a in answers or []]}}
+        log.warning(
+            "step %d asks for %r, which we do not support: refusing", step.index, interaction.name
+        )
+        return self._refusal(step)
+
+    @staticmethod
+    def _refusal(step: Step) -> dict[str, Any]:
+        interaction = step.interaction
+        if interaction is not None and interaction.kind is InteractionKind.QUESTION:
+            responses = [
+                {"question": q.question, "selectedOptionIds": []} for q in interaction.questions
+            ]
+            return {"askQuestion": {"responses": responses}}
+        name = interaction.name if interaction is not None else ""
+        return dict(_REFUSALS.get(name, {"permission": {"allow": False}}))
+
+    async def _send(self, step: Step, body: Mapping[str, Any]) -> None:
+        assert self.client is not None
+        await self.client.call(
+            "HandleCascadeUserInteraction",
+            {
+                "cascadeId": self.conversation_id,
+                "interaction": {
+                    "trajectoryId": step.trajectory_id,
+                    "stepIndex": step.index,
+                    **body,
+                },
+            },
+        )
