@@ -11,22 +11,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
-from agy_provider.types import (
-    AssistantMessage,
+from agy_provider.events import (
     AssistantMessageEvent,
     DoneEvent,
     ErrorEvent,
     StartEvent,
-    TextContent,
     TextDeltaEvent,
     TextEndEvent,
     TextStartEvent,
-    ThinkingContent,
     ThinkingDeltaEvent,
     ThinkingEndEvent,
     ThinkingStartEvent,
-    Usage,
 )
+from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, Usage
 
 __all__ = ["API", "PROVIDER", "StepAssembler", "render_tool_run", "usage_to_pi"]
 

@@ -16,16 +16,10 @@ from typing import Any, TextIO
 from agy_provider.config import load_config
 from agy_provider.formatters import LivePrinter, event_line
 from agy_provider.hookspecs import hookimpl
+from agy_provider.options import AbortSignal, SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import stream_simple
-from agy_provider.types import (
-    AbortSignal,
-    AssistantMessage,
-    Context,
-    Model,
-    SimpleStreamOptions,
-    UserMessage,
-)
+from agy_provider.types import AssistantMessage, Context, Model, UserMessage
 
 __all__ = ["TerminalDecisions", "run_chat"]
 

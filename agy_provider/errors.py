@@ -1,4 +1,4 @@
-"""The exception tree of agy-provider: one root, three branches.
+"""The exception tree of agy-provider: one root, three branches (decode, source, misuse).
 
 Owns every exception type the package raises; foreign exceptions are translated where we call them.
 
@@ -10,7 +10,9 @@ Owns every exception type the package raises; foreign exceptions are translated 
     │   ├── RpcError           a Connect call failed (code, message, raw body)
     │   ├── DatabaseError      agy's SQLite database could not be read (path, row index)
     │   └── TurnError          the turn itself failed (deadline, crash, binding)
-    └── UsageError (ValueError) the caller passed something we cannot use
+    └── misuse: also a ValueError or RuntimeError, so callers may catch either
+        ├── UsageError (ValueError)               the caller passed something we cannot use
+        └── IncompleteStreamError (RuntimeError)  a producer ended a stream with no done/error/result
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "DatabaseError",
     "DecodeError",
     "FramingError",
+    "IncompleteStreamError",
     "RpcError",
     "SourceError",
     "TurnError",
@@ -81,3 +84,7 @@ class TurnError(SourceError):
 
 class UsageError(AgyError, ValueError):
     """The caller passed something we cannot use."""
+
+
+class IncompleteStreamError(AgyError, RuntimeError):
+    """The producer ended the stream without a `done` or `error` event or a result."""

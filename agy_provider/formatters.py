@@ -6,23 +6,21 @@ Pure string builders; the CLI decides where the text goes and whether colour is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 from agy_provider.agy.step import Step
-from agy_provider.types import (
-    AssistantMessage,
+from agy_provider.events import (
     AssistantMessageEvent,
     DoneEvent,
     ErrorEvent,
-    TextContent,
     TextDeltaEvent,
     TextEndEvent,
     TextStartEvent,
-    ThinkingContent,
     ThinkingDeltaEvent,
     ThinkingEndEvent,
     ThinkingStartEvent,
 )
+from agy_provider.types import AssistantMessage, TextContent, ThinkingContent
 
 __all__ = [
     "TOOL_MARK",
@@ -84,34 +82,42 @@ def transcript(
         yield ""
 
 
-def markdown(turns: Sequence[tuple[int, str, AssistantMessage]], *, title: str = "") -> str:
-    """A shareable Markdown document of the turns."""
-    out = [f"# {title or 'agy conversation'}", ""]
+def markdown(
+    turns: Iterable[tuple[int, str, AssistantMessage]], *, title: str = ""
+) -> Iterator[str]:
+    """A shareable Markdown document of the turns, line by line."""
+    yield f"# {title or 'agy conversation'}"
+    yield ""
     for number, user_text, message in turns:
-        out += [f"## Turn {number}", ""]
+        yield f"## Turn {number}"
+        yield ""
         if user_text:
-            out += ["**User:**", "", *("> " + line for line in user_text.split("\n")), ""]
-        out += [f"**agy** ({message.model}):", ""]
+            yield "**User:**"
+            yield ""
+            yield from ("> " + line for line in user_text.split("\n"))
+            yield ""
+        yield f"**agy** ({message.model}):"
+        yield ""
         for block in message.content:
             if isinstance(block, ThinkingContent):
                 text = block.thinking.rstrip("\n")
                 if text.startswith(TOOL_MARK):
-                    out += ["```text", text, "```", ""]
+                    yield from ("```text", text, "```", "")
                 else:
-                    out += [
+                    yield from (
                         "<details><summary>Thinking</summary>",
                         "",
                         text,
                         "",
                         "</details>",
                         "",
-                    ]
+                    )
             elif isinstance(block, TextContent):
-                out += [block.text, ""]
+                yield from (block.text, "")
         if message.error_message:
-            out += [f"> **Error:** {message.error_message}", ""]
-        out += [f"*{message.stop_reason} · {_usage_text(message)}*", ""]
-    return "\n".join(out)
+            yield from (f"> **Error:** {message.error_message}", "")
+        yield f"*{message.stop_reason} · {_usage_text(message)}*"
+        yield ""
 
 
 class LivePrinter:

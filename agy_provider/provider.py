@@ -22,21 +22,18 @@ from agy_provider.assembler import StepAssembler
 from agy_provider.config import Config, load_config
 from agy_provider.discovery import Binding, bind_database, conversations_dir, snapshot_stems
 from agy_provider.errors import AgyError, UsageError
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import event_sources, get_plugin_manager
 from agy_provider.runner import AgyProcess, TurnRequest, find_agy
 from agy_provider.sessions import SessionRecord, SessionStore
 from agy_provider.stream import AssistantMessageEventStream
 from agy_provider.types import (
     AssistantMessage,
-    AssistantMessageEvent,
     Context,
-    DoneEvent,
-    ErrorEvent,
     ImageContent,
     Message,
     Model,
-    SimpleStreamOptions,
-    StartEvent,
     TextContent,
     ToolResultMessage,
     UserMessage,

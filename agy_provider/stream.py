@@ -15,14 +15,11 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 
-from .errors import AgyError
-from .types import AssistantMessage, AssistantMessageEvent, DoneEvent, ErrorEvent
+from .errors import IncompleteStreamError
+from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from .types import AssistantMessage
 
-__all__ = ["AssistantMessageEventStream", "IncompleteStreamError"]
-
-
-class IncompleteStreamError(AgyError, RuntimeError):
-    """The producer ended the stream without a `done` or `error` event or a result."""
+__all__ = ["AssistantMessageEventStream"]
 
 
 class AssistantMessageEventStream:

@@ -1,6 +1,6 @@
-"""pi's data model: models, context, messages, content blocks, usage and the 12 stream events.
+"""pi's data model: content blocks, usage and cost, messages, tools, context and models.
 
-Owns their exact camelCase JSON (`to_json` / `from_json`) and the `AbortSignal` that cancels a turn.
+Owns their exact camelCase JSON (`to_json` / `from_json`); events and options have their own modules.
 
 Field names and meanings follow `@mariozechner/pi-ai` (`packages/ai/src/types.ts` in
 badlogic/pi-mono): a Python field `cache_read` is pi's `cacheRead`, optional fields that are `None`
@@ -12,181 +12,59 @@ does not know and raises `DecodeError` when a key pi requires is missing or has 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, TypeAlias, cast, get_args
 
+from ._pijson import (
+    JsonDict,
+    _bool,
+    _dict,
+    _int,
+    _jnum,
+    _list,
+    _literal,
+    _num,
+    _obj,
+    _opt_bool,
+    _opt_dict,
+    _opt_str,
+    _present,
+    _put,
+    _str,
+    _tag,
+)
 from .errors import DecodeError
 
 __all__ = [
-    "AbortSignal",
     "Api",
     "AssistantContent",
     "AssistantMessage",
-    "AssistantMessageEvent",
-    "CacheRetention",
     "Context",
     "Cost",
-    "DoneEvent",
-    "DoneReason",
-    "ErrorEvent",
-    "ErrorReason",
     "ImageContent",
     "InputKind",
-    "JsonDict",
     "Message",
     "Model",
     "ModelCost",
     "Provider",
-    "SimpleStreamOptions",
-    "StartEvent",
     "StopReason",
-    "StreamOptions",
     "TextContent",
-    "TextDeltaEvent",
-    "TextEndEvent",
-    "TextStartEvent",
-    "ThinkingBudgets",
     "ThinkingContent",
-    "ThinkingDeltaEvent",
-    "ThinkingEndEvent",
-    "ThinkingLevel",
-    "ThinkingStartEvent",
     "Tool",
     "ToolCall",
-    "ToolCallDeltaEvent",
-    "ToolCallEndEvent",
-    "ToolCallStartEvent",
     "ToolResultMessage",
-    "Transport",
     "Usage",
     "UserContent",
     "UserMessage",
     "content_from_json",
-    "event_from_json",
     "message_from_json",
 ]
 
-JsonDict: TypeAlias = dict[str, Any]
 Api: TypeAlias = str
 Provider: TypeAlias = str
 StopReason: TypeAlias = Literal["stop", "length", "toolUse", "error", "aborted"]
-DoneReason: TypeAlias = Literal["stop", "length", "toolUse"]
-ErrorReason: TypeAlias = Literal["aborted", "error"]
-ThinkingLevel: TypeAlias = Literal["minimal", "low", "medium", "high", "xhigh"]
-CacheRetention: TypeAlias = Literal["none", "short", "long"]
-Transport: TypeAlias = Literal["sse", "websocket", "websocket-cached", "auto"]
 InputKind: TypeAlias = Literal["text", "image"]
-
-
-# --- decoding and encoding helpers -------------------------------------------------------------
-
-
-def _obj(value: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise DecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _present(d: Mapping[str, Any], key: str, what: str) -> Any:
-    if key not in d:
-        raise DecodeError(f"{what}: missing {key!r}")
-    return d[key]
-
-
-def _str(d: Mapping[str, Any], key: str, what: str) -> str:
-    value = _present(d, key, what)
-    if not isinstance(value, str):
-        raise DecodeError(f"{what}: {key!r} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(d: Mapping[str, Any], key: str, what: str) -> str | None:
-    return None if d.get(key) is None else _str(d, key, what)
-
-
-def _bool(d: Mapping[str, Any], key: str, what: str) -> bool:
-    value = _present(d, key, what)
-    if not isinstance(value, bool):
-        raise DecodeError(f"{what}: {key!r} must be a boolean, got {type(value).__name__}")
-    return value
-
-
-def _opt_bool(d: Mapping[str, Any], key: str, what: str) -> bool | None:
-    return None if d.get(key) is None else _bool(d, key, what)
-
-
-def _num(d: Mapping[str, Any], key: str, what: str) -> float:
-    value = _present(d, key, what)
-    # bool is an int subclass, but `true` is not a number in pi's JSON.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DecodeError(f"{what}: {key!r} must be a number, got {type(value).__name__}")
-    return value
-
-
-def _opt_num(d: Mapping[str, Any], key: str, what: str) -> float | None:
-    return None if d.get(key) is None else _num(d, key, what)
-
-
-def _int(d: Mapping[str, Any], key: str, what: str) -> int:
-    value = _num(d, key, what)
-    if isinstance(value, float):
-        # JavaScript has one number type, so another writer may send 12.0 for a count.
-        if not value.is_integer():
-            raise DecodeError(f"{what}: {key!r} must be an integer, got {value!r}")
-        return int(value)
-    return value
-
-
-def _opt_int(d: Mapping[str, Any], key: str, what: str) -> int | None:
-    return None if d.get(key) is None else _int(d, key, what)
-
-
-def _list(d: Mapping[str, Any], key: str, what: str) -> list[Any]:
-    value = _present(d, key, what)
-    if not isinstance(value, list | tuple):
-        raise DecodeError(f"{what}: {key!r} must be an array, got {type(value).__name__}")
-    return list(value)
-
-
-def _dict(d: Mapping[str, Any], key: str, what: str) -> JsonDict:
-    return dict(_obj(_present(d, key, what), f"{what}.{key}"))
-
-
-def _opt_dict(d: Mapping[str, Any], key: str, what: str) -> JsonDict | None:
-    return None if d.get(key) is None else _dict(d, key, what)
-
-
-def _literal(d: Mapping[str, Any], key: str, what: str, allowed: Any) -> Any:
-    value = _present(d, key, what)
-    choices = get_args(allowed)
-    if value not in choices:
-        raise DecodeError(f"{what}: {key!r} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def _opt_literal(d: Mapping[str, Any], key: str, what: str, allowed: Any) -> Any:
-    return None if d.get(key) is None else _literal(d, key, what, allowed)
-
-
-def _tag(d: Mapping[str, Any], key: str, expected: str, what: str) -> None:
-    if d.get(key) != expected:
-        raise DecodeError(f"{what}: expected {key} {expected!r}, got {d.get(key)!r}")
-
-
-def _jnum(value: float) -> float:
-    """A number as `JSON.stringify` would write it: 3.0 becomes 3."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _put(out: JsonDict, key: str, value: object) -> None:
-    if value is not None:
-        out[key] = value
 
 
 # --- content blocks ----------------------------------------------------------------------------
@@ -707,460 +585,3 @@ class Model:
             headers=_opt_dict(d, "headers", "model"),
             compat=_opt_dict(d, "compat", "model"),
         )
-
-
-# --- options and abort -------------------------------------------------------------------------
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class AbortSignal:
-    """A one-way flag that cancels a turn, like the web's AbortSignal.
-
-    `abort()` may be called from any thread; every coroutine in `wait()` wakes on its own loop.
-    """
-
-    __slots__ = ("_aborted", "_lock", "_reason", "_waiters")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._aborted = False
-        self._reason: object = None
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-
-    @property
-    def aborted(self) -> bool:
-        """True once `abort()` has been called."""
-        return self._aborted
-
-    @property
-    def reason(self) -> object:
-        """What `abort()` was given, or None."""
-        return self._reason
-
-    def abort(self, reason: object = None) -> None:
-        """Raise the flag and wake every waiter. Later calls change nothing."""
-        with self._lock:
-            if self._aborted:
-                return
-            self._reason = reason
-            self._aborted = True
-            waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
-            # A closed loop raises here; nothing on it can still be waiting.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve, future)
-
-    async def wait(self) -> None:
-        """Return once the signal is aborted (at once if it already is)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        entry = (loop, future)
-        with self._lock:
-            if self._aborted:
-                return
-            self._waiters.append(entry)
-        try:
-            await future
-        finally:
-            with self._lock:
-                if entry in self._waiters:
-                    self._waiters.remove(entry)
-
-    def __repr__(self) -> str:
-        return f"AbortSignal(aborted={self._aborted}, reason={self._reason!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingBudgets:
-    """Token budgets per thinking level, for providers that budget thinking in tokens."""
-
-    minimal: int | None = None
-    low: int | None = None
-    medium: int | None = None
-    high: int | None = None
-
-    def to_json(self) -> JsonDict:
-        out: JsonDict = {}
-        for key in ("minimal", "low", "medium", "high"):
-            _put(out, key, getattr(self, key))
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "thinking budgets")
-        return cls(
-            *(_opt_int(d, key, "thinking budgets") for key in ("minimal", "low", "medium", "high"))
-        )
-
-
-# (python field, pi key) for StreamOptions' JSON-valued fields; `signal` and pi's callbacks
-# (onPayload, onResponse) are live objects and have no JSON form.
-_STREAM_OPTION_KEYS = (
-    ("temperature", "temperature"),
-    ("max_tokens", "maxTokens"),
-    ("api_key", "apiKey"),
-    ("transport", "transport"),
-    ("cache_retention", "cacheRetention"),
-    ("session_id", "sessionId"),
-    ("headers", "headers"),
-    ("timeout_ms", "timeoutMs"),
-    ("max_retries", "maxRetries"),
-    ("max_retry_delay_ms", "maxRetryDelayMs"),
-    ("metadata", "metadata"),
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamOptions:
-    """Options every pi provider accepts; `signal` aborts the turn. `api_key` stays out of repr."""
-
-    temperature: float | None = None
-    max_tokens: int | None = None
-    signal: AbortSignal | None = field(default=None, compare=False)
-    api_key: str | None = field(default=None, repr=False)
-    transport: Transport | None = None
-    cache_retention: CacheRetention | None = None
-    session_id: str | None = None
-    headers: Mapping[str, str] | None = None
-    timeout_ms: int | None = None
-    max_retries: int | None = None
-    max_retry_delay_ms: int | None = None
-    metadata: Mapping[str, Any] | None = None
-
-    def to_json(self) -> JsonDict:
-        """pi's JSON for the options, without `signal` (a live object)."""
-        out: JsonDict = {}
-        for attr, key in _STREAM_OPTION_KEYS:
-            value = getattr(self, attr)
-            if isinstance(value, Mapping):
-                value = dict(value)
-            elif isinstance(value, float):
-                value = _jnum(value)
-            _put(out, key, value)
-        return out
-
-    @classmethod
-    def _fields_from_json(cls, d: Mapping[str, Any], what: str) -> JsonDict:
-        return {
-            "temperature": _opt_num(d, "temperature", what),
-            "max_tokens": _opt_int(d, "maxTokens", what),
-            "api_key": _opt_str(d, "apiKey", what),
-            "transport": _opt_literal(d, "transport", what, Transport),
-            "cache_retention": _opt_literal(d, "cacheRetention", what, CacheRetention),
-            "session_id": _opt_str(d, "sessionId", what),
-            "headers": _opt_dict(d, "headers", what),
-            "timeout_ms": _opt_int(d, "timeoutMs", what),
-            "max_retries": _opt_int(d, "maxRetries", what),
-            "max_retry_delay_ms": _opt_int(d, "maxRetryDelayMs", what),
-            "metadata": _opt_dict(d, "metadata", what),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, signal: AbortSignal | None = None) -> Self:
-        d = _obj(data, "stream options")
-        return cls(signal=signal, **cls._fields_from_json(d, "stream options"))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimpleStreamOptions(StreamOptions):
-    """`stream_simple` options: pi's StreamOptions plus a thinking level and token budgets."""
-
-    reasoning: ThinkingLevel | None = None
-    thinking_budgets: ThinkingBudgets | None = None
-
-    def to_json(self) -> JsonDict:
-        out = StreamOptions.to_json(self)
-        _put(out, "reasoning", self.reasoning)
-        if self.thinking_budgets is not None:
-            out["thinkingBudgets"] = self.thinking_budgets.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, signal: AbortSignal | None = None) -> Self:
-        what = "stream options"
-        d = _obj(data, what)
-        budgets = d.get("thinkingBudgets")
-        return cls(
-            signal=signal,
-            reasoning=_opt_literal(d, "reasoning", what, ThinkingLevel),
-            thinking_budgets=None if budgets is None else ThinkingBudgets.from_json(budgets),
-            **cls._fields_from_json(d, what),
-        )
-
-
-# --- the 12 stream events ----------------------------------------------------------------------
-#
-# Every event but done/error carries `partial`, the message as built so far. `to_json` takes
-# `include_partial=False` so replays can print events without repeating the whole message.
-
-
-def _partial(d: Mapping[str, Any], what: str) -> AssistantMessage:
-    return AssistantMessage.from_json(_present(d, "partial", what))
-
-
-def _event_json(out: JsonDict, partial: AssistantMessage, include_partial: bool) -> JsonDict:
-    if include_partial:
-        out["partial"] = partial.to_json()
-    return out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StartEvent:
-    """The response has begun."""
-
-    type: ClassVar[Literal["start"]] = "start"
-    partial: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        return _event_json({"type": self.type}, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "start event")
-        _tag(d, "type", cls.type, "event")
-        return cls(partial=_partial(d, "start event"))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockStart:
-    type: ClassVar[str]
-    content_index: int
-    partial: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {"type": self.type, "contentIndex": self.content_index}
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(content_index=_int(d, "contentIndex", what), partial=_partial(d, what))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockDelta:
-    type: ClassVar[str]
-    content_index: int
-    delta: str
-    partial: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {"type": self.type, "contentIndex": self.content_index, "delta": self.delta}
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            delta=_str(d, "delta", what),
-            partial=_partial(d, what),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockEnd:
-    type: ClassVar[str]
-    content_index: int
-    content: str
-    partial: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {
-            "type": self.type,
-            "contentIndex": self.content_index,
-            "content": self.content,
-        }
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            content=_str(d, "content", what),
-            partial=_partial(d, what),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TextStartEvent(_BlockStart):
-    """A text block opened at `content_index`."""
-
-    type: ClassVar[Literal["text_start"]] = "text_start"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TextDeltaEvent(_BlockDelta):
-    """Text appended to the block at `content_index`."""
-
-    type: ClassVar[Literal["text_delta"]] = "text_delta"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TextEndEvent(_BlockEnd):
-    """The text block at `content_index` is complete; `content` is its whole text."""
-
-    type: ClassVar[Literal["text_end"]] = "text_end"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingStartEvent(_BlockStart):
-    """A thinking block opened at `content_index`."""
-
-    type: ClassVar[Literal["thinking_start"]] = "thinking_start"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingDeltaEvent(_BlockDelta):
-    """Thinking appended to the block at `content_index`."""
-
-    type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingEndEvent(_BlockEnd):
-    """The thinking block at `content_index` is complete; `content` is its whole thinking."""
-
-    type: ClassVar[Literal["thinking_end"]] = "thinking_end"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallStartEvent(_BlockStart):
-    """A tool call opened at `content_index`."""
-
-    type: ClassVar[Literal["toolcall_start"]] = "toolcall_start"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallDeltaEvent(_BlockDelta):
-    """More of the tool call's arguments JSON, as raw text."""
-
-    type: ClassVar[Literal["toolcall_delta"]] = "toolcall_delta"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallEndEvent:
-    """The tool call at `content_index` is complete; `tool_call` is the finished call."""
-
-    type: ClassVar[Literal["toolcall_end"]] = "toolcall_end"
-    content_index: int
-    tool_call: ToolCall
-    partial: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {
-            "type": self.type,
-            "contentIndex": self.content_index,
-            "toolCall": self.tool_call.to_json(),
-        }
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = "toolcall_end event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            tool_call=ToolCall.from_json(_present(d, "toolCall", what)),
-            partial=_partial(d, what),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DoneEvent:
-    """The response finished; `message` is final and `reason` is its stop reason."""
-
-    type: ClassVar[Literal["done"]] = "done"
-    reason: DoneReason
-    message: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        """pi's JSON; `include_partial` is accepted for symmetry (done has no `partial`)."""
-        return {"type": self.type, "reason": self.reason, "message": self.message.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "done event")
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            reason=_literal(d, "reason", "done event", DoneReason),
-            message=AssistantMessage.from_json(_present(d, "message", "done event")),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorEvent:
-    """The response failed or was aborted; `error` is the final message, whose
-    `error_message` says what went wrong."""
-
-    type: ClassVar[Literal["error"]] = "error"
-    reason: ErrorReason
-    error: AssistantMessage
-
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        """pi's JSON; `include_partial` is accepted for symmetry (error has no `partial`)."""
-        return {"type": self.type, "reason": self.reason, "error": self.error.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "error event")
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            reason=_literal(d, "reason", "error event", ErrorReason),
-            error=AssistantMessage.from_json(_present(d, "error", "error event")),
-        )
-
-
-AssistantMessageEvent: TypeAlias = (
-    StartEvent
-    | TextStartEvent
-    | TextDeltaEvent
-    | TextEndEvent
-    | ThinkingStartEvent
-    | ThinkingDeltaEvent
-    | ThinkingEndEvent
-    | ToolCallStartEvent
-    | ToolCallDeltaEvent
-    | ToolCallEndEvent
-    | DoneEvent
-    | ErrorEvent
-)
-
-_EVENT_TYPES: dict[str, Callable[[Mapping[str, Any]], AssistantMessageEvent]] = {
-    cls.type: cls.from_json
-    for cls in (
-        StartEvent,
-        TextStartEvent,
-        TextDeltaEvent,
-        TextEndEvent,
-        ThinkingStartEvent,
-        ThinkingDeltaEvent,
-        ThinkingEndEvent,
-        ToolCallStartEvent,
-        ToolCallDeltaEvent,
-        ToolCallEndEvent,
-        DoneEvent,
-        ErrorEvent,
-    )
-}
-
-
-def event_from_json(data: Mapping[str, Any]) -> AssistantMessageEvent:
-    """Decode any of the 12 events by its `type`. Raises `DecodeError` for an unknown type."""
-    d = _obj(data, "event")
-    decode = _EVENT_TYPES.get(d.get("type"))  # type: ignore[arg-type]
-    if decode is None:
-        raise DecodeError(f"event: unknown type {d.get('type')!r}")
-    return decode(d)

@@ -12,19 +12,13 @@ from typing import Any
 import psutil
 import pytest
 
+from agy_provider.events import AssistantMessageEvent
 from agy_provider.hookspecs import hookimpl
+from agy_provider.options import AbortSignal, SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import stream_simple
 from agy_provider.sessions import SessionStore
-from agy_provider.types import (
-    AbortSignal,
-    AssistantMessage,
-    AssistantMessageEvent,
-    Context,
-    Model,
-    SimpleStreamOptions,
-    UserMessage,
-)
+from agy_provider.types import AssistantMessage, Context, Model, UserMessage
 
 MODEL = Model(
     id="gemini-3.7-flash",

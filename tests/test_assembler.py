@@ -15,7 +15,8 @@ from agy_provider.agy.step import (
     TurnOutcome,
 )
 from agy_provider.assembler import StepAssembler
-from agy_provider.types import DoneEvent, ErrorEvent, TextContent, ThinkingContent
+from agy_provider.events import DoneEvent, ErrorEvent
+from agy_provider.types import TextContent, ThinkingContent
 
 USER = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE, text="hi")
 

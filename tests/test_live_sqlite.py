@@ -14,8 +14,9 @@ from live_helpers import agy_processes, run_turn, text_of
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
+from agy_provider.events import DoneEvent, ErrorEvent
+from agy_provider.options import AbortSignal
 from agy_provider.sessions import SessionStore
-from agy_provider.types import AbortSignal, DoneEvent, ErrorEvent
 
 pytestmark = pytest.mark.slow
 

@@ -9,18 +9,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agy_provider.stream import AssistantMessageEventStream, IncompleteStreamError
-from agy_provider.types import (
-    AssistantMessage,
+from agy_provider.errors import IncompleteStreamError
+from agy_provider.events import (
     AssistantMessageEvent,
     DoneEvent,
     ErrorEvent,
     StartEvent,
-    TextContent,
     TextDeltaEvent,
     TextEndEvent,
     TextStartEvent,
 )
+from agy_provider.stream import AssistantMessageEventStream
+from agy_provider.types import AssistantMessage, TextContent
 
 T = TypeVar("T")
 

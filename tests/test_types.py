@@ -12,38 +12,37 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agy_provider.errors import DecodeError
-from agy_provider.types import (
-    AbortSignal,
-    AssistantMessage,
-    Context,
-    Cost,
+from agy_provider.events import (
     DoneEvent,
     ErrorEvent,
-    ImageContent,
-    Model,
-    ModelCost,
-    SimpleStreamOptions,
     StartEvent,
-    StreamOptions,
-    TextContent,
     TextDeltaEvent,
     TextEndEvent,
     TextStartEvent,
-    ThinkingBudgets,
-    ThinkingContent,
     ThinkingDeltaEvent,
     ThinkingEndEvent,
     ThinkingStartEvent,
-    Tool,
-    ToolCall,
     ToolCallDeltaEvent,
     ToolCallEndEvent,
     ToolCallStartEvent,
+    event_from_json,
+)
+from agy_provider.options import AbortSignal, SimpleStreamOptions, StreamOptions, ThinkingBudgets
+from agy_provider.types import (
+    AssistantMessage,
+    Context,
+    Cost,
+    ImageContent,
+    Model,
+    ModelCost,
+    TextContent,
+    ThinkingContent,
+    Tool,
+    ToolCall,
     ToolResultMessage,
     Usage,
     UserMessage,
     content_from_json,
-    event_from_json,
     message_from_json,
 )
 
