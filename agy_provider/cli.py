@@ -6,7 +6,6 @@ Each subcommand parses arguments, calls one library function, and maps typed err
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import sys
@@ -18,7 +17,6 @@ from agy_provider import __version__
 from agy_provider.errors import AgyError, AgyNotFoundError, UsageError
 from agy_provider.formatters import event_line, markdown, step_line, transcript
 from agy_provider.replay import load_recording, replay
-from agy_provider.runner import find_agy
 
 __all__ = ["build_parser", "main"]
 
@@ -86,32 +84,35 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def warn(text: str) -> None:
         print(f"warning: {text}", file=err)
 
-    recording = load_recording(args.path, warn=warn)
-    if not recording.turns:
-        raise UsageError(f"{args.path} holds no turns to replay")
-    # Printed events never include `partial`; transcripts and markdown read only final messages.
-    turns = list(replay(recording, args.turn, partials=False))
-    title = next((t.title for t in reversed(turns) if t.title), "")
-    if args.format == "events":
-        for turn in turns:
-            for event in turn.events:
-                out.write(event_line(event) + "\n")
-    elif args.format == "steps":
-        steps = recording.steps if args.turn == "all" else [s for t in turns for s in t.steps]
-        for step in steps:
-            out.write(step_line(step) + "\n")
-    elif args.format == "transcript":
-        colour = out.isatty()
-        rows = [(t.number, t.user_text, t.message) for t in turns]
-        for line in transcript(rows, colour=colour, title=title):
-            out.write(line + "\n")
-    else:
-        out.write(markdown([(t.number, t.user_text, t.message) for t in turns], title=title))
+    with load_recording(args.path, warn=warn) as recording:
+        if not recording.turn_count:
+            raise UsageError(f"{args.path} holds no turns to replay")
+        # Output is written turn by turn as each is replayed, so memory stays flat. Printed
+        # events never include `partial`; transcripts and markdown read only final messages.
+        turns = replay(recording, args.turn, partials=False)
+        if args.format == "events":
+            for turn in turns:
+                out.writelines(event_line(event) + "\n" for event in turn.events)
+        elif args.format == "steps":
+            if args.turn == "all":
+                out.writelines(step_line(step) + "\n" for step in recording.steps())
+            else:
+                for turn in turns:
+                    out.writelines(step_line(step) + "\n" for step in turn.steps)
+        else:
+            rows = ((t.number, t.user_text, t.message) for t in turns)
+            if args.format == "transcript":
+                lines = transcript(rows, colour=out.isatty(), title=recording.title)
+            else:
+                lines = markdown(rows, title=recording.title)
+            out.writelines(line + "\n" for line in lines)
     return EXIT_OK
 
 
 def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: the live path pulls in asyncio and the provider, which replay never needs.
+    import asyncio
+
     from agy_provider.chat import run_chat
 
     message = asyncio.run(
@@ -133,6 +134,8 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """A turn with the real agy when there is one; else, said out loud, with agy-sim."""
+    from agy_provider.runner import find_agy
+
     try:
         agy = find_agy(os.environ.get("AGY_BIN", ""))
     except AgyNotFoundError:

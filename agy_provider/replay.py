@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -24,7 +25,8 @@ from agy_provider.agy.step import Step, StepKind, TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.assembler import StepAssembler
 from agy_provider.errors import DatabaseError, DecodeError, UsageError
-from agy_provider.types import AssistantMessage, AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.types import AssistantMessage
 from agy_provider.wire.protowire import Message
 
 __all__ = [
@@ -55,15 +57,68 @@ class _TurnInput:
     model: str = DEFAULT_MODEL
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class Recording:
-    """A decoded file: its format, every step (newest snapshot per index), and its turns."""
+    """A decoded file: its format, its turns (loaded one at a time) and every step.
 
-    format: str
-    path: str
-    steps: Sequence[Step]
-    turns: Sequence[_TurnInput]
-    conversation_id: str = ""
+    A database is read turn by turn — a column scan finds the USER rows, each turn's rows are
+    decoded when that turn is replayed — so replaying a long conversation holds one turn in
+    memory, not the whole file. Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(
+        self,
+        *,
+        format: str,
+        path: str,
+        turn_count: int,
+        load_turn: Callable[[int], _TurnInput],
+        iter_steps: Callable[[], Iterator[Step]],
+        conversation_id: str = "",
+        title: str = "",
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.format = format
+        self.path = path
+        self.turn_count = turn_count
+        self.conversation_id = conversation_id
+        self.title = title
+        self._load_turn = load_turn
+        self._iter_steps = iter_steps
+        self._close = close
+
+    def turn(self, position: int) -> _TurnInput:
+        """The inputs of turn `position` (0-based)."""
+        return self._load_turn(position)
+
+    def steps(self) -> Iterator[Step]:
+        """Every step in index order (newest snapshot per index)."""
+        return self._iter_steps()
+
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _in_memory(
+    format: str, path: str, steps: Sequence[Step], turns: Sequence[_TurnInput], conversation_id: str
+) -> Recording:
+    title = next(
+        (s.title for s in reversed(steps) if s.kind is StepKind.CHECKPOINT and s.title), ""
+    )
+    return Recording(
+        format=format,
+        path=path,
+        turn_count=len(turns),
+        load_turn=turns.__getitem__,
+        iter_steps=lambda: iter(steps),
+        conversation_id=conversation_id,
+        title=title,
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,8 +195,8 @@ def replay(
 
     `partials=False` leaves each event's `partial` empty (faster, for output that drops it).
     """
-    for position in select_turns(len(recording.turns), turn):
-        inputs = recording.turns[position]
+    for position in select_turns(recording.turn_count, turn):
+        inputs = recording.turn(position)
         start = inputs.user.index if inputs.user is not None else -1
         assembler = StepAssembler(
             model=inputs.model,
@@ -191,27 +246,32 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
     except DatabaseError as exc:
         raise UsageError(str(exc)) from exc
     try:
-        steps: list[Step] = []
-        for row in iter_step_rows(conn, path=path):
+        # The step_type column mirrors payload field 1; a saved file has no torn rows.
+        users = [
+            int(r[0])
+            for r in conn.execute("SELECT idx FROM steps WHERE step_type = 14 ORDER BY idx")
+        ]
+        (first,) = conn.execute("SELECT MIN(idx) FROM steps").fetchone()
+        slugs = _generator_slugs(iter_generator_rows(conn, path=path), warn)
+        conversation_id = read_conversation_id(conn)
+        title = _last_title(conn, path)
+    except (DatabaseError, sqlite3.DatabaseError) as exc:
+        conn.close()
+        raise UsageError(f"{path}: {exc}") from exc
+
+    def rows(after: int = -1, before: int | None = None) -> Iterator[Step]:
+        for row in iter_step_rows(conn, path=path, after=after, before=before):
             try:
-                steps.append(
-                    decode_step_row(
-                        row.index,
-                        row.step_type,
-                        row.status,
-                        row.payload,
-                        metadata=row.metadata,
-                        error_details=row.error_details,
-                    )
+                yield decode_step_row(
+                    row.index,
+                    row.step_type,
+                    row.status,
+                    row.payload,
+                    metadata=row.metadata,
+                    error_details=row.error_details,
                 )
             except DecodeError as exc:
                 warn(f"step {row.index}: skipped, {exc}")
-        slugs = _generator_slugs(iter_generator_rows(conn, path=path), warn)
-        conversation_id = read_conversation_id(conn)
-    except DatabaseError as exc:
-        raise UsageError(str(exc)) from exc
-    finally:
-        conn.close()
 
     def model_of(body: Sequence[Step]) -> str:
         for step in reversed(body):
@@ -220,13 +280,43 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
                 return slug
         return DEFAULT_MODEL
 
+    def load_turn(position: int) -> _TurnInput:
+        if not users:
+            body = list(rows())
+            return _TurnInput(user=None, batches=[body], model=model_of(body))
+        start = users[position]
+        end = users[position + 1] if position + 1 < len(users) else None
+        steps = list(rows(after=start - 1, before=end))
+        user = steps[0] if steps and steps[0].index == start else None
+        body = steps[1:] if user is not None else steps
+        return _TurnInput(user=user, batches=[body], model=model_of(body))
+
+    count = len(users) or (1 if first is not None else 0)
     return Recording(
         format="sqlite",
         path=path,
-        steps=steps,
-        turns=_split_turns(steps, model_of),
+        turn_count=count,
+        load_turn=load_turn,
+        iter_steps=rows,
         conversation_id=conversation_id,
+        title=title,
+        close=conn.close,
     )
+
+
+def _last_title(conn: sqlite3.Connection, path: str) -> str:
+    """The newest checkpoint's title (AGY-FORMATS §3.3: 30.4), "" when there is none."""
+    for row in conn.execute(
+        "SELECT idx, step_type, status, step_payload FROM steps WHERE step_type = 23 "
+        "ORDER BY idx DESC LIMIT 3"
+    ):
+        try:
+            title = decode_step_row(*row).title
+        except DecodeError:
+            continue
+        if title:
+            return title
+    return ""
 
 
 def _generator_slugs(rows: Iterable[tuple[int, bytes]], warn: Warn) -> dict[str, str]:
@@ -276,13 +366,8 @@ def _load_rpc(path: str, warn: Warn) -> Recording:
         latest[step.index] = step
     steps = [latest[i] for i in sorted(latest)]
     conversation = next((s.conversation_id for s in steps if s.conversation_id), "")
-    return Recording(
-        format="rpc",
-        path=path,
-        steps=steps,
-        turns=_split_turns(steps, lambda _body: DEFAULT_MODEL),
-        conversation_id=conversation,
-    )
+    turns = _split_turns(steps, lambda _body: DEFAULT_MODEL)
+    return _in_memory("rpc", path, steps, turns, conversation)
 
 
 def _load_stream_json(path: str, warn: Warn) -> Recording:
@@ -318,10 +403,4 @@ def _load_stream_json(path: str, warn: Warn) -> Recording:
     if batches or user is not None:
         turns.append(_TurnInput(user=user, batches=batches))  # a capture cut before its result
     steps = [latest[i] for i in sorted(latest)]
-    return Recording(
-        format="stream-json",
-        path=path,
-        steps=steps,
-        turns=turns,
-        conversation_id=decoder.conversation_id,
-    )
+    return _in_memory("stream-json", path, steps, turns, decoder.conversation_id)

@@ -93,15 +93,18 @@ def _present_columns(conn: sqlite3.Connection) -> list[str]:
 
 
 def iter_step_rows(
-    conn: sqlite3.Connection, *, path: str = "", after: int = -1
+    conn: sqlite3.Connection, *, path: str = "", after: int = -1, before: int | None = None
 ) -> Iterator[StepRow]:
-    """Every `steps` row with `idx > after`, in index order."""
+    """Every `steps` row with `after < idx < before`, in index order."""
     columns = _present_columns(conn)
     if "idx" not in columns or "step_payload" not in columns:
         raise DatabaseError("steps table lacks idx or step_payload", path=path)
     select = ", ".join(columns)
     try:
-        cursor = conn.execute(f"SELECT {select} FROM steps WHERE idx > ? ORDER BY idx", (after,))
+        upper = before if before is not None else 2**63 - 1
+        cursor = conn.execute(
+            f"SELECT {select} FROM steps WHERE idx > ? AND idx < ? ORDER BY idx", (after, upper)
+        )
         if columns == list(STEP_COLUMNS):  # the usual case: unpack without a dict per row
             for idx, step_type, status, metadata, error_details, payload in cursor:
                 yield StepRow(

@@ -152,9 +152,10 @@ def decode_step_payload(
         tool = _tool_call(meta.message(4))
         usage = decode_metadata_usage(meta)
         execution_id = meta.string(12)
-        created = meta.message(1)
-        if created is not None:
-            created_at_ms = created.uint(1) * 1000 + created.uint(2) // 1_000_000
+        if step_type == 14:  # only a turn's user step dates the turn; skip the walk elsewhere
+            created = meta.message(1)
+            if created is not None:
+                created_at_ms = created.uint(1) * 1000 + created.uint(2) // 1_000_000
     if index is None:
         index = meta_index or 0
 
