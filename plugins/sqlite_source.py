@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,13 @@ TICK_ACTIVE = 0.05
 TICK_IDLE = 0.5
 TICK_ACTIVE_NO_NOTIFY = 0.01
 TICK_IDLE_NO_NOTIFY = 0.25
+# A notification on `-wal` fires when agy writes a commit's frames, a moment *before* the commit
+# is published in the WAL index (`-shm`, written through mmap, which notifies nothing). So after
+# a notification we re-check every SETTLE_TICK until data_version moves, for at most SETTLE_WINDOW.
+SETTLE_TICK = 0.002
+SETTLE_WINDOW = 0.05
+# How long opening may wait out a database agy holds locked.
+OPEN_TIMEOUT = 10.0
 
 
 @hookimpl
@@ -92,6 +100,7 @@ class SqliteEventSource:
         self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
         self._watch: _Watch | None = None
         self._idle_ticks = 0
+        self._settle_until = 0.0
         self.skipped: list[tuple[int, str]] = []
         # (rows the light scan returned, payloads fetched) by the last read: tests hold the
         # reader to "cost follows what changed" with these.
@@ -104,7 +113,17 @@ class SqliteEventSource:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        self._conn = open_conversation_db(self.path)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OPEN_TIMEOUT
+        while True:
+            try:
+                self._conn = open_conversation_db(self.path)
+                break
+            except DatabaseError:
+                # agy may hold the database exclusively for a moment: wait it out, bounded.
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(TICK_ACTIVE)
         if inotify_simple is not None:
             try:
                 self._watch = _Watch(self.path.parent, self.path.stem)
@@ -127,13 +146,17 @@ class SqliteEventSource:
 
     async def wait(self, timeout: float) -> None:
         """Sleep until the database may have changed, at most `timeout` (and one fallback tick)."""
+        if time.monotonic() < self._settle_until:
+            await asyncio.sleep(min(timeout, SETTLE_TICK))
+            return
         notify = self._watch is not None
         active = TICK_ACTIVE if notify else TICK_ACTIVE_NO_NOTIFY
         idle = TICK_IDLE if notify else TICK_IDLE_NO_NOTIFY
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            await self._watch.wait(delay)
+            if await self._watch.wait(delay):
+                self._settle_until = time.monotonic() + SETTLE_WINDOW
         else:
             await asyncio.sleep(delay)
 
@@ -147,8 +170,10 @@ class SqliteEventSource:
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version == self._data_version and not force:
-                self._idle_ticks += 1
+                if time.monotonic() >= self._settle_until:
+                    self._idle_ticks += 1  # settling after a notification is not idleness
                 return []
+            self._settle_until = 0.0  # the notified commit is visible now
             changed = self._read_changes(conn)
         except sqlite3.OperationalError as exc:
             # Locked or busy: agy holds a write lock. Try again next tick, nothing is lost.
