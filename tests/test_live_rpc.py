@@ -17,10 +17,10 @@ import psutil
 import pytest
 from live_helpers import agy_processes, agy_sim_path, run_turn, text_of
 
+from agy_provider.events import AssistantMessageEvent, DoneEvent
 from agy_provider.hookspecs import hookimpl
 from agy_provider.language_server import listening_ports
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.types import AssistantMessageEvent, DoneEvent
 
 pytestmark = pytest.mark.slow
 
@@ -284,7 +284,8 @@ async def test_another_agys_server_is_never_bound(rpc_env: Path, recorder: Any) 
 
 
 def test_coalescing_is_not_vacuous() -> None:
-    from agy_provider.types import AssistantMessage, TextDeltaEvent
+    from agy_provider.events import TextDeltaEvent
+    from agy_provider.types import AssistantMessage
 
     partial = AssistantMessage(
         content=(), api="agy", provider="agy", model="m", stop_reason="stop", timestamp=0
@@ -296,3 +297,14 @@ def test_coalescing_is_not_vacuous() -> None:
     ]
     assert coalesced(a) != coalesced(b)
     assert json.dumps(coalesced(a))
+
+
+@pytest.mark.parametrize("scenario", ["split-frames", "malformed-frames"])
+async def test_split_and_malformed_frames_stream_the_same_answer(
+    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, scenario: str
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", scenario)
+    events, message = await run_turn("hello")
+    assert isinstance(events[-1], DoneEvent)
+    assert text_of(events) == "".join(getattr(b, "text", "") for b in message.content)
+    assert text_of(events).startswith("Hello! I'm Antigravity")
