@@ -18,6 +18,7 @@ from agy_provider.agy.database import (
     iter_step_rows,
     open_conversation_db,
     read_conversation_id,
+    step_columns,
 )
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
@@ -255,12 +256,13 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
         slugs = _generator_slugs(iter_generator_rows(conn, path=path), warn)
         conversation_id = read_conversation_id(conn)
         title = _last_title(conn, path)
+        columns = step_columns(conn)
     except (DatabaseError, sqlite3.DatabaseError) as exc:
         conn.close()
         raise UsageError(f"{path}: {exc}") from exc
 
     def rows(after: int = -1, before: int | None = None) -> Iterator[Step]:
-        for row in iter_step_rows(conn, path=path, after=after, before=before):
+        for row in iter_step_rows(conn, path=path, after=after, before=before, columns=columns):
             try:
                 yield decode_step_row(
                     row.index,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from agy_provider.errors import DatabaseError
@@ -20,6 +20,7 @@ __all__ = [
     "iter_step_rows",
     "open_conversation_db",
     "read_conversation_id",
+    "step_columns",
 ]
 
 # The columns we know (newer builds add some: select by name, never `*`).
@@ -87,16 +88,25 @@ def _checked(conn: sqlite3.Connection, path: str) -> sqlite3.Connection:
     return conn
 
 
-def _present_columns(conn: sqlite3.Connection) -> list[str]:
+def step_columns(conn: sqlite3.Connection) -> list[str]:
+    """The columns of `steps` we know that this database has (newer builds add others)."""
     have = {row[1] for row in conn.execute("PRAGMA table_info(steps)")}
     return [c for c in STEP_COLUMNS if c in have]
 
 
 def iter_step_rows(
-    conn: sqlite3.Connection, *, path: str = "", after: int = -1, before: int | None = None
+    conn: sqlite3.Connection,
+    *,
+    path: str = "",
+    after: int = -1,
+    before: int | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[StepRow]:
-    """Every `steps` row with `after < idx < before`, in index order."""
-    columns = _present_columns(conn)
+    """Every `steps` row with `after < idx < before`, in index order.
+
+    Pass `columns` (from `step_columns`) when reading one database many times.
+    """
+    columns = list(columns) if columns is not None else step_columns(conn)
     if "idx" not in columns or "step_payload" not in columns:
         raise DatabaseError("steps table lacks idx or step_payload", path=path)
     select = ", ".join(columns)
