@@ -10,14 +10,13 @@ import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import psutil
 
 from agy_provider.errors import RpcError, TurnError
 from agy_provider.rpc_client import PROBE_TIMEOUT, ConnectClient
 
-__all__ = ["connect_to_language_server", "listening_ports", "prove_ownership", "root_conversations"]
+__all__ = ["connect_to_language_server", "listening_ports", "prove_ownership"]
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +112,6 @@ async def connect_to_language_server(
                 f"(loopback ports tried: {seen})"
             )
         await asyncio.sleep(_RETRY)
-
-
-def root_conversations(summaries: dict[str, Any]) -> list[str]:
-    """Ids of root cascades (not subagents) in a GetAllCascadeTrajectories answer."""
-    roots = []
-    for key, summary in (summaries.get("trajectorySummaries") or {}).items():
-        meta = summary.get("trajectoryMetadata") if isinstance(summary, dict) else None
-        if isinstance(meta, dict) and meta.get("parentConversationId"):
-            continue
-        roots.append(str(key))
-    return roots
 
 
 async def prove_ownership(client: ConnectClient, conversation_id: str) -> None:

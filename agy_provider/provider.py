@@ -25,7 +25,7 @@ from agy_provider.errors import AgyError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import event_sources, get_plugin_manager
-from agy_provider.runner import AgyProcess, TurnRequest, find_agy
+from agy_provider.runner import AgyProcess, TurnRequest, agy_version, find_agy
 from agy_provider.sessions import SessionRecord, SessionStore
 from agy_provider.stream import AssistantMessageEventStream
 from agy_provider.types import (
@@ -201,6 +201,7 @@ class _Turn:
         self.ctx: TurnContext | None = None
         self.final: AssistantMessage | None = None
         self.switch_to_backup = False
+        self.version_task: asyncio.Task[str] | None = None
 
     def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
         for event in events:
@@ -244,6 +245,8 @@ class _Turn:
             return []
 
     async def _cleanup(self) -> None:
+        if self.version_task is not None and not self.version_task.done():
+            self.version_task.cancel()
         if self.process is not None and self.process.returncode is None:
             await self.process.terminate()
         elif self.process is not None and self.process.survivors():
@@ -279,7 +282,7 @@ class _Turn:
         outcome = await self._stream(config)
         self._settle(outcome)
         if session_id:
-            self._remember(session_id, self.source_name)
+            await self._remember(session_id, self.source_name)
 
     def _choose_source(self) -> str:
         assert self.ctx is not None
@@ -319,6 +322,8 @@ class _Turn:
         self.process = AgyProcess(request)
         self.ctx.process = self.process
         self.started = asyncio.get_running_loop().time()
+        # Learned beside the turn (cached per binary), for the session record.
+        self.version_task = asyncio.get_running_loop().create_task(agy_version(binary))
         await self.process.start()
 
     async def _bind(self, config: Config, prompt: str, conversation_id: str) -> None:
@@ -485,8 +490,9 @@ class _Turn:
         last = events[-1] if events else None
         self.final = last.message if isinstance(last, DoneEvent) else None
 
-    def _remember(self, session_id: str, source_name: str) -> None:
+    async def _remember(self, session_id: str, source_name: str) -> None:
         assert self.ctx is not None and self.ctx.binding is not None
+        version = await self.version_task if self.version_task is not None else ""
         history = [*self.context.messages]
         if self.final is not None:
             history.append(self.final)
@@ -496,6 +502,7 @@ class _Turn:
                 conversation_id=self.ctx.binding.conversation_id,
                 last_step_index=self.source.last_final_index(),
                 event_source=source_name,
+                agy_version=version,
                 history_digest=history_digest(history),
             ),
         )

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_ARG_BYTES",
     "AgyProcess",
     "TurnRequest",
+    "agy_version",
     "build_argv",
     "find_agy",
     "go_duration",
@@ -69,6 +70,40 @@ def find_agy(configured: str = "") -> str:
     if found is None:
         raise AgyNotFoundError(f"`{candidate}` was not found on PATH. {INSTALL_HINT}")
     return found
+
+
+_versions: dict[str, str] = {}
+
+
+async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
+    """`agy --version` (first line), cached per binary; "" when it cannot be learned.
+
+    The auto-updater is disabled for the call (AGY-FORMATS §2: `--version` may start it).
+    """
+    if binary in _versions:
+        return _versions[binary]
+    version = ""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            binary,
+            "--version",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "AGY_CLI_DISABLE_AUTO_UPDATE": "1"},
+            start_new_session=True,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+            version = out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    except OSError as exc:
+        log.info("could not ask %s for its version: %s", binary, exc)
+    _versions[binary] = version
+    return version
 
 
 def go_duration(seconds: float) -> str:

@@ -182,41 +182,11 @@ def make_upb_reader(step_class: Any) -> Callable[[bytes], tuple[Any, ...]]:
 
 
 def real_step_class() -> Any:
-    from google.protobuf import (
-        any_pb2,
-        descriptor_pb2,
-        descriptor_pool,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        message_factory,
-        struct_pb2,
-        timestamp_pb2,
-        wrappers_pb2,
-    )
+    from google.protobuf import message_factory
 
-    pool = descriptor_pool.DescriptorPool()
-    for module in (
-        any_pb2,
-        timestamp_pb2,
-        duration_pb2,
-        struct_pb2,
-        empty_pb2,
-        wrappers_pb2,
-        field_mask_pb2,
-    ):
-        proto = descriptor_pb2.FileDescriptorProto()
-        module.DESCRIPTOR.CopyToProto(proto)
-        pool.Add(proto)
-    fds = descriptor_pb2.FileDescriptorSet.FromString(REAL_FDS.read_bytes())
-    skipped = 0
-    for proto in fds.file:
-        try:
-            pool.Add(proto)
-        except Exception:  # a file the pool already has, or one that does not resolve
-            skipped += 1
-    if skipped:
-        print(f"  note: {skipped} schema file(s) skipped while building the pool")
+    from agy_provider.sim.descriptors import load_descriptor_set
+
+    pool = load_descriptor_set(REAL_FDS)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("gemini_coder.Step"))
 
 

@@ -70,38 +70,9 @@ def real_pool() -> Any:
     """The real schema as a DescriptorPool (well-known types first, then every file in order)."""
     global _REAL
     if _REAL is None:
-        from google.protobuf import (
-            any_pb2,
-            descriptor_pb2,
-            descriptor_pool,
-            duration_pb2,
-            empty_pb2,
-            field_mask_pb2,
-            struct_pb2,
-            timestamp_pb2,
-            wrappers_pb2,
-        )
+        from agy_provider.sim.descriptors import load_descriptor_set
 
-        fds = descriptor_pb2.FileDescriptorSet()
-        fds.ParseFromString(REAL_FDS.read_bytes())
-        pool = descriptor_pool.DescriptorPool()
-        names = {f.name for f in fds.file}
-        for module in (
-            any_pb2,
-            timestamp_pb2,
-            duration_pb2,
-            struct_pb2,
-            empty_pb2,
-            wrappers_pb2,
-            field_mask_pb2,
-        ):
-            proto = descriptor_pb2.FileDescriptorProto()
-            module.DESCRIPTOR.CopyToProto(proto)
-            if proto.name not in names:
-                pool.Add(proto)
-        for proto in fds.file:
-            pool.Add(proto)
-        _REAL = pool
+        _REAL = load_descriptor_set(REAL_FDS)
     return _REAL
 
 

@@ -308,3 +308,31 @@ async def test_split_and_malformed_frames_stream_the_same_answer(
     assert isinstance(events[-1], DoneEvent)
     assert text_of(events) == "".join(getattr(b, "text", "") for b in message.content)
     assert text_of(events).startswith("Hello! I'm Antigravity")
+
+
+async def test_abort_while_agy_waits_cancels_refuses_and_leaves_nothing(
+    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: Any, recorder: Any
+) -> None:
+    from agy_provider.options import AbortSignal
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SPEED", "1")
+    decisions(allow=True, delay=6.0)  # a person who has not answered yet
+    signal = AbortSignal()
+
+    async def abort_soon() -> None:
+        while not any(e.type == "thinking_delta" for e, _ in recorder.events):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # now agy waits on the permission
+        signal.abort("host aborted")
+
+    task = asyncio.create_task(abort_soon())
+    started = time.monotonic()
+    events, message = await run_turn("where am I", signal=signal)
+    await task
+    assert events[-1].type == "error" and message.stop_reason == "aborted"
+    assert time.monotonic() - started < 6  # the abort did not wait for the person
+    assert agy_processes(rpc_env) == []
+    log = "".join(p.read_text() for p in (rpc_env / "log").glob("*.log"))
+    assert "cancel requested for conversation" in log  # CancelCascadeSteps reached agy
+    assert '{"permission": {"allow": false}}' in log  # and the WAITING step was refused

@@ -18,22 +18,16 @@ from typing import Any
 import pytest
 from codec_helpers import run_three_ways
 from google.protobuf import (
-    any_pb2,
     descriptor_pb2,
     descriptor_pool,
-    duration_pb2,
-    empty_pb2,
-    field_mask_pb2,
     message_factory,
-    struct_pb2,
-    timestamp_pb2,
-    wrappers_pb2,
 )
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agy_provider.errors import DecodeError, UsageError
+from agy_provider.sim.descriptors import load_descriptor_set
 from agy_provider.wire import protowire
 from agy_provider.wire.protowire import (
     EGROUP,
@@ -981,25 +975,7 @@ def test_every_truncation_of_the_real_payloads() -> None:
 @cache
 def step_class() -> Any:
     """`gemini_coder.Step` from agy's real schema, in a pool of its own (AGY-FORMATS §5)."""
-    pool = descriptor_pool.DescriptorPool()
-    for module in (
-        descriptor_pb2,
-        any_pb2,
-        timestamp_pb2,
-        duration_pb2,
-        struct_pb2,
-        empty_pb2,
-        wrappers_pb2,
-        field_mask_pb2,
-    ):
-        proto = descriptor_pb2.FileDescriptorProto()
-        module.DESCRIPTOR.CopyToProto(proto)
-        pool.Add(proto)
-    schema = descriptor_pb2.FileDescriptorSet.FromString(
-        (REFERENCE / "schema" / "antigravity_schema.fds").read_bytes()
-    )
-    for proto in schema.file:
-        pool.Add(proto)
+    pool = load_descriptor_set(REFERENCE / "schema" / "antigravity_schema.fds")
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("gemini_coder.Step"))
 
 

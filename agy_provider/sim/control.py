@@ -177,10 +177,13 @@ class ServerLink:
             answer: dict[str, Any] = {
                 k: message[k] for k in ("permission", "askQuestion") if k in message
             }
-            ok, error = self.simulator.answer(cid, int(message.get("stepIndex", 0)), answer)
+            index = int(message.get("stepIndex", 0))
+            ok, error = self.simulator.answer(cid, index, answer)
+            self.state.log(f"interaction for step {index}: {json.dumps(answer)} -> {error or 'ok'}")
             return {"ok": True} if ok else {"ok": False, "error": error}
         if op == "cancel":
             indices = message.get("stepIndices")
+            self.state.log(f"cancel requested for conversation {cid}, steps {indices or 'all'}")
             self.simulator.cancel(
                 cid, [int(i) for i in indices] if isinstance(indices, list) else None
             )
