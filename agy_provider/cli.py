@@ -6,6 +6,7 @@ Each subcommand parses arguments, calls one library function, and maps typed err
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -176,6 +177,8 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
+    if not logging.getLogger().handlers:  # a host that configured logging keeps its own
+        logging.basicConfig(level=logging.WARNING, format="agy-provider: %(message)s", stream=err)
     try:
         code: int = args.run(args, out, err)
         return code

@@ -6,6 +6,7 @@ Drives one turn: prompt → runner → database binding → event source → ass
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -450,8 +451,13 @@ class _Turn:
         After agy exits its language server is gone with it, so the database — the ground truth —
         gives the last word; the assembler drops whatever was already streamed.
         """
-        self.emit(self.assembler.feed(self._safe_poll()))
-        if self.source_name != "sqlite":
+        if self.source_name == "sqlite":
+            self.emit(self.assembler.feed(self._safe_poll()))
+        else:
+            # What the stream delivered before agy exited; its server went with it, so a
+            # failure to reach it now is expected and the database below has the rest.
+            with contextlib.suppress(AgyError):
+                self.emit(self.assembler.feed(self.source.poll()))
             try:
                 self.source = await self._open_backup()
             except AgyError as exc:

@@ -88,7 +88,7 @@ def coalesced(events: list[AssistantMessageEvent]) -> list[Any]:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["default", "thinking", "tools", "quota-error", "corrupt-row", "empty-answer", "two-turn"],
+    ["default", "thinking", "tools", "quota-error", "empty-answer", "two-turn"],
 )
 async def test_both_sources_give_identical_events(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, scenario: str
@@ -103,6 +103,20 @@ async def test_both_sources_give_identical_events(
         by_source[source] = coalesced(events)
     assert by_source["rpc"] == by_source["sqlite"]
     assert by_source["rpc"][-1]["type"] in ("done", "error")
+
+
+@pytest.mark.parametrize("source", ["rpc", "sqlite"])
+async def test_a_corrupt_final_row_is_skipped_and_the_turn_goes_on(
+    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    # The planner row grows healthily, then its final write is garbage: how much of the growth a
+    # source saw depends on timing, so this checks the outcome rather than comparing streams.
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "corrupt-row")
+    monkeypatch.setenv("AGY_EVENT_SOURCE", source)
+    events, message = await run_turn("hello")
+    assert isinstance(events[-1], DoneEvent)
+    assert text_of(events) == "".join(getattr(b, "text", "") for b in message.content)
+    assert text_of(events).endswith("A second, healthy answer after the corrupt row.")
 
 
 async def test_permission_allowed_runs_the_tool(
