@@ -200,11 +200,6 @@ class StepAssembler:
     # -- public -----------------------------------------------------------------------------
 
     @property
-    def turn_started(self) -> bool:
-        """True once the turn's USER step has been seen."""
-        return self._turn_start is not None
-
-    @property
     def finished(self) -> bool:
         return self._finished
 

@@ -6,7 +6,7 @@ Handles both shapes (AGY-FORMATS §4.5): poll steps with `metadata.toolCall`, an
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.agy.rows import answers_text, parse_arguments
@@ -25,7 +25,7 @@ from agy_provider.agy.step import (
 )
 from agy_provider.errors import DecodeError
 
-__all__ = ["decode_json_step", "decode_json_steps", "step_type_number"]
+__all__ = ["decode_json_step", "step_type_number"]
 
 # CortexStepType names we rely on -> numbers (the rest map to 0 and are decided by content).
 _TYPE_NUMBERS: Mapping[str, int] = {
@@ -66,17 +66,6 @@ _ANY_STEP_TYPE = "type.googleapis.com/gemini_coder.Step"
 def step_type_number(name: str) -> int:
     """`CORTEX_STEP_TYPE_PLANNER_RESPONSE` -> 15; unknown names -> 0."""
     return _TYPE_NUMBERS.get(name.removeprefix("CORTEX_STEP_TYPE_"), 0)
-
-
-def decode_json_steps(steps: Sequence[Any], *, offset: int = 0) -> list[Step | DecodeError]:
-    """Decode a `steps` array; each element is a Step or the DecodeError that skipped it."""
-    out: list[Step | DecodeError] = []
-    for position, raw in enumerate(steps):
-        try:
-            out.append(decode_json_step(raw, index=None, position=offset + position))
-        except DecodeError as exc:
-            out.append(exc)
-    return out
 
 
 def decode_json_step(raw: Any, *, index: int | None = None, position: int | None = None) -> Step:

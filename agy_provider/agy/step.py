@@ -13,7 +13,6 @@ from typing import Any
 __all__ = [
     "STATUS_BY_NUMBER",
     "STATUS_TRANSITIONS",
-    "STEP_TYPE_NAMES",
     "TERMINAL_STATUSES",
     "Interaction",
     "InteractionKind",
@@ -90,14 +89,34 @@ TERMINAL_STATUSES: frozenset[StepStatus] = frozenset(
     }
 )
 
-# The moves agy makes with one step's status. The simulator follows this table and tests read it;
-# readers must not *rely* on it (a torn read or a skipped poll can show any later state).
+# The moves agy makes with one step's status, as its recorded transitions (metadata 5.26.1) show:
+# real captures have unspecified→pending/generating/done, pending→running/waiting,
+# running→waiting/done, waiting→running/error, generating→done. A step written straight into
+# ERROR (a model call that fails before generating) is what agy-sim does; unverified on real agy.
+# tests/test_status_transitions.py holds the real captures and the simulator to this table.
+# Readers must not *rely* on it: a torn read or a skipped poll can show any later state.
 STATUS_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
-    StepStatus.UNSPECIFIED: frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.DONE}),
-    StepStatus.PENDING: frozenset(
-        {StepStatus.RUNNING, StepStatus.GENERATING, StepStatus.DONE, StepStatus.CANCELED}
+    StepStatus.UNSPECIFIED: frozenset(
+        {
+            StepStatus.PENDING,
+            StepStatus.QUEUED,
+            StepStatus.RUNNING,
+            StepStatus.GENERATING,
+            StepStatus.DONE,
+            StepStatus.ERROR,
+        }
     ),
     StepStatus.QUEUED: frozenset({StepStatus.PENDING, StepStatus.RUNNING, StepStatus.CANCELED}),
+    StepStatus.PENDING: frozenset(
+        {
+            StepStatus.RUNNING,
+            StepStatus.GENERATING,
+            StepStatus.WAITING,
+            StepStatus.DONE,
+            StepStatus.ERROR,
+            StepStatus.CANCELED,
+        }
+    ),
     StepStatus.RUNNING: frozenset(
         {
             StepStatus.GENERATING,
@@ -114,26 +133,6 @@ STATUS_TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     StepStatus.WAITING: frozenset(
         {StepStatus.RUNNING, StepStatus.DONE, StepStatus.ERROR, StepStatus.CANCELED}
     ),
-}
-
-# Step types we name (column `step_type` = payload field 1). Others decode as `unknown` by content.
-STEP_TYPE_NAMES: Mapping[int, str] = {
-    5: "code_action",
-    7: "grep_search",
-    8: "view_file",
-    9: "list_directory",
-    14: "user_input",
-    15: "planner_response",
-    17: "error_message",
-    21: "run_command",
-    23: "checkpoint",
-    38: "mcp_tool",
-    90: "ephemeral_message",
-    98: "conversation_history",
-    101: "system_message",
-    127: "invoke_subagent",
-    132: "generic",
-    138: "ask_question",
 }
 
 
