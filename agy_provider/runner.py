@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -28,6 +29,8 @@ __all__ = [
     "build_argv",
     "find_agy",
     "go_duration",
+    "prompt_fits_argv",
+    "stdin_turn",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,16 +121,37 @@ def go_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+def prompt_fits_argv(prompt: str) -> bool:
+    """Whether `prompt` can ride in argv after `-p` (else it goes through stream-json stdin).
+
+    Too large for one argument, or starting with "-" (a flag parser could take it for a flag),
+    it cannot.
+    """
+    return len(prompt.encode("utf-8")) <= MAX_ARG_BYTES and not prompt.startswith("-")
+
+
+def stdin_turn(prompt: str) -> bytes:
+    """One `--input-format stream-json` user turn (AGY-FORMATS §2.1), newline-terminated."""
+    line = {
+        "event": "user",
+        "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
+    }
+    return (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def build_argv(request: TurnRequest) -> list[str]:
-    """agy's argv: the prompt right after `-p`; every value validated before it becomes an argument."""
-    if len(request.prompt.encode("utf-8")) > MAX_ARG_BYTES:
-        raise UsageError(
-            f"the prompt is {len(request.prompt.encode('utf-8'))} bytes; agy takes at most "
-            f"{MAX_ARG_BYTES} in one argument. Shorten it or start a new session."
-        )
+    """agy's argv: the prompt right after `-p`; every value validated before it becomes an argument.
+
+    A prompt too large for one argument (Linux caps it at 128 KiB) is not in argv at all: agy
+    reads it as one stream-json turn from stdin (`--input-format stream-json`), which has no cap.
+    """
     if "\x00" in request.prompt:
         raise UsageError("the prompt contains a NUL byte, which no command line can carry")
-    argv = [request.agy_bin, "-p", request.prompt, *request.model_args]
+    if prompt_fits_argv(request.prompt):
+        head = [request.agy_bin, "-p", request.prompt]
+    else:
+        head = [request.agy_bin, "--input-format", "stream-json"]
+    argv = [*head, *request.model_args]
     if request.mode not in ("default", ""):
         if request.mode not in ("accept-edits", "plan"):
             raise UsageError(f"mode must be default, accept-edits or plan, not {request.mode!r}")
@@ -173,10 +197,13 @@ class AgyProcess:
     async def start(self) -> None:
         env = {**os.environ, **self.request.env}
         env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
+        # stdin stays /dev/null (an open pipe makes `agy -p` wait forever) unless the prompt
+        # travels through it; then it is written whole and closed at once.
+        through_stdin = not prompt_fits_argv(self.request.prompt)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE if through_stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=self.request.cwd,
@@ -186,6 +213,12 @@ class AgyProcess:
         except OSError as exc:
             raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}") from exc
         assert self._proc.stdout is not None and self._proc.stderr is not None
+        if through_stdin:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(stdin_turn(self.request.prompt))
+            with contextlib.suppress(ConnectionError):
+                await self._proc.stdin.drain()
+            self._proc.stdin.close()
         self._readers = [
             asyncio.create_task(self._drain(self._proc.stdout, self._stdout)),
             asyncio.create_task(self._drain(self._proc.stderr, self._stderr)),

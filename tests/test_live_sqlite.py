@@ -189,3 +189,19 @@ async def test_ten_concurrent_turns_and_a_subagent_each_bind_their_own(
         assert user_texts(db) == [f"concurrent prompt {n}"]
     assert len(ids) == 10
     assert len(list((live_env / "conversations").glob("*.db"))) == 20  # ten subagent databases too
+
+
+async def test_a_prompt_too_large_for_argv_goes_through_stdin(live_env: Path) -> None:
+    prompt = "Summarise this: " + "lorem ipsum " * 12_000  # ~140 KiB, over Linux's 128 KiB argv cap
+    events, _ = await run_turn(prompt)
+    assert isinstance(events[-1], DoneEvent)
+    assert text_of(events) == DEFAULT_ANSWER
+    (db,) = (live_env / "conversations").glob("*.db")
+    assert user_texts(db) == [prompt]
+
+
+async def test_a_prompt_that_looks_like_a_flag_is_sent_as_is(live_env: Path) -> None:
+    events, _ = await run_turn("--help me")
+    assert isinstance(events[-1], DoneEvent)
+    (db,) = (live_env / "conversations").glob("*.db")
+    assert user_texts(db) == ["--help me"]

@@ -24,7 +24,12 @@ def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
         csrf_token="abc123",
     )
     argv = build_argv(request)
-    assert argv[:3] == ["/bin/agy", "-p", "-rf /"]
+    assert argv[:3] == ["/bin/agy", "--input-format", "stream-json"]  # "-rf /" never becomes a flag
+    assert build_argv(TurnRequest(prompt="hi -rf", cwd=".", agy_bin="a"))[:3] == [
+        "a",
+        "-p",
+        "hi -rf",
+    ]
     assert argv[3:7] == ["--model", "gemini-3.8-flash", "--effort", "high"]
     assert argv[7:9] == ["--mode", "accept-edits"]
     assert "--dangerously-skip-permissions" in argv
@@ -34,8 +39,11 @@ def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
     assert argv[-1] == "--csrf_token=abc123"
     with pytest.raises(UsageError):
         build_argv(TurnRequest(prompt="x", cwd=".", agy_bin="a", conversation_id="--evil"))
+    big = build_argv(TurnRequest(prompt="x" * (MAX_ARG_BYTES + 1), cwd=".", agy_bin="a"))
+    assert big[:3] == ["a", "--input-format", "stream-json"] and "-p" not in big
+    assert all(len(a) < 1000 for a in big)  # the prompt travels through stdin instead
     with pytest.raises(UsageError):
-        build_argv(TurnRequest(prompt="x" * (MAX_ARG_BYTES + 1), cwd=".", agy_bin="a"))
+        build_argv(TurnRequest(prompt="a\x00b", cwd=".", agy_bin="a"))
     with pytest.raises(UsageError):
         build_argv(TurnRequest(prompt="x", cwd=".", agy_bin="a", mode="yolo"))
     with pytest.raises(UsageError):
