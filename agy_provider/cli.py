@@ -6,6 +6,7 @@ Each subcommand parses arguments, calls one library function, and maps typed err
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -72,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ch.set_defaults(run=_chat)
 
+    models = commands.add_parser(
+        "models", help="list the models agy offers (`agy models`), tiers folded into efforts"
+    )
+    models.add_argument(
+        "--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)"
+    )
+    models.add_argument("--json", action="store_true", help="one JSON object per model")
+    models.set_defaults(run=_models)
+
     demo = commands.add_parser(
         "demo",
         help="run one demo turn with agy, or with the bundled simulator when agy is not installed",
@@ -133,6 +143,21 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK if message.stop_reason not in ("error", "aborted") else EXIT_FAILED
 
 
+def _models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from agy_provider.agy.models import list_models
+    from agy_provider.config import load_config
+    from agy_provider.runner import find_agy
+
+    for model in list_models(find_agy(args.agy_bin or load_config().agy_bin)):
+        if args.json:
+            row = {"id": model.id, "name": model.name, "efforts": list(model.efforts)}
+            out.write(json.dumps(row) + "\n")
+        else:
+            efforts = f"  (effort: {', '.join(model.efforts)})" if model.efforts else ""
+            out.write(f"{model.id}\t{model.name}{efforts}\n")
+    return EXIT_OK
+
+
 def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """A turn with the real agy when there is one; else, said out loud, with agy-sim."""
     from agy_provider.runner import find_agy
@@ -145,7 +170,7 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if agy:
         print(f"Running a turn with {agy}.", file=err)
     else:
-        agy = shutil.which("agy-sim") or os.path.join(os.path.dirname(sys.executable), "agy-sim")
+        agy = find_agy("agy-sim")
         state_dir = tempfile.mkdtemp(prefix="agy-provider-demo-")
         os.environ["ANTIGRAVITY_APP_DATA_DIR"] = state_dir
         print(

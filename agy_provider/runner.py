@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 
 import psutil
@@ -63,13 +64,17 @@ class TurnRequest:
 
 
 def find_agy(configured: str = "") -> str:
-    """The agy binary: the configured path or name (config, AGY_BIN, --agy-bin), else `agy` on PATH."""
+    """The agy binary: the configured path or name (config, AGY_BIN, --agy-bin), else `agy`.
+
+    A name is looked up on PATH, then beside this Python (where `agy-sim` is installed).
+    """
     candidate = configured or "agy"
     if os.sep in candidate:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
         raise AgyNotFoundError(f"{candidate} is not an executable file. {INSTALL_HINT}")
-    found = shutil.which(candidate)
+    # Beside our own interpreter too: `agy-sim` installed in the same (unactivated) venv.
+    found = shutil.which(candidate) or shutil.which(candidate, path=os.path.dirname(sys.executable))
     if found is None:
         raise AgyNotFoundError(f"`{candidate}` was not found on PATH. {INSTALL_HINT}")
     return found

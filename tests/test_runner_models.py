@@ -128,3 +128,23 @@ def test_chat_asks_the_person_at_the_terminal() -> None:
         {"question": "Pick", "selectedOptionIds": [], "writeInResponse": "something else"}
     ]
     assert "  2. b\n" in said
+
+
+def test_models_from_agy_sim_and_the_cli(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from live_helpers import agy_sim_path
+
+    from agy_provider.agy.models import list_models
+    from agy_provider.cli import main
+
+    models = {m.id: m for m in list_models(agy_sim_path())}
+    assert models["gemini-3.8-flash"].efforts == ("high", "medium", "low")
+    out = io.StringIO()
+    assert main(["models", "--agy-bin", agy_sim_path(), "--json"], out=out, err=io.StringIO()) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert {"id": "gemini-3.1-pro", "name": "Gemini 3.1 Pro", "efforts": ["high", "low"]} in rows
+    err = io.StringIO()
+    assert main(["models", "--agy-bin", str(tmp_path / "nope")], out=io.StringIO(), err=err) == 1
+    assert "agy-sim" in err.getvalue()

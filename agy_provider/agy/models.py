@@ -6,12 +6,14 @@ Tiered families (`gemini-3.8-flash-{high,medium,low}`) collapse to a base with a
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 from collections.abc import Iterable, Sequence
 
-from agy_provider.errors import UsageError
+from agy_provider.errors import SourceError, UsageError
 
-__all__ = ["AgyModel", "model_arguments", "parse_models", "supports_effort"]
+__all__ = ["AgyModel", "list_models", "model_arguments", "parse_models", "supports_effort"]
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9.\-]*[a-z0-9]")
 _TIERS = ("high", "medium", "low")
@@ -102,3 +104,27 @@ def model_arguments(model: str, effort: str, known: Sequence[AgyModel] = ()) -> 
     if effort not in _TIERS:
         raise UsageError(f"effort must be low, medium or high, not {effort!r}")
     return [*args, "--effort", effort]
+
+
+def list_models(binary: str, *, timeout: float = 60.0) -> list[AgyModel]:
+    """Run `agy models` and parse what it prints. Raises `SourceError` when it fails or says nothing.
+
+    stdin is /dev/null and the auto-updater is off, as for every agy we start.
+    """
+    try:
+        done = subprocess.run(
+            [binary, "models"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "AGY_CLI_DISABLE_AUTO_UPDATE": "1"},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SourceError(f"`{binary} models` failed: {exc}") from exc
+    models = parse_models(done.stdout)
+    if not models:
+        said = (done.stderr or done.stdout).strip()[-500:] or f"exit code {done.returncode}"
+        raise SourceError(f"`{binary} models` listed no models ({said}); is agy signed in?")
+    return models
