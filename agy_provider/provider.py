@@ -423,6 +423,8 @@ class _Turn:
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
                         "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
                     )
+                if getattr(self.source, "deciding", 0):
+                    last_progress = now  # waiting on our own decision hooks is not agy hanging
                 if now - last_progress > config.idle_timeout:
                     return await self._deadline(
                         f"agy made no progress for {config.idle_timeout:.0f}s (the idle deadline); "

@@ -66,6 +66,7 @@ class RpcEventSource:
         self._handled: set[tuple[int, str]] = set()
         self.mode = "stream"
         self.reconnects = 0
+        self.deciding = 0  # decision hooks running now (a person may be thinking)
 
     @classmethod
     def for_turn(cls, turn: Any) -> RpcEventSource:
@@ -266,6 +267,13 @@ class RpcEventSource:
         log.warning("gave up answering step %d after %d attempts", step.index, INTERACTION_ATTEMPTS)
 
     async def _decide(self, step: Step) -> dict[str, Any]:
+        self.deciding += 1
+        try:
+            return await self._ask_hooks(step)
+        finally:
+            self.deciding -= 1
+
+    async def _ask_hooks(self, step: Step) -> dict[str, Any]:
         interaction = step.interaction
         assert interaction is not None
         hook = get_plugin_manager().hook

@@ -350,3 +350,20 @@ async def test_abort_while_agy_waits_cancels_refuses_and_leaves_nothing(
     log = "".join(p.read_text() for p in (rpc_env / "log").glob("*.log"))
     assert "cancel requested for conversation" in log  # CancelCascadeSteps reached agy
     assert '{"permission": {"allow": false}}' in log  # and the WAITING step was refused
+
+
+async def test_a_slow_decision_is_not_mistaken_for_a_hung_agy(
+    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: Any
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SPEED", "1")
+    monkeypatch.setenv("AGY_IDLE_TIMEOUT", "1.5")
+    decisions(allow=True, delay=3.0)  # a person takes twice the idle deadline to answer
+    events, message = await run_turn("where am I")
+    assert isinstance(events[-1], DoneEvent), message.error_message
+    tool = next(
+        b.thinking
+        for b in message.content
+        if getattr(b, "thinking", "").startswith("▸ run_command")
+    )
+    assert "exit 0" in tool
