@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agy_provider.agy.rpcjson import decode_json_step
@@ -41,6 +42,34 @@ _REFUSALS: Mapping[str, dict[str, Any]] = {
 @hookimpl
 def register_event_sources(register: Any) -> None:
     register("rpc", RpcEventSource.for_turn)
+
+
+async def _off_loop(call: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run a decision hook in a daemon thread: a person may take their time, and a hook that
+    never returns (input() after Ctrl-C) must not keep the process from exiting, as the default
+    executor's joined threads would."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any = None, error: BaseException | None = None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def run() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (call(**kwargs), None)
+        except BaseException as exc:  # handed to the awaiting task, which decides
+            outcome = (None, exc)
+        # The turn may be over and its loop closed by now: then nobody is waiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="agy-provider-decision", daemon=True).start()
+    return await future
 
 
 class RpcEventSource:
@@ -278,12 +307,12 @@ class RpcEventSource:
         assert interaction is not None
         hook = get_plugin_manager().hook
         if interaction.kind is InteractionKind.PERMISSION:
-            allow = await asyncio.to_thread(
+            allow = await _off_loop(
                 hook.decide_permission, request=interaction.permission, step=step, turn=self.turn
             )
             return {"permission": {"allow": bool(allow)}}
         if interaction.kind is InteractionKind.QUESTION:
-            answers = await asyncio.to_thread(
+            answers = await _off_loop(
                 hook.answer_question,
                 questions=list(interaction.questions),
                 step=step,
