@@ -194,7 +194,6 @@ class StepAssembler:
         # Without partials every event carries one empty message: for consumers (replay's JSON
         # lines) that never read `partial`, this skips rebuilding the message per delta.
         self._track_partial = track_partial
-        self.conversation_id = ""
         self.title = ""
 
     # -- public -----------------------------------------------------------------------------
@@ -302,8 +301,6 @@ class StepAssembler:
     def _take(self, step: Step, events: list[AssistantMessageEvent]) -> None:
         if not self._in_turn(step):
             return
-        if step.conversation_id and not self.conversation_id:
-            self.conversation_id = step.conversation_id
         if step.usage is not None:
             self._usage[step.index] = step.usage
         kind = step.kind

@@ -127,7 +127,6 @@ class LivePrinter:
     def __init__(self, write: Callable[[str], object], *, colour: bool = False) -> None:
         self._write = write
         self._colour = colour
-        self._kinds: dict[int, str] = {}
         self._at_line_start = True
 
     def _paint(self, code: str, text: str) -> str:
@@ -145,7 +144,6 @@ class LivePrinter:
     def feed(self, event: AssistantMessageEvent) -> None:
         if isinstance(event, (ThinkingStartEvent, TextStartEvent)):
             self._newline()
-            self._kinds[event.content_index] = event.type
         elif isinstance(event, ThinkingDeltaEvent):
             self._out(self._paint(_DIM, event.delta))
         elif isinstance(event, TextDeltaEvent):

@@ -339,7 +339,6 @@ class _Turn:
             timeout=min(config.idle_timeout, config.turn_timeout),
             expected_id=conversation_id,
         )
-        self.assembler.conversation_id = self.ctx.binding.conversation_id
 
     async def _open_source(self, name: str) -> None:
         """Open the chosen source; under `auto`, an rpc source that cannot start falls back."""

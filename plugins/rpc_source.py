@@ -93,8 +93,6 @@ class RpcEventSource:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: SourceError | None = None
         self._handled: set[tuple[int, str]] = set()
-        self.mode = "stream"
-        self.reconnects = 0
         self.deciding = 0  # decision hooks running now (a person may be thinking)
 
     @classmethod
@@ -234,10 +232,8 @@ class RpcEventSource:
                         return
                     continue
                 log.info("agy's update stream failed (%s); polling every %.2fs", exc, POLL_INTERVAL)
-                self.mode = "poll"
                 await self._poll_forever()
                 return
-            self.reconnects += 1
 
     async def _reconcile_or_fail(self) -> bool:
         try:
