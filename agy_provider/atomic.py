@@ -30,12 +30,12 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def read_json(path: Path) -> Any:
-    """The file's JSON, or None when it does not exist. Raises ValueError when it is not JSON."""
+def read_json(path: Path, missing: Any = None) -> Any:
+    """The file's JSON, or `missing` when it does not exist. Raises ValueError when it is not JSON."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None
+        return missing
     return json.loads(text)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +16,15 @@ from typing import Any
 from agy_provider.atomic import file_lock, read_json, write_json_atomic
 from agy_provider.errors import UsageError
 
-__all__ = ["CONFIG_ENV", "ENV_OVERRIDES", "Config", "config_path", "load_config", "save_config"]
+__all__ = [
+    "CONFIG_ENV",
+    "ENV_OVERRIDES",
+    "MAX_TIMEOUT",
+    "Config",
+    "config_path",
+    "load_config",
+    "save_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,11 @@ _CHOICES: Mapping[str, tuple[str, ...]] = {
     "thinking": ("", "low", "medium", "high"),
     "event_source": ("auto", "rpc", "sqlite"),
 }
+
+# Timeouts in seconds must be finite and positive; the bound keeps agy's --print-timeout (a Go
+# duration our deadline plus a margin) far from overflow and catches minutes typed as milliseconds.
+MAX_TIMEOUT = 7 * 24 * 3600.0
+_TIMEOUTS = ("turn_timeout", "idle_timeout")
 
 # Environment variable -> setting. Set variables win over the file, for this process only.
 ENV_OVERRIDES: Mapping[str, str] = {
@@ -65,8 +79,8 @@ class Config:
                 raise UsageError(
                     f"config: {name} must be one of {shown}, not {getattr(self, name)!r}"
                 )
-        if self.turn_timeout <= 0 or self.idle_timeout <= 0:
-            raise UsageError("config: timeouts must be positive numbers of seconds")
+        for name in _TIMEOUTS:
+            _check_timeout(name, getattr(self, name))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,17 +95,39 @@ def config_path() -> Path:
     return Path(base) / "agy-provider" / "config.json"
 
 
-def _coerce(name: str, value: Any) -> Any:
+_ENV_OF = {name: variable for variable, name in ENV_OVERRIDES.items()}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config)}
+
+
+def _check_timeout(name: str, value: float, origin: str = "") -> None:
+    """Refuse nan, inf, zero, negative and absurdly long timeouts, naming the key and the range."""
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT):
+        where = f" (from {origin})" if origin else ""
+        raise UsageError(
+            f"config: {name} must be a number of seconds greater than 0 and at most "
+            f"{MAX_TIMEOUT:.0f} (7 days), not {value!r}{where}; set it in the config file or "
+            f"with {_ENV_OF[name]} (the default is {_DEFAULTS[name]:.0f})"
+        )
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
     field_type = {f.name: f.type for f in dataclasses.fields(Config)}[name]
-    try:
-        if field_type == "float":
-            return float(value)
-        if field_type == "bool":
-            if isinstance(value, bool):
-                return value
-            return str(value).strip().lower() in ("1", "true", "yes", "on")
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"config: {name} must be a number, not {value!r}") from exc
+    if field_type == "float":
+        try:
+            if isinstance(value, bool):  # JSON true is not a number of seconds
+                raise TypeError(value)
+            number = float(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"config: {name} must be a number, not {value!r} (from {origin})"
+            ) from exc
+        if name in _TIMEOUTS:
+            _check_timeout(name, number, origin)
+        return number
+    if field_type == "bool":
+        if isinstance(value, bool):
+            return value
+        return str(value).strip().lower() in ("1", "true", "yes", "on")
     return str(value)
 
 
@@ -102,19 +138,27 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
     try:
         data = read_json(path) or {}
     except ValueError as exc:
-        raise UsageError(f"config file {path} is not valid JSON: {exc}") from exc
+        raise UsageError(
+            f"config file {path} is not valid JSON: {exc}; fix it, delete it to use the defaults, "
+            f"or point {CONFIG_ENV} at another file"
+        ) from exc
+    except OSError as exc:
+        raise UsageError(
+            f"could not read the config file {path}: {exc.strerror or exc}; fix its permissions "
+            f"or point {CONFIG_ENV} at another file"
+        ) from exc
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a JSON object")
     known = {f.name for f in dataclasses.fields(Config)}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in known:
-            values[key] = _coerce(key, value)
+            values[key] = _coerce(key, value, f"the config file {path}")
         else:
             log.warning("config file %s: unknown setting %r ignored", path, key)
     for variable, name in ENV_OVERRIDES.items():
         if env.get(variable):
-            values[name] = _coerce(name, env[variable])
+            values[name] = _coerce(name, env[variable], variable)
     return Config(**values)
 
 

@@ -1,6 +1,7 @@
 """Host session id → agy conversation, in one JSON store shared safely by many processes.
 
-Each update locks, re-reads, merges one record and replaces the file atomically (`atomic.py`).
+Each update locks, re-reads, merges one record and replaces the file atomically (`atomic.py`). A
+store that cannot be read or written costs resumption, never a turn: one warning, then on we go.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import dataclasses
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,54 +86,162 @@ def default_store_path() -> Path:
     return Path(base) / "agy-provider" / "sessions.json"
 
 
+_MISSING = object()
+
+# Problems already reported, by (store path, what failed): a store that cannot be written would
+# otherwise repeat the same warning on every turn of a long-running host.
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def _warn_once(path: Path, what: str, message: str) -> None:
+    with _reported_lock:
+        if (str(path), what) in _reported:
+            return
+        _reported.add((str(path), what))
+    log.warning("%s", message)
+
+
+def _resolved(path: Path, what: str) -> None:
+    """The problem is gone: report it again should it come back."""
+    with _reported_lock:
+        _reported.discard((str(path), what))
+
+
 class SessionStore:
-    """The store at `path`. Reads never lock; writes lock, merge and replace atomically."""
+    """The store at `path`. Reads never lock; writes lock, merge and replace atomically.
+
+    Neither `get` nor `put` raises for a store that is unreadable, corrupt or unwritable: `get`
+    answers None (the turn starts a new conversation), `put` logs one warning and returns.
+    """
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or default_store_path()
 
-    def _load(self) -> dict[str, SessionRecord]:
+    def _load(self) -> tuple[dict[str, SessionRecord], str]:
+        """The records, and why the file as a whole was unusable ("" when it was fine).
+
+        Raises OSError when the file exists but cannot be read: a writer must then not replace it.
+        """
         try:
-            data = read_json(self.path)
-        except ValueError as exc:
-            # Only a foreign writer could leave this (ours are atomic): keep going without it.
-            log.warning("session store %s is not JSON (%s); starting empty", self.path, exc)
-            return {}
-        if data is None:
-            return {}
+            data = read_json(self.path, missing=_MISSING)
+        except ValueError as exc:  # UnicodeDecodeError included
+            return {}, f"it is not JSON ({exc})"
+        if data is _MISSING:
+            return {}, ""
         sessions = data.get("sessions") if isinstance(data, dict) else None
         if not isinstance(sessions, dict):
-            log.warning("session store %s has no sessions object; starting empty", self.path)
-            return {}
+            return {}, 'it has no "sessions" object'
         records: dict[str, SessionRecord] = {}
+        dropped: list[str] = []
         for key, value in sessions.items():
             try:
                 records[str(key)] = SessionRecord.from_json(value)
-            except (ValueError, TypeError, AttributeError) as exc:
-                log.warning("session store %s: session %r dropped: %s", self.path, key, exc)
+            except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+                dropped.append(f"{key!r} ({exc})")
+        if dropped:
+            _warn_once(
+                self.path,
+                "records",
+                f"session store {self.path}: {len(dropped)} session(s) ignored because their "
+                f"records are malformed: {'; '.join(dropped[:5])}. Their next turns start new agy "
+                "conversations; the next save of any session drops them from the file",
+            )
+        else:
+            _resolved(self.path, "records")
+        return records, ""
+
+    def _records(self) -> dict[str, SessionRecord]:
+        try:
+            records, corrupt = self._load()
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "read",
+                f"could not read the session store {self.path} ({exc.strerror or exc}); sessions "
+                "cannot resume until it is readable, so their turns start new agy conversations. "
+                f"Fix its permissions or set {SESSIONS_ENV} to a file you own",
+            )
+            return {}
+        _resolved(self.path, "read")
+        if corrupt:
+            _warn_once(
+                self.path,
+                "corrupt",
+                f"session store {self.path} is corrupt: {corrupt}. Its sessions are ignored (their "
+                f"next turns start new agy conversations); the next save sets it aside as "
+                f"{self._aside()} and starts a fresh store. Delete either file if you do not need it",
+            )
         return records
 
+    def _aside(self) -> Path:
+        return self.path.with_name(self.path.name + ".corrupt")
+
     def get(self, session_id: str) -> SessionRecord | None:
-        return self._load().get(session_id)
+        """The session's record, or None (unknown session, or a store that cannot be read)."""
+        return self._records().get(session_id)
 
     def all(self) -> Mapping[str, SessionRecord]:
-        return self._load()
+        return self._records()
 
     def put(self, session_id: str, record: SessionRecord) -> None:
-        """Store `record` under `session_id`, keeping every other process's records."""
+        """Store `record` under `session_id`, keeping every other process's records.
+
+        A store that cannot be written (read-only folder, full disk) logs one warning naming the
+        path and what to do, and returns: the turn was already delivered.
+        """
         record = dataclasses.replace(record, updated_at=time.time())
-        with file_lock(self.path):
-            records = self._load()
+
+        def change(records: dict[str, SessionRecord]) -> bool:
             records[session_id] = record
-            self._write(records)
+            return True
+
+        try:
+            with file_lock(self.path):
+                self._update(change)
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "write",
+                f"could not save session {session_id!r} to {self.path} "
+                f"({exc.strerror or exc}); this turn is complete, but the session's next turn "
+                f"will start a new agy conversation. Make {self.path.parent} writable, free disk "
+                f"space, or set {SESSIONS_ENV} to a writable file",
+            )
+            return
+        _resolved(self.path, "write")
 
     def delete(self, session_id: str) -> None:
-        with file_lock(self.path):
-            records = self._load()
-            if records.pop(session_id, None) is not None:
-                self._write(records)
+        """Forget `session_id` (a store that cannot be written logs one warning)."""
+        try:
+            with file_lock(self.path):
+                self._update(lambda records: records.pop(session_id, None) is not None)
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "write",
+                f"could not remove session {session_id!r} from {self.path} "
+                f"({exc.strerror or exc}); make {self.path.parent} writable or set "
+                f"{SESSIONS_ENV} to a writable file",
+            )
 
-    def _write(self, records: Mapping[str, SessionRecord]) -> None:
+    def _update(self, change: Callable[[dict[str, SessionRecord]], bool]) -> None:
+        """Under the lock: re-read, apply `change` (True when it changed something), write.
+
+        A corrupt file is set aside first, so whatever it held can still be looked at.
+        """
+        records, corrupt = self._load()
+        if not change(records) and not corrupt:
+            return
+        if corrupt:
+            os.replace(self.path, self._aside())
+            _warn_once(
+                self.path,
+                "corrupt",
+                f"session store {self.path} was corrupt ({corrupt}): set aside as "
+                f"{self._aside()}, and a fresh store replaces it",
+            )
+            _resolved(self.path, "corrupt")
         write_json_atomic(
             self.path,
             {"version": 1, "sessions": {k: v.to_json() for k, v in sorted(records.items())}},

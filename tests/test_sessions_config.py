@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -119,8 +122,231 @@ def test_config_rejects_bad_values(tmp_path: Path) -> None:
     path.write_text(json.dumps({"mode": "yolo"}))
     with pytest.raises(UsageError, match="mode must be one of"):
         load_config(path, env={})
-    with pytest.raises(UsageError, match="positive"):
+    with pytest.raises(UsageError, match="idle_timeout must be a number of seconds greater than 0"):
         load_config(tmp_path / "none.json", env={"AGY_IDLE_TIMEOUT": "0"})
     path.write_text("[1]")
     with pytest.raises(UsageError, match="JSON object"):
         load_config(path, env={})
+
+
+# -- a store that cannot be read or written: one warning, no traceback, no lost turn --------------
+
+
+def _store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "agy_provider.sessions" and r.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"\xff\xfe garbage",
+        b"[1, 2, 3]",
+        b'{"sessions": [1, 2]}',
+        b'{"sessions": "x"}',
+        b"null",
+    ],
+    ids=["garbage", "not-utf8", "a-list", "sessions-a-list", "sessions-a-string", "null"],
+)
+def test_a_corrupt_store_warns_once_and_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
+) -> None:
+    path = tmp_path / "sessions.json"
+    path.write_bytes(content)
+    store = SessionStore(path)
+    with caplog.at_level(logging.WARNING):
+        assert store.get("s") is None
+        assert store.get("s") is None
+        store.put("s", SessionRecord(conversation_id=UUID, last_step_index=4))
+        assert SessionStore(path).get("s") == SessionRecord(
+            conversation_id=UUID,
+            last_step_index=4,
+            updated_at=store.get("s").updated_at,  # type: ignore[union-attr]
+        )
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert str(path) in warnings[0] and "corrupt" in warnings[0]
+    assert "sessions.json.corrupt" in warnings[0]  # says where the old file goes
+    assert (tmp_path / "sessions.json.corrupt").read_bytes() == content
+
+
+def test_malformed_records_give_one_warning_naming_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "sessions.json"
+    good = {"conversation_id": UUID, "last_step_index": 2}
+    path.write_text(
+        json.dumps(
+            {
+                "sessions": {
+                    "good": good,
+                    "number": 5,
+                    "id-type": {"conversation_id": 7},
+                    "stamp": {"conversation_id": UUID, "updated_at": [1]},
+                    "bool-index": {"conversation_id": UUID, "last_step_index": True},
+                }
+            }
+        )
+    )
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert set(SessionStore(path).all()) == {"good"}
+        assert SessionStore(path).get("number") is None
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    for name in ("number", "id-type", "stamp", "bool-index"):
+        assert repr(name) in warnings[0]
+    assert str(path) in warnings[0]
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_a_full_disk_keeps_the_old_store_and_warns_once(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failing: str,
+) -> None:
+    path = tmp_path / "sessions.json"
+    store = SessionStore(path)
+    store.put("old", SessionRecord(conversation_id=UUID, last_step_index=1))
+    before = path.read_bytes()
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    # The edge where a full disk shows itself: the data's fsync, or the rename's directory entry.
+    monkeypatch.setattr(os, failing, full)
+    with caplog.at_level(logging.WARNING):
+        for n in range(3):
+            assert store.put(f"new{n}", SessionRecord(conversation_id=UUID)) is None
+    monkeypatch.undo()
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert str(path) in warnings[0] and "No space left on device" in warnings[0]
+    assert "AGY_PROVIDER_SESSIONS" in warnings[0]  # what to do
+    assert path.read_bytes() == before  # the old store is intact
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp file left
+    # Once the disk has room again, saving works and a later failure is reported afresh.
+    store.put("new", SessionRecord(conversation_id=UUID))
+    assert set(store.all()) == {"old", "new"}
+
+
+_READ_ONLY_SCRIPT = f"""
+import logging, os, sys
+from pathlib import Path
+from agy_provider.sessions import SessionRecord, SessionStore
+
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+if os.geteuid() == 0:  # root writes anywhere: become nobody to meet a read-only folder
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+store = SessionStore(Path(sys.argv[1]))
+seed = store.get("seed")
+print("seed", seed.conversation_id if seed else None)
+for n in range(3):
+    print("put", store.put(f"new{{n}}", SessionRecord(conversation_id={UUID!r})))
+print("new", store.get("new0"))
+"""
+
+
+def test_a_read_only_folder_warns_once_and_loses_nothing(tmp_path: Path) -> None:
+    # A folder nobody but its owner can enter would fail for other reasons: use a world-readable one.
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        folder = Path(top) / "state"
+        folder.mkdir()
+        path = folder / "sessions.json"
+        SessionStore(path).put("seed", SessionRecord(conversation_id=UUID))
+        os.chmod(path, 0o644)
+        os.chmod(folder, 0o555)
+        try:
+            result = subprocess.run(
+                [sys.executable, "-c", _READ_ONLY_SCRIPT, str(path)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.chmod(folder, 0o755)
+    if result.returncode != 0 and "Operation not permitted" in result.stderr:
+        pytest.skip("cannot drop root privileges here, so no folder is read-only to us")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout.splitlines() == [
+        "seed " + UUID,
+        "put None",
+        "put None",
+        "put None",
+        "new None",
+    ]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1, result.stderr
+    assert str(path) in warnings[0] and "Permission denied" in warnings[0]
+    assert "writable" in warnings[0]
+
+
+def test_an_unreadable_store_is_never_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A store path whose parent is a file: reading fails (not "missing"), so writing must not
+    # replace what may be there, and both report once.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    store = SessionStore(blocker / "sessions.json")
+    with caplog.at_level(logging.WARNING):
+        assert store.get("s") is None
+        store.put("s", SessionRecord(conversation_id=UUID))
+        store.put("s", SessionRecord(conversation_id=UUID))
+        assert store.get("s") is None
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 2, warnings  # one for reading, one for writing
+    assert all(str(blocker / "sessions.json") in w for w in warnings)
+    assert blocker.read_text() == "x"
+
+
+# -- timeouts: nan, inf, zero, negative and absurd values are refused by name ---------------------
+
+
+@pytest.mark.parametrize("key", ["turn_timeout", "idle_timeout"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "-5", "0", "1e12", "true"])
+def test_bad_timeouts_in_the_file_are_refused(tmp_path: Path, key: str, literal: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(f'{{"{key}": {literal}}}')  # json accepts NaN and Infinity literals
+    with pytest.raises(UsageError) as info:
+        load_config(path, env={})
+    message = str(info.value)
+    assert key in message and str(path) in message
+    if literal != "true":
+        assert "greater than 0 and at most 604800" in message
+
+
+@pytest.mark.parametrize("variable", ["AGY_TURN_TIMEOUT", "AGY_IDLE_TIMEOUT"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "0.0", "1e400", "soon"])
+def test_bad_timeouts_in_the_environment_are_refused(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    with pytest.raises(UsageError) as info:
+        load_config(tmp_path / "none.json", env={variable: value})
+    message = str(info.value)
+    assert variable in message
+    assert variable.removeprefix("AGY_").lower() in message
+    if value != "soon":
+        assert "greater than 0" in message
+
+
+def test_good_timeouts_pass_and_a_config_object_checks_too(tmp_path: Path) -> None:
+    config = load_config(tmp_path / "none.json", env={"AGY_IDLE_TIMEOUT": "0.5"})
+    assert config.idle_timeout == 0.5
+    assert load_config(tmp_path / "none.json", env={"AGY_TURN_TIMEOUT": "604800"}).turn_timeout
+    with pytest.raises(UsageError, match="idle_timeout"):
+        Config(idle_timeout=float("nan"))
+
+
+def test_an_unreadable_config_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="could not read the config file"):
+        load_config(tmp_path, env={})  # a folder, not a file
