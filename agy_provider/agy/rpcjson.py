@@ -9,7 +9,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.agy.rows import answers_text, parse_arguments
+from agy_provider.agy.rows import answers_text
 from agy_provider.agy.step import (
     Interaction,
     InteractionKind,
@@ -24,6 +24,7 @@ from agy_provider.agy.step import (
     ToolResult,
 )
 from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
 
 __all__ = ["decode_json_step", "step_type_number"]
 
@@ -71,6 +72,10 @@ def step_type_number(name: str) -> int:
 def decode_json_step(raw: Any, *, index: int | None = None, position: int | None = None) -> Step:
     """Decode one step object. The index comes from `index`, else the step's own
     `metadata.sourceTrajectoryStepInfo.stepIndex` (omitted when 0), else `position`.
+
+    `raw` may come from any JSON parser (httpx's included): whatever its shape or values, this
+    returns a Step whose text is valid Unicode and whose numbers fit 64 bits, or raises
+    `DecodeError` — never another exception.
     """
     if not isinstance(raw, dict):
         raise DecodeError(f"step is a {type(raw).__name__}, not an object")
@@ -79,16 +84,16 @@ def decode_json_step(raw: Any, *, index: int | None = None, position: int | None
     if index is None:
         # protobuf JSON omits stepIndex when it is 0; without the info block, trust the position.
         index = _int(info.get("stepIndex", 0)) if info else (position or 0)
-    step_type = step_type_number(str(raw.get("type", "")))
+    step_type = step_type_number(_str(raw.get("type", "")))
     status = _status(raw.get("status"))
     tool = _tool_call(_obj(meta.get("toolCall")))
     fields: dict[str, Any] = {
         "index": index,
         "status": status,
         "step_type": step_type,
-        "conversation_id": str(info.get("cascadeId", "")),
-        "trajectory_id": str(info.get("trajectoryId", "")),
-        "execution_id": str(meta.get("executionId", "")),
+        "conversation_id": _str(info.get("cascadeId", "")),
+        "trajectory_id": _str(info.get("trajectoryId", "")),
+        "execution_id": _str(meta.get("executionId", "")),
         "created_at_ms": _rfc3339_ms(meta.get("createdAt")),
         "usage": _usage(meta.get("modelUsage")),
         "error": _error_text(_obj(raw.get("error"))),
@@ -106,18 +111,18 @@ def decode_json_step(raw: Any, *, index: int | None = None, position: int | None
         fields["error"] = _error_text(detail) or fields["error"]
         return Step(kind=StepKind.ERROR, **fields)
     if "checkpoint" in raw or step_type == 23:
-        intent = str(_obj(raw.get("checkpoint")).get("userIntent", ""))
+        intent = _str(_obj(raw.get("checkpoint")).get("userIntent", ""))
         return Step(kind=StepKind.CHECKPOINT, title=intent.split("\n", 1)[0].strip(), **fields)
     if "systemMessage" in raw or "ephemeralMessage" in raw or step_type in (101, 90):
         text = _obj(raw.get("systemMessage")).get("message") or _obj(
             raw.get("ephemeralMessage")
         ).get("content", "")
-        return Step(kind=StepKind.SYSTEM, text=str(text), **fields)
+        return Step(kind=StepKind.SYSTEM, text=_str(text), **fields)
 
     planner = raw.get("plannerResponse")
     if isinstance(planner, dict):
-        fields["text"] = str(planner.get("modifiedResponse") or planner.get("response") or "")
-        fields["thinking"] = str(planner.get("thinking", ""))
+        fields["text"] = _str(planner.get("modifiedResponse") or planner.get("response") or "")
+        fields["thinking"] = _str(planner.get("thinking", ""))
         fields["stop_reason"] = _stop_reason(planner.get("stopReason"))
         fields["requested_tool_calls"] = tuple(
             c for c in (_tool_call(_obj(x)) for x in _list(planner.get("toolCalls"))) if c
@@ -143,10 +148,33 @@ def _list(value: Any) -> list[Any]:
 
 
 def _int(value: Any) -> int:
+    return jsontext.integer(value)
+
+
+def _str(value: Any) -> str:
+    """A text field as valid Unicode; numbers as their digits; a container is not text."""
+    if isinstance(value, str):
+        return jsontext.clean_text(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(jsontext.integer(value))  # bounded: str() of a huge int raises
+    if isinstance(value, float):
+        return repr(value)
+    raise DecodeError(f"expected text, found a JSON {type(value).__name__}")
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    """A tool call's arguments JSON as an object; anything else becomes `{}` (never raises)."""
+    if not text:
+        return {}
     try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise DecodeError(f"not an integer: {value!r}") from exc
+        value = jsontext.loads(text, "tool arguments")
+    except DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _rfc3339_ms(value: Any) -> int:
@@ -158,12 +186,14 @@ def _rfc3339_ms(value: Any) -> int:
         stamp = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC)
     except ValueError:
         return 0
-    millis = int((frac + "000")[:3]) if frac[:3].isdigit() else 0
+    digits = frac[:3]
+    # isdigit() alone accepts "²" or "٣", which int() may refuse or misread.
+    millis = int((digits + "00")[:3]) if digits.isascii() and digits.isdigit() else 0
     return int(stamp.timestamp()) * 1000 + millis
 
 
 def _status(value: Any) -> StepStatus:
-    name = str(value or "").removeprefix("CORTEX_STEP_STATUS_").lower()
+    name = (value if isinstance(value, str) else "").removeprefix("CORTEX_STEP_STATUS_").lower()
     try:
         return StepStatus(name or "unspecified")
     except ValueError:
@@ -171,7 +201,7 @@ def _status(value: Any) -> StepStatus:
 
 
 def _stop_reason(value: Any) -> str:
-    name = str(value or "").removeprefix("STOP_REASON_").lower()
+    name = (value if isinstance(value, str) else "").removeprefix("STOP_REASON_").lower()
     return "" if name == "unspecified" else name
 
 
@@ -189,25 +219,25 @@ def _usage(value: Any) -> StepUsage | None:
 def _error_text(details: Mapping[str, Any]) -> str:
     for key in ("userErrorMessage", "shortError", "fullError", "modelErrorMessage"):
         if details.get(key):
-            return str(details[key])
+            return _str(details[key])
     return ""
 
 
 def _user_text(body: Mapping[str, Any]) -> str:
     if body.get("userResponse"):
-        return str(body["userResponse"])
-    items = "".join(str(_obj(item).get("text", "")) for item in _list(body.get("items")))
-    return items or str(body.get("query", ""))
+        return _str(body["userResponse"])
+    items = "".join(_str(_obj(item).get("text", "")) for item in _list(body.get("items")))
+    return items or _str(body.get("query", ""))
 
 
 def _tool_call(call: Mapping[str, Any]) -> ToolCall | None:
-    name = str(call.get("name") or call.get("originalName") or "")
+    name = _str(call.get("name") or call.get("originalName") or "")
     if not name:
         return None
     return ToolCall(
-        id=str(call.get("id", "")),
+        id=_str(call.get("id", "")),
         name=name,
-        arguments=parse_arguments(str(call.get("argumentsJson", ""))),
+        arguments=_arguments(_str(call.get("argumentsJson", ""))),
     )
 
 
@@ -226,14 +256,14 @@ def _complete_tool(
         name = inner.name if inner is not None else _TOOL_BODIES.get(legacy or "", "tool")
     args: dict[str, Any] = {}
     if body_key == "generic":
-        args = dict(_obj(_obj(raw.get("generic")).get("args")))
+        args = jsontext.clean(_obj(_obj(raw.get("generic")).get("args")))
     elif body_key is not None:
         body = _obj(raw.get(body_key))
-        for key in (str(k) for k in _list(meta.get("argumentsOrder"))):
+        for key in (_str(k) for k in _list(meta.get("argumentsOrder"))):
             camel = key[:1].lower() + key[1:]
             for candidate in (camel, camel + "Uri"):
                 if candidate in body:
-                    value = body[candidate]
+                    value = jsontext.clean(body[candidate])
                     args[key] = value.removeprefix("file://") if isinstance(value, str) else value
                     break
     return ToolCall(id=tool.id if tool is not None else "", name=name, arguments=args)
@@ -247,7 +277,7 @@ def _tool_result(
     key, body = body_key, _obj(raw.get(body_key or ""))
     if key == "generic":
         result = _obj(body.get("result"))
-        text = str(result.get("result", ""))
+        text = _str(result.get("result", ""))
         payload = _obj(result.get("payload"))
         if payload.get("@type") == _ANY_STEP_TYPE:
             key = next((k for k in _TOOL_BODIES if k in payload and k != "generic"), None)
@@ -255,17 +285,17 @@ def _tool_result(
     if key == "runCommand":
         output = _obj(body.get("combinedOutput")).get("full")
         if output is not None:
-            text = str(output)
+            text = _str(output)
         if "exitCode" in body:
             exit_code = _int(body["exitCode"])
         elif status is StepStatus.DONE and output is not None:
             exit_code = 0  # protobuf JSON omits a zero exit code
     elif key == "viewFile" and not text:
-        text = str(body.get("content", ""))
+        text = _str(body.get("content", ""))
     elif key == "listDirectory" and not text:
-        text = "\n".join(str(_obj(r).get("name", "")) for r in _list(body.get("results")))
+        text = "\n".join(_str(_obj(r).get("name", "")) for r in _list(body.get("results")))
     elif key == "mcpTool" and not text:
-        text = str(body.get("resultString", ""))
+        text = _str(body.get("resultString", ""))
     elif key == "askQuestion" and not text:
         text = _answers(body)
     is_error = status is StepStatus.ERROR
@@ -279,13 +309,13 @@ def _tool_result(
 def _answers(body: Mapping[str, Any]) -> str:
     return answers_text(
         (
-            str(entry.get("question", "")),
+            _str(entry.get("question", "")),
             [
-                (str(_obj(o).get("id", "")), str(_obj(o).get("text", "")))
+                (_str(_obj(o).get("id", "")), _str(_obj(o).get("text", "")))
                 for o in _list(entry.get("options"))
             ],
-            [str(i) for i in _list(entry.get("selectedOptionIds"))],
-            str(entry.get("writeInResponse", "")),
+            [_str(i) for i in _list(entry.get("selectedOptionIds"))],
+            _str(entry.get("writeInResponse", "")),
         )
         for entry in (_obj(q) for q in _list(body.get("questions")))
     )
@@ -300,18 +330,18 @@ def _interaction(spec: Mapping[str, Any]) -> Interaction | None:
         return Interaction(
             kind=InteractionKind.PERMISSION,
             permission=PermissionRequest(
-                action=str(resource.get("action", "")),
-                target=str(resource.get("target", "")),
-                description=str(permission.get("actionDescription", "")),
+                action=_str(resource.get("action", "")),
+                target=_str(resource.get("target", "")),
+                description=_str(permission.get("actionDescription", "")),
             ),
             name="permission",
         )
     if "askQuestion" in spec:
         questions = tuple(
             Question(
-                question=str(entry.get("question", "")),
+                question=_str(entry.get("question", "")),
                 options=tuple(
-                    QuestionOption(str(_obj(o).get("id", "")), str(_obj(o).get("text", "")))
+                    QuestionOption(_str(_obj(o).get("id", "")), _str(_obj(o).get("text", "")))
                     for o in _list(entry.get("options"))
                 ),
                 multi_select=bool(entry.get("isMultiSelect", False)),
@@ -319,4 +349,4 @@ def _interaction(spec: Mapping[str, Any]) -> Interaction | None:
             for entry in (_obj(q) for q in _list(_obj(spec["askQuestion"]).get("questions")))
         )
         return Interaction(kind=InteractionKind.QUESTION, questions=questions, name="askQuestion")
-    return Interaction(kind=InteractionKind.OTHER, name=next(iter(spec)))
+    return Interaction(kind=InteractionKind.OTHER, name=_str(next(iter(spec))))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
+from agy_provider.wire import jsontext
 
 __all__ = [
     "CONNECT_PROTOCOL_VERSION",
@@ -94,12 +95,8 @@ class Frame:
 
 
 def _loads(data: bytes, what: str, offset: int | None) -> Any:
-    try:
-        return json.loads(data.decode("utf-8"))
-    # UnicodeDecodeError and JSONDecodeError are both ValueErrors; hostile nesting like
-    # "[[[[…" overflows the parser's stack and must not escape as a RecursionError.
-    except (ValueError, RecursionError) as exc:
-        raise DecodeError(f"{what} is not valid JSON: {exc}", offset) from exc
+    # Strict: no NaN/Infinity/1e400, no lone surrogates, bounded nesting (see jsontext).
+    return jsontext.loads(data, what, offset)
 
 
 def encode_envelope(payload: bytes, *, end_stream: bool = False) -> bytes:
@@ -436,8 +433,8 @@ def parse_error_body(status: int, body: bytes) -> RpcError:
     the status and the body text as the message. The raw body is kept on the error either way.
     """
     try:
-        parsed = json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError):
+        parsed = jsontext.loads(body)
+    except DecodeError:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("code"), str) and parsed["code"]:
         message = _text(parsed.get("message"))

@@ -5,12 +5,12 @@ Owns the line layer of agy's stream-json output and input (field guide §2.1); n
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, Final, NoReturn
 
 from agy_provider.errors import DecodeError, FramingError, UsageError
+from agy_provider.wire import jsontext
 from agy_provider.wire.connect import NEED_DATA, NeedData
 
 __all__ = [
@@ -242,12 +242,8 @@ class JsonLineDecoder:
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         number, offset = self._lines.line_number, self._lines.line_offset
-        try:
-            value = json.loads(line.decode("utf-8"))
-        # UnicodeDecodeError and JSONDecodeError are both ValueErrors; hostile nesting like
-        # "[[[[…" overflows the parser's stack and must not escape as a RecursionError.
-        except (ValueError, RecursionError) as exc:
-            raise DecodeError(f"line {number} is not valid JSON: {exc}", offset) from exc
+        # Strict: no NaN/Infinity/1e400, no lone surrogates, bounded nesting (see jsontext).
+        value = jsontext.loads(line, f"line {number}", offset)
         if not isinstance(value, dict):
             kind = type(value).__name__
             raise DecodeError(f"line {number} is JSON {kind}, not an object", offset)
