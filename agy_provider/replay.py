@@ -6,14 +6,18 @@ Detects the format from the content, decodes with the same decoders and assemble
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import logging
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import IO, Any, Final
 
 from agy_provider.agy.database import (
+    StepRow,
     iter_generator_rows,
     iter_step_rows,
     open_conversation_db,
@@ -23,11 +27,12 @@ from agy_provider.agy.database import (
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step, StepKind, TurnOutcome
-from agy_provider.agy.streamjson import StreamJsonDecoder
+from agy_provider.agy.streamjson import StreamJsonDecoder, decode_stream_json
 from agy_provider.assembler import StepAssembler
-from agy_provider.errors import DatabaseError, DecodeError, UsageError
+from agy_provider.errors import DatabaseError, DecodeError, FramingError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.types import AssistantMessage
+from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message
 
 __all__ = [
@@ -44,18 +49,34 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "agy"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# Files are read in chunks of this size: big enough that a read is cheap, small enough that a
+# capture of any size costs constant memory for its bytes.
+_CHUNK_BYTES: Final = 64 * 1024
+# Format detection looks this far into a file: agy's stream-json can start with a few lines of
+# plain text (sign-in errors, notices) before its first event.
+_HEAD_BYTES: Final = 64 * 1024
+# A warning quotes at most this much of a decoder's message (hostile input can make it huge).
+_MAX_REASON: Final = 300
 
 Warn = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _TurnInput:
-    """One turn's inputs: its user step (if any), the snapshots in feed order, how it ended."""
+    """One turn's inputs: its user step (if any), the snapshots in feed order, how it ended.
+
+    `batches` may be a one-shot iterator (a stream-json turn is decoded while it is replayed);
+    then `late_outcome`, read only once the batches are exhausted, says how the turn ended.
+    """
 
     user: Step | None
-    batches: Sequence[Sequence[Step]]
+    batches: Iterable[Sequence[Step]]
     outcome: TurnOutcome | None = None
     model: str = DEFAULT_MODEL
+    late_outcome: Callable[[], TurnOutcome | None] | None = None
+
+    def ending(self) -> TurnOutcome | None:
+        return self.late_outcome() if self.late_outcome is not None else self.outcome
 
 
 class Recording:
@@ -142,26 +163,36 @@ class ReplayedTurn:
 
 
 def detect_format(path: str) -> str:
-    """`sqlite`, `rpc` or `stream-json`, from the content. Raises `UsageError` otherwise."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    """`sqlite`, `rpc` or `stream-json`, from the content.
+
+    Raises:
+        UsageError: the path is not a readable regular file (a FIFO, a device or a directory
+            would hang or make no sense), or its content is none of the three.
+    """
+    with _open_regular(path) as handle:
+        head = handle.read(_HEAD_BYTES)
     if head.startswith(_SQLITE_MAGIC):
         return "sqlite"
     text = head.lstrip()
     if text.startswith(b"[") or (text.startswith(b"{") and b'"event"' not in text.split(b"\n")[0]):
         return "rpc"
-    if text.startswith(b"{"):
-        return "stream-json"
+    # stream-json: the first event may follow a few lines of plain text (agy prints sign-in
+    # errors and notices on stdout); a bare `--output-format json` result is one object.
+    for line in head.split(b"\n"):
+        if line.lstrip().startswith(b"{"):
+            return "stream-json"
     raise UsageError(
         f"{path} is not an agy conversation database, RPC step capture or stream-json capture"
     )
 
 
 def load_recording(path: str | os.PathLike[str], *, warn: Warn | None = None) -> Recording:
-    """Decode a file into steps and turns; skipped rows and lines are reported through `warn`."""
+    """Decode a file into steps and turns; skipped rows and lines are reported through `warn`.
+
+    Raises:
+        UsageError: the file cannot be read as any of the three formats (not found, not a
+            regular file, not agy's, a malformed database).
+    """
     path = os.fspath(path)
     warn = warn or (lambda text: log.warning("%s", text))
     fmt = detect_format(path)
@@ -170,6 +201,61 @@ def load_recording(path: str | os.PathLike[str], *, warn: Warn | None = None) ->
     if fmt == "rpc":
         return _load_rpc(path, warn)
     return _load_stream_json(path, warn)
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """Open `path` for reading bytes, refusing anything but a regular file.
+
+    The open itself never blocks: `O_NONBLOCK` keeps a FIFO with no writer from hanging us
+    before we can look at what we opened (it changes nothing for a regular file).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a pipe, socket or device"
+            raise UsageError(
+                f"{path} is {kind}, not a regular file: replay reads saved files only "
+                "(save the stream to a file first)"
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _chunks(path: str) -> Iterator[bytes]:
+    """The bytes of a regular file, a chunk at a time."""
+    with _open_regular(path) as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            yield chunk
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + "…"
+
+
+def _guarded(what: str, decode: Callable[[], Step], warn: Warn) -> Step | None:
+    """Run one decode; a bad row or line becomes one warning naming it, never an exception.
+
+    A `DecodeError` is the decoders' contract. Anything else is a decoder bug: still only this
+    row is lost, and the warning says to report it (the fuzz tests look for that text).
+    """
+    try:
+        return decode()
+    except DecodeError as exc:
+        warn(f"{what}: skipped, {_reason(exc)}")
+    except Exception as exc:
+        warn(
+            f"{what}: skipped, the decoder failed on it ({type(exc).__name__}: {_reason(exc)}); "
+            "please report this as a bug"
+        )
+    return None
 
 
 def select_turns(count: int, turn: str) -> range:
@@ -210,7 +296,7 @@ def replay(
         for batch in inputs.batches:
             events.extend(assembler.feed(batch))
             steps.update((s.index, s) for s in batch)
-        events.extend(assembler.finish(inputs.outcome))
+        events.extend(assembler.finish(inputs.ending()))
         ordered = [steps[i] for i in sorted(steps)]
         if inputs.user is not None:
             ordered.insert(0, inputs.user)
@@ -242,38 +328,89 @@ def _split_turns(
 
 
 def _load_sqlite(path: str, warn: Warn) -> Recording:
+    # A database with a -wal or -shm beside it may be live, or left by a crash: opening it in
+    # place, even read-only, makes SQLite create a -shm or write its read marks into one. Read a
+    # private copy of the database and its -wal instead, so nothing beside the file changes.
+    private = _private_copy(path) if _has_side_files(path) else None
+    target = private[1] if private is not None else path
+
+    def cleanup() -> None:
+        if private is not None:
+            shutil.rmtree(private[0], ignore_errors=True)
+
     try:
-        conn = open_conversation_db(path, snapshot=True)
+        conn = open_conversation_db(target, snapshot=True)
     except DatabaseError as exc:
-        raise UsageError(str(exc)) from exc
+        cleanup()
+        raise UsageError(str(exc).replace(target, path)) from exc
+    # A TEXT value that is not UTF-8 would make sqlite3 fail the whole scan: read it with
+    # replacement characters, so only that row fails to decode.
+    conn.text_factory = lambda data: data.decode("utf-8", "replace")
+
+    def close() -> None:
+        conn.close()
+        cleanup()
+
     try:
-        # The step_type column mirrors payload field 1; a saved file has no torn rows.
+        columns = step_columns(conn)
+        if "idx" not in columns or "step_payload" not in columns:
+            raise UsageError(f"{path}: the steps table lacks idx or step_payload")
+        # The step_type column mirrors payload field 1; a saved file has no torn rows. Only
+        # integer indexes are rows of agy's (a hostile file may store anything in a column).
         users = [
-            int(r[0])
-            for r in conn.execute("SELECT idx FROM steps WHERE step_type = 14 ORDER BY idx")
+            r[0]
+            for r in conn.execute(
+                "SELECT idx FROM steps WHERE step_type = 14 AND typeof(idx) = 'integer' "
+                "ORDER BY idx"
+            )
         ]
         (first,) = conn.execute("SELECT MIN(idx) FROM steps").fetchone()
-        slugs = _generator_slugs(iter_generator_rows(conn, path=path), warn)
-        conversation_id = read_conversation_id(conn)
-        title = _last_title(conn, path)
-        columns = step_columns(conn)
+        conversation_id = jsontext.clean_text(read_conversation_id(conn))
+        title = _last_title(conn)
     except (DatabaseError, sqlite3.DatabaseError) as exc:
-        conn.close()
-        raise UsageError(f"{path}: {exc}") from exc
+        close()
+        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
+    except BaseException:
+        close()
+        raise
+    slugs = _generator_slugs(conn, path, warn)
+
+    def decode(row: StepRow) -> Step:
+        return decode_step_row(
+            row.index,
+            row.step_type,
+            row.status,
+            row.payload,
+            metadata=row.metadata,
+            error_details=row.error_details,
+        )
 
     def rows(after: int = -1, before: int | None = None) -> Iterator[Step]:
-        for row in iter_step_rows(conn, path=path, after=after, before=before, columns=columns):
-            try:
-                yield decode_step_row(
-                    row.index,
-                    row.step_type,
-                    row.status,
-                    row.payload,
-                    metadata=row.metadata,
-                    error_details=row.error_details,
-                )
-            except DecodeError as exc:
-                warn(f"step {row.index}: skipped, {exc}")
+        # `position` is the raw idx the next read starts after: a hostile non-integer idx must
+        # not be rounded, or a skipped row would be read again.
+        position: Any = after
+        while True:
+            reader = iter_step_rows(conn, path=path, after=position, before=before, columns=columns)
+            last: Any = position
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                # database.py reads each row's integer columns with int(); a row whose columns
+                # hold text, a blob or an infinite real fails there (see the report for the fix).
+                except (DatabaseError, ValueError, TypeError, OverflowError) as exc:
+                    bad = _next_index(conn, path, last, before)
+                    if bad is None:
+                        warn(f"steps after {last}: not read, {_reason(exc)}")
+                        return
+                    warn(f"step {bad}: skipped, {_reason(exc)}")
+                    position = bad
+                    break
+                last = row.index
+                step = _guarded(f"step {row.index}", functools.partial(decode, row), warn)
+                if step is not None:
+                    yield step
 
     def model_of(body: Sequence[Step]) -> str:
         for step in reversed(body):
@@ -302,107 +439,212 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
         iter_steps=rows,
         conversation_id=conversation_id,
         title=title,
-        close=conn.close,
+        close=close,
     )
 
 
-def _last_title(conn: sqlite3.Connection, path: str) -> str:
+def _has_side_files(path: str) -> bool:
+    return any(os.path.lexists(path + suffix) for suffix in ("-wal", "-shm", "-journal"))
+
+
+def _private_copy(path: str) -> tuple[str, str]:
+    """Copy the database and its -wal (never the -shm: SQLite rebuilds it from the -wal) into a
+    private folder; returns (folder, the copy's path). The originals are only read."""
+    folder = tempfile.mkdtemp(prefix="agy-replay-")
+    copy = os.path.join(folder, "conversation.db")
+    try:
+        for suffix in ("", "-wal"):
+            if suffix and not os.path.lexists(path + suffix):
+                continue
+            with _open_regular(path + suffix) as source, open(copy + suffix, "wb") as target:
+                shutil.copyfileobj(source, target, _CHUNK_BYTES)
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UsageError(f"cannot copy {path} to read it: {exc.strerror or exc}") from exc
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder, copy
+
+
+def _next_index(conn: sqlite3.Connection, path: str, after: Any, before: int | None) -> Any:
+    """The raw idx of the first row past `after` (the row a failed read stopped at), or None."""
+    try:
+        row = conn.execute(
+            "SELECT idx FROM steps WHERE idx > ? AND idx < ? ORDER BY idx LIMIT 1",
+            (after, before if before is not None else 2**63 - 1),
+        ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
+    return None if row is None else row[0]
+
+
+def _last_title(conn: sqlite3.Connection) -> str:
     """The newest checkpoint's title (AGY-FORMATS §3.3: 30.4), "" when there is none."""
-    for row in conn.execute(
+    for idx, step_type, status, payload in conn.execute(
         "SELECT idx, step_type, status, step_payload FROM steps WHERE step_type = 23 "
-        "ORDER BY idx DESC LIMIT 3"
+        "AND typeof(idx) = 'integer' AND typeof(status) = 'integer' ORDER BY idx DESC LIMIT 3"
     ):
+        if not isinstance(payload, bytes | None):
+            continue
         try:
-            title = decode_step_row(*row).title
-        except DecodeError:
+            title = decode_step_row(idx, int(step_type), status, payload).title
+        except Exception:
             continue
         if title:
             return title
     return ""
 
 
-def _generator_slugs(rows: Iterable[tuple[int, bytes]], warn: Warn) -> dict[str, str]:
+def _generator_slugs(conn: sqlite3.Connection, path: str, warn: Warn) -> dict[str, str]:
     """execution id -> model slug, from gen_metadata (1.19 slug, 4 execution id)."""
     slugs: dict[str, str] = {}
-    for idx, data in rows:
-        try:
-            record = Message(data)
-            slug = record.path_string(1, 19)
-            execution = record.string(4)
-        except DecodeError as exc:
-            warn(f"gen_metadata {idx}: skipped, {exc}")
-            continue
-        if slug:
-            slugs[execution] = slug
+    rows: Iterable[tuple[int, bytes]] = iter_generator_rows(conn, path=path)
+    try:
+        for idx, data in rows:
+            try:
+                record = Message(data)
+                slug = record.path_string(1, 19)
+                execution = record.string(4)
+            except DecodeError as exc:
+                warn(f"gen_metadata {idx}: skipped, {_reason(exc)}")
+                continue
+            if slug:
+                slugs[execution] = slug
+    # A malformed table or a non-integer idx (database.py reads it with int()) costs only the
+    # model names: replay goes on with the default.
+    except (DatabaseError, ValueError, TypeError, OverflowError) as exc:
+        warn(f"gen_metadata: not read further, {_reason(exc)}")
     return slugs
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path} as UTF-8 text: {exc}") from exc
-
-
 def _load_rpc(path: str, warn: Warn) -> Recording:
+    with _open_regular(path) as handle:
+        data = handle.read()
     try:
-        data: Any = json.loads(_read_text(path))
-    except json.JSONDecodeError as exc:
+        # Strict JSON: NaN, 1e400, 5,000-digit integers, 2,000-deep nesting all end here.
+        document: Any = jsontext.loads(data, "the file")
+    except DecodeError as exc:
         raise UsageError(
             f"{path} is not an agy conversation database, RPC step capture or stream-json "
-            f"capture (not JSON: {exc})"
+            f"capture ({_reason(exc)})"
         ) from exc
-    if isinstance(data, dict) and "steps" not in data and "type" in data:
-        data = [data]  # a single step object
-    raw_steps = data.get("steps") if isinstance(data, dict) else data
+    del data
+    if isinstance(document, dict) and "steps" not in document and "type" in document:
+        document = [document]  # a single step object
+    raw_steps = document.get("steps") if isinstance(document, dict) else document
     if not isinstance(raw_steps, list):
         raise UsageError(f'{path} has no steps list (expected {{"steps": [...]}} or a bare list)')
     latest: dict[int, Step] = {}
     for position, raw in enumerate(raw_steps):
-        try:
-            step = decode_json_step(raw, position=position)
-        except DecodeError as exc:
-            warn(f"step {position}: skipped, {exc}")
-            continue
-        latest[step.index] = step
+        step = _guarded(
+            f"step {position}",
+            functools.partial(decode_json_step, raw, position=position),
+            warn,
+        )
+        if step is not None:
+            latest[step.index] = step
+    del document, raw_steps
     steps = [latest[i] for i in sorted(latest)]
     conversation = next((s.conversation_id for s in steps if s.conversation_id), "")
     turns = _split_turns(steps, lambda _body: DEFAULT_MODEL)
     return _in_memory("rpc", path, steps, turns, conversation)
 
 
-def _load_stream_json(path: str, warn: Warn) -> Recording:
-    decoder = StreamJsonDecoder()
-    turns: list[_TurnInput] = []
-    batches: list[list[Step]] = []
-    user: Step | None = None
-    latest: dict[int, Step] = {}
-    any_event = False
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
+class _StreamJsonTurns:
+    """Reads a stream-json capture's turns in order, decoding the file as they are replayed.
+
+    Holds one turn's state and a chunk of the file, never the whole capture: each turn's
+    `batches` is an iterator over the decoder's snapshots, and must be drained (replay does)
+    before the next turn is read; `next_turn` drains what is left otherwise.
+    """
+
+    def __init__(self, path: str, on_skip: Warn) -> None:
+        self._on_skip = on_skip
+        self.decoder = StreamJsonDecoder(coalesce=True, on_skip=on_skip)
+        self._items = decode_stream_json(_chunks(path), decoder=self.decoder)
+        self._open: Iterator[Sequence[Step]] | None = None
+        self.title = ""
+        self.turns_read = 0
+
+    def _next(self) -> Step | TurnOutcome | None:
         try:
-            event = json.loads(line)
-            if not isinstance(event, dict):
-                raise DecodeError("line is not a JSON object")
-            result = decoder.feed(event)
-        except (ValueError, DecodeError) as exc:
-            warn(f"line {number}: skipped, {exc}")
-            continue
-        any_event = True
-        if isinstance(result, TurnOutcome):
-            turns.append(_TurnInput(user=user, batches=batches, outcome=result))
-            batches, user = [], None
-        elif isinstance(result, Step):
-            latest[result.index] = result
-            if result.kind is StepKind.USER:
-                user = result
-            else:
-                batches.append([result])
-    if not any_event:
+            item = next(self._items, None)
+        except FramingError as exc:  # a line over the framer's bound: nothing after it is read
+            self._on_skip(f"the rest of the file: not read, {_reason(exc)}")
+            self._items = iter(())
+            return None
+        if isinstance(item, Step) and item.kind is StepKind.CHECKPOINT and item.title:
+            self.title = item.title
+        return item
+
+    def next_turn(self) -> _TurnInput | None:
+        """The next turn, or None when the capture has no more."""
+        if self._open is not None:
+            for _ in self._open:
+                pass
+            self._open = None
+        user: Step | None = None
+        item = self._next()
+        while isinstance(item, Step) and item.kind is StepKind.USER:
+            user, item = item, self._next()
+        if item is None and user is None:
+            return None
+        self.turns_read += 1
+        ending: list[TurnOutcome | None] = [None]
+
+        def body(item: Step | TurnOutcome | None) -> Iterator[Sequence[Step]]:
+            while item is not None:
+                if isinstance(item, TurnOutcome):
+                    ending[0] = item
+                    return
+                if item.kind is not StepKind.USER:  # a repeated user step is not the answer
+                    yield (item,)
+                item = self._next()
+
+        self._open = body(item)
+        return _TurnInput(user=user, batches=self._open, late_outcome=lambda: ending[0])
+
+
+def _load_stream_json(path: str, warn: Warn) -> Recording:
+    # One pass to count the turns and report every skipped line once; each replayed turn is
+    # then decoded again from the file, lazily, so memory never holds the whole capture.
+    counter = _StreamJsonTurns(path, warn)
+    count = 0
+    while counter.next_turn() is not None:
+        count += 1
+    if not count and not counter.decoder.conversation_id:
         raise UsageError(f"{path} holds no stream-json events")
-    if batches or user is not None:
-        turns.append(_TurnInput(user=user, batches=batches))  # a capture cut before its result
-    steps = [latest[i] for i in sorted(latest)]
-    return _in_memory("stream-json", path, steps, turns, decoder.conversation_id)
+    reader: list[_StreamJsonTurns] = []
+
+    def silent(_text: str) -> None:
+        pass
+
+    def load_turn(position: int) -> _TurnInput:
+        if not reader or reader[0].turns_read > position:
+            reader[:] = [_StreamJsonTurns(path, silent)]
+        current = reader[0]
+        while current.turns_read < position:
+            current.next_turn()
+        turn = current.next_turn()
+        return turn if turn is not None else _TurnInput(user=None, batches=())
+
+    def iter_steps() -> Iterator[Step]:
+        latest: dict[int, Step] = {}
+        walker = _StreamJsonTurns(path, silent)
+        while (turn := walker.next_turn()) is not None:
+            if turn.user is not None:
+                latest[turn.user.index] = turn.user
+            for batch in turn.batches:
+                latest.update((s.index, s) for s in batch)
+        return iter([latest[i] for i in sorted(latest)])
+
+    return Recording(
+        format="stream-json",
+        path=path,
+        turn_count=count,
+        load_turn=load_turn,
+        iter_steps=iter_steps,
+        conversation_id=counter.decoder.conversation_id,
+        title=counter.title,
+    )
