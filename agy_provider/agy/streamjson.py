@@ -1,14 +1,33 @@
-"""Decode agy's `--output-format stream-json` events (AGY-FORMATS §2.1) into Step snapshots.
+"""Decode agy's `--output-format stream-json` (and `json`) output into Step snapshots and outcomes.
 
-Stateful because stream-json sends text as deltas: the decoder accumulates them per step index.
+Owns every shape agy 1.1.8–1.2.x prints (AGY-FORMATS §2.1, §2.2); sans-I/O, stateful per stream.
+
+Shapes covered, oldest first:
+- 1.1.17: a tool's outcome in the update's top-level `output` / `error{type,message}`; `result`
+  usage for one fresh turn.
+- 1.1.18–1.2.x: outcomes in `tool_info.output` / `tool_info.error{type,message}`; `result` usage
+  and duration are the conversation's running totals; denied actions end `CANCELED` (reason on
+  stderr), `SUCCESS` with an empty answer and `denied_actions`, or `ERROR` with a full answer;
+  `system_message`, `error_message`, `unknown` and `subagent` (`subagent_info`) steps;
+  `command_result` events of slash commands; non-JSON lines (notices, errors) between events.
+- `--output-format json`: one bare `result` object, no `event` key.
+
+Text arrives as deltas. Each step keeps its deltas as a list of chunks and joins them only when a
+snapshot is taken, so decoding is linear in the input. With `coalesce=True` a run of deltas of
+one step is snapshotted once its text has doubled (past `COALESCE_FROM` characters) or when
+something else happens, so even a 20,000-delta answer costs a handful of joins; `flush()` takes
+the deferred snapshots when the input pauses.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from typing import Any
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, TypeAlias
 
 from agy_provider.agy.step import (
     Step,
@@ -20,8 +39,35 @@ from agy_provider.agy.step import (
     TurnOutcome,
 )
 from agy_provider.errors import DecodeError
+from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
-__all__ = ["StreamJsonDecoder", "stream_json_usage"]
+__all__ = [
+    "COALESCE_FROM",
+    "StreamJsonDecoder",
+    "StreamJsonResult",
+    "decode_stream_json",
+    "stream_json_usage",
+    "subtract_usage",
+]
+
+log = logging.getLogger(__name__)
+
+Item: TypeAlias = Step | TurnOutcome
+Skip = Callable[[str], None]
+
+# Below this many characters every delta gets its own snapshot (replay shows text as it streamed,
+# and a snapshot costs at most this much copying); above it, a coalescing decoder snapshots a step
+# again only once its text has doubled, so the total copying stays linear in the text.
+COALESCE_FROM: Final = 8 * 1024
+# Non-JSON lines kept as notes for the turn's error message (e.g. "Error: authentication
+# required …"): a few short lines are what agy prints; more is noise that must not pile up.
+_MAX_NOTES: Final = 4
+_MAX_NOTE_CHARS: Final = 500
+# Nested tool parameters deeper than this are summarised: agy's are at most 3 deep, and a hostile
+# capture must not recurse us into a RecursionError.
+_MAX_PARAM_DEPTH: Final = 24
+# Step indices are small non-negative integers in agy; anything outside this is not a step index.
+_MAX_INDEX: Final = 2**31 - 1
 
 _KINDS: Mapping[str, StepKind] = {
     "user_input": StepKind.USER,
@@ -29,6 +75,8 @@ _KINDS: Mapping[str, StepKind] = {
     "tool": StepKind.TOOL,
     "subagent": StepKind.TOOL,
     "checkpoint": StepKind.CHECKPOINT,
+    "system_message": StepKind.SYSTEM,
+    "error_message": StepKind.ERROR,
 }
 
 _STATES: Mapping[str, StepStatus] = {
@@ -36,121 +84,767 @@ _STATES: Mapping[str, StepStatus] = {
     "DONE": StepStatus.DONE,
     "ERROR": StepStatus.ERROR,
     "CANCELED": StepStatus.CANCELED,
+    "CANCELLED": StepStatus.CANCELED,
 }
 
 _OK_RESULTS = frozenset({"SUCCESS", "OK"})
+_CANCELED_RESULTS = frozenset({"CANCELED", "CANCELLED"})
+_DENIAL_WORDS = ("denied", "permission check failed", "not permitted")
+_REPLACEMENT = "\ufffd"
+
+
+# -- small, total conversions (nothing here raises on odd JSON) ------------------------------
+
+
+def _count(value: Any) -> int:
+    """A token or turn count: a non-negative int from whatever JSON gave (odd values → 0)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, min(value, 2**63 - 1))
+    if isinstance(value, float) and math.isfinite(value):
+        return max(0, min(int(value), 2**63 - 1))
+    return 0
+
+
+def _clean(text: str) -> str:
+    """`text` without lone surrogates (JSON may carry `\\ud800`; no writer can encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _text(value: Any) -> str:
+    """A string field; numbers and other scalars become their JSON text, containers ""."""
+    if isinstance(value, str):
+        return _clean(value)
+    if value is None or isinstance(value, dict | list):
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    try:
+        return str(value)
+    except ValueError:  # an int too long to print (sys.get_int_max_str_digits)
+        return ""
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON value made safe to render: clean strings, finite numbers, bounded depth."""
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+        return str(value)[:40] + "…"
+    if depth >= _MAX_PARAM_DEPTH and isinstance(value, dict | list):
+        return "…"
+    if isinstance(value, dict):
+        return {_clean(str(k)): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, depth + 1) for v in value]
+    return value
+
+
+def _error_message(value: Any) -> str:
+    """`error` as agy writes it: `{type, message}`, or a bare string (result, 1.1.17)."""
+    if isinstance(value, dict):
+        return _text(value.get("message")) or _text(value.get("type"))
+    return _text(value)
 
 
 def stream_json_usage(value: Any) -> StepUsage | None:
-    """`{input_tokens, output_tokens, cache_read_tokens, ...}` -> StepUsage (output includes thinking)."""
+    """`{input_tokens, output_tokens, cache_read_tokens, …}` → StepUsage; None when absent.
+
+    `input_tokens` is uncached input, `output_tokens` includes thinking; agy's `total_tokens`
+    (input + output) is not read: pi's total is computed from the parts.
+    """
     if not isinstance(value, dict):
         return None
-    try:
-        return StepUsage(
-            input=int(value.get("input_tokens", 0)),
-            output=int(value.get("output_tokens", 0)),
-            cache_read=int(value.get("cache_read_tokens", 0)),
-            cache_write=int(value.get("cache_write_tokens", 0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise DecodeError(f"usage is not numeric: {value!r}") from exc
+    return StepUsage(
+        input=_count(value.get("input_tokens")),
+        output=_count(value.get("output_tokens")),
+        cache_read=_count(value.get("cache_read_tokens")),
+        cache_write=_count(value.get("cache_write_tokens")),
+    )
+
+
+def subtract_usage(total: StepUsage, previous: StepUsage) -> StepUsage | None:
+    """`total - previous` field by field; None when a field would go negative (not a running total)."""
+    parts = (
+        total.input - previous.input,
+        total.output - previous.output,
+        total.cache_read - previous.cache_read,
+        total.cache_write - previous.cache_write,
+    )
+    if min(parts) < 0:
+        return None
+    return StepUsage(*parts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamJsonResult:
+    """One `result` as agy printed it, for callers that need more than the `TurnOutcome`.
+
+    `total_usage` and `duration_seconds` are agy's running totals for the conversation (1.1.18+);
+    `turn_usage` is this turn's share. Persist `total_usage` to pass as `previous_total` when the
+    next process resumes the conversation.
+    """
+
+    status: str
+    response: str
+    error: str
+    num_turns: int | None
+    duration_seconds: float | None
+    total_usage: StepUsage | None
+    turn_usage: StepUsage | None
+    denied_actions: tuple[str, ...] = ()
+    command: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class _StepState:
+    """One step's accumulated state; its text as chunks, joined only when snapshotted."""
+
+    step: Step
+    agent_type: str
+    chunks: list[str] = dataclasses.field(default_factory=list)
+    length: int = 0
+    # Index of the first U+FFFD in the text: from there the text is held back until the result
+    # can heal it (agy 1.1.12–1.1.15 broke multibyte characters at delta boundaries).
+    hold_from: int | None = None
+    shown: int = 0  # characters of text in the last snapshot given out
+    deferred: bool = False  # a delta arrived that no snapshot has carried yet
+
+    def visible(self) -> int:
+        return self.length if self.hold_from is None else self.hold_from
+
+    def append(self, delta: str, *, hold: bool = False) -> None:
+        if hold and self.hold_from is None:
+            at = delta.find(_REPLACEMENT)
+            if at >= 0:
+                self.hold_from = self.length + at
+        self.chunks.append(delta)
+        self.length += len(delta)
+
+    def joined(self) -> str:
+        if len(self.chunks) > 1:
+            self.chunks[:] = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
 
 
 class StreamJsonDecoder:
-    """Feed one parsed stream-json object at a time; get the Step it changed, or the turn's end.
+    """Feed agy's stream-json lines (bytes, lines or parsed events); get Steps and outcomes.
 
-    `feed` returns a `Step` for a step_update, a `TurnOutcome` for a result, and `None` for events
-    that carry no step (init). `conversation_id` is learned from init (the only place agy states it).
+    Every method returns a list of items in order: `Step` snapshots (the newest state of one
+    step, text accumulated) and one `TurnOutcome` per `result`. Only `DecodeError` is raised,
+    and only by `feed`, `feed_event` and `feed_line` for a line or event that is not one
+    (skippable: go on with the next); `receive` and `end_of_input` skip such lines themselves,
+    reporting each through `on_skip`.
+
+    Usage: `result.usage` is a running total from agy 1.1.18 on. The turn's usage is
+    result(N) − result(N−1) when the previous total is known (an earlier result of this stream,
+    or `previous_total` from the caller); else the result itself for a fresh conversation
+    (`num_turns` 1); else — a resumed process — the sum of the turn's DONE `agent_response`
+    usages. `last_result` keeps the raw totals.
+
+    Attributes: `conversation_id` (from `init`, the only place a fresh run states it, else from
+    any event), `permission_mode`, `last_result`, `skipped` (count of skipped lines) and
+    `chars_joined` (characters copied to build snapshot texts: the decoder's work).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        previous_total: StepUsage | None = None,
+        coalesce: bool = False,
+        on_skip: Skip | None = None,
+    ) -> None:
         self.conversation_id = ""
-        self._steps: dict[int, Step] = {}
+        self.permission_mode = ""
+        self.last_result: StreamJsonResult | None = None
+        self.skipped = 0
+        self.chars_joined = 0
+        self._coalesce = coalesce
+        self._on_skip = on_skip or (lambda reason: log.warning("stream-json: %s", reason))
+        self._previous_total = previous_total
+        self._lines = LineDecoder()
+        self._states: dict[int, _StepState] = {}
+        self._notes: deque[str] = deque(maxlen=_MAX_NOTES)
+        self._stderr: deque[str] = deque(maxlen=_MAX_NOTES)
+        self._new_turn()
+
+    def _new_turn(self) -> None:
+        self._turn: list[int] = []  # step indices seen this turn, first-seen order
+        self._agent_usage: StepUsage | None = None
+        self._denied: dict[int, str] = {}
+        self._held: int | None = None  # the agent step whose text is held back
+        self._command = ""
+        self._notes.clear()
+
+    # -- caller-supplied context -------------------------------------------------------------
+
+    def set_previous_total(self, usage: StepUsage | None) -> None:
+        """The conversation's running total before this process's first turn (a resumed run)."""
+        self._previous_total = usage
+
+    def note_stderr(self, text: str) -> None:
+        """Lines agy printed on stderr; a `CANCELED` result names the denial they report."""
+        for line in text.splitlines():
+            line = _clean(line.strip())
+            if line:
+                self._stderr.append(line[:_MAX_NOTE_CHARS])
+
+    # -- input -------------------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> list[Item]:
+        """Feed raw stdout bytes; returns the items of every complete line. Bad lines are skipped.
+
+        Only `\\n` ends a line. Raises `FramingError` (a `DecodeError`) only when a line exceeds
+        the framer's bound; the stream is then poisoned.
+        """
+        self._lines.feed(data)
+        items: list[Item] = []
+        while (line := self._lines.next_line()) is not NEED_DATA:
+            self._take(line, items)
+        return items
+
+    def end_of_input(self) -> list[Item]:
+        """The input ended: the last unterminated line, then every deferred or held snapshot."""
+        items: list[Item] = []
+        tail = self._lines.end_of_input()
+        if tail is not None:
+            self._take(tail, items)
+        for state in self._states.values():
+            if state.hold_from is not None:
+                state.hold_from = None  # no result came to heal it: show the text as it streamed
+                state.deferred = True
+        self._held = None
+        items.extend(self.flush())
+        return items
+
+    def feed_line(self, line: str | bytes) -> list[Item]:
+        """Feed one line (no `\\n` needed). Raises `DecodeError` when it is not a JSON object."""
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            self._note(line)
+            raise DecodeError(f"not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise DecodeError(f"JSON {type(value).__name__}, not an event object")
+        return self.feed_event(value)
 
     def feed(self, event: Mapping[str, Any]) -> Step | TurnOutcome | None:
+        """One parsed event → the item it is about (the Step, or the TurnOutcome of a result).
+
+        The simple form of `feed_event`, for callers that take one item per event; a result's
+        reconciled text (a snapshot before the outcome) is dropped here, so prefer `feed_event`.
+        """
+        items = self.feed_event(event)
+        return items[-1] if items else None
+
+    def feed_event(self, event: Any) -> list[Item]:
+        """One parsed event (a dict) → the items it produces. Raises `DecodeError` if not an event."""
+        if not isinstance(event, Mapping):
+            raise DecodeError(f"JSON {type(event).__name__}, not an event object")
+        items: list[Item] = []
         kind = event.get("event")
-        if kind == "init":
-            self.conversation_id = str(event.get("conversation_id", ""))
-            return None
         if kind == "step_update":
             body = event.get("step_update")
-            if not isinstance(body, dict):
+            if not isinstance(body, Mapping):
                 raise DecodeError("step_update without an object body")
-            return self._update(body)
-        if kind == "result":
+            self._update(body, items)
+        elif kind == "result":
             body = event.get("result")
-            if not isinstance(body, dict):
+            if not isinstance(body, Mapping):
                 raise DecodeError("result without an object body")
-            return self._result(body)
-        if kind == "user":
-            return None  # our own input echoed back in --input-format stream-json
-        raise DecodeError(f"unknown stream-json event {kind!r}")
+            self._result(body, items)
+        elif kind == "init":
+            self.conversation_id = _text(event.get("conversation_id")) or self.conversation_id
+            init = event.get("init")
+            if isinstance(init, Mapping):
+                self.permission_mode = _text(init.get("permission_mode"))
+        elif kind == "command_result":
+            self._command_result(event, items)
+        elif kind == "user":
+            pass  # our own input, echoed back by --input-format stream-json
+        elif kind is None and "status" in event and ("response" in event or "num_turns" in event):
+            self._result(event, items)  # --output-format json: one bare result object
+        else:
+            raise DecodeError(f"unknown stream-json event {_text(kind)[:80]!r}")
+        return items
 
-    def _update(self, body: Mapping[str, Any]) -> Step:
+    def flush(self) -> list[Step]:
+        """Snapshots that coalescing deferred; call when the input pauses (live) or ends."""
+        return [self._snapshot(s) for s in self._pending_states()]
+
+    # -- lines -------------------------------------------------------------------------------
+
+    def _take(self, line: bytes, items: list[Item]) -> None:
         try:
-            index = int(body["step_index"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DecodeError("step_update without a numeric step_index") from exc
-        step_kind = _KINDS.get(str(body.get("step_type", "")), StepKind.UNKNOWN)
-        status = _STATES.get(str(body.get("state", "")), StepStatus.UNSPECIFIED)
-        if step_kind is StepKind.ASSISTANT and status is StepStatus.RUNNING:
+            items.extend(self.feed_line(line))
+        except DecodeError as exc:
+            self.skipped += 1
+            self._on_skip(f"line {self._lines.line_number}: skipped, {exc}")
+
+    def _note(self, line: str | bytes) -> None:
+        """Keep a non-JSON line that reads like agy's own error, for the turn's message."""
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        line = _clean(line.strip())
+        if line.lower().startswith(("error:", "fatal:")):
+            self._notes.append(line[:_MAX_NOTE_CHARS])
+
+    # -- step updates ------------------------------------------------------------------------
+
+    def _update(self, body: Mapping[str, Any], items: list[Item]) -> None:
+        raw_index = body.get("step_index")
+        if isinstance(raw_index, bool) or not isinstance(raw_index, int):
+            raise DecodeError("step_update without a numeric step_index")
+        if not 0 <= raw_index <= _MAX_INDEX:
+            raise DecodeError(f"step_update with step_index {raw_index} out of range")
+        index = raw_index
+        agent_type = _text(body.get("step_type"))
+        kind = _KINDS.get(agent_type, StepKind.UNKNOWN)
+        status = _STATES.get(_text(body.get("state")).upper(), StepStatus.UNSPECIFIED)
+        if kind is StepKind.ASSISTANT and status is StepStatus.RUNNING:
             status = StepStatus.GENERATING
-        previous = self._steps.get(index)
-        text = previous.text if previous is not None else ""
-        if isinstance(body.get("text_delta"), str):
-            text += body["text_delta"]
-        error_info = body.get("error")
-        error = str(error_info.get("message", "")) if isinstance(error_info, dict) else ""
-        tool: ToolCall | None = None
-        result: ToolResult | None = None
-        if step_kind is StepKind.TOOL:
-            info = body.get("tool_info") if isinstance(body.get("tool_info"), dict) else {}
-            assert isinstance(info, dict)
-            name = str(info.get("name") or body.get("tool_name") or "tool")
-            params = info.get("parameters")
-            if isinstance(params, str):
-                try:
-                    params = json.loads(params)
-                except ValueError:
-                    params = {}
-            tool = ToolCall(id="", name=name, arguments=params if isinstance(params, dict) else {})
-            output = body.get("output", info.get("output"))
-            if status.terminal:
-                result = ToolResult(
-                    output=str(output) if output is not None else error,
-                    is_error=status is StepStatus.ERROR,
-                )
-        step = Step(
-            index=index,
-            kind=step_kind,
+        state = self._states.get(index)
+        first = state is None
+        if state is None:
+            state = _StepState(Step(index=index, kind=kind, status=status), agent_type)
+            self._states[index] = state
+            self._turn.append(index)
+        delta = body.get("text_delta")
+        delta = _clean(delta) if isinstance(delta, str) else ""
+        if kind in (StepKind.ASSISTANT, StepKind.TOOL):
+            self._release_other_hold(index)
+        previous = state.step
+        usage = stream_json_usage(body.get("usage"))
+        if (
+            usage is not None
+            and kind is StepKind.ASSISTANT
+            and status is StepStatus.DONE
+            and (previous.usage is None or previous.status is not StepStatus.DONE)
+        ):
+            self._agent_usage = usage if self._agent_usage is None else self._agent_usage + usage
+        tool, result, tool_error = self._tool(body, agent_type, status, previous)
+        error = tool_error or _error_message(body.get("error"))
+        step = dataclasses.replace(
+            previous,
+            kind=kind,
             status=status,
-            text=text if step_kind is StepKind.ASSISTANT else "",
             tool=tool,
             result=result,
-            usage=stream_json_usage(body.get("usage")) or (previous.usage if previous else None),
-            error=error,
-            conversation_id=str(body.get("conversation_id") or self.conversation_id),
+            usage=usage or previous.usage,
+            error=error or previous.error,
+            conversation_id=_text(body.get("conversation_id"))
+            or previous.conversation_id
+            or self.conversation_id,
         )
-        if (
-            previous is not None
-            and previous.tool is not None
-            and step.tool is not None
-            and not step.tool.arguments
-            and previous.tool.arguments
-        ):
-            # A later update without parameters keeps the ones an earlier update gave.
-            step = dataclasses.replace(step, tool=previous.tool)
-        self._steps[index] = step
+        if tool is not None and status is StepStatus.ERROR and _is_denial(error):
+            self._denied[index] = _describe_denial(tool, error)
+        if delta:
+            state.append(delta, hold=kind is StepKind.ASSISTANT)
+            if state.hold_from is not None and kind is StepKind.ASSISTANT:
+                self._held = index
+        only_text = (
+            not first
+            and delta != ""
+            and step.status is previous.status
+            and step.kind is previous.kind
+            and step.error == previous.error
+            and usage is None
+        )
+        state.step = step
+        if only_text and self._defer(state):
+            return
+        if not first and not delta and step == previous and not state.deferred:
+            return  # a repeat with nothing new (the subagent DONE that repeats ACTIVE)
+        items.extend(self._snapshot(s) for s in self._pending_states(exclude=index))
+        items.append(self._snapshot(state))
+
+    def _defer(self, state: _StepState) -> bool:
+        """Coalescing: hold this text-only snapshot back while the text has not yet doubled."""
+        visible = state.visible()
+        if visible == state.shown:
+            return True  # all the growth is held back (after a U+FFFD): nothing new to show
+        if not self._coalesce or visible <= COALESCE_FROM or visible - state.shown >= state.shown:
+            return False
+        state.deferred = True
+        return True
+
+    def _pending_states(self, exclude: int | None = None) -> list[_StepState]:
+        return [
+            s
+            for i, s in sorted(self._states.items())
+            if s.deferred and i != exclude and s.visible() > s.shown
+        ]
+
+    def _snapshot(self, state: _StepState) -> Step:
+        state.deferred = False
+        step = state.step
+        if step.kind is StepKind.ASSISTANT or state.chunks:
+            visible = state.visible()
+            if visible != len(step.text):
+                text = state.joined()
+                self.chars_joined += visible
+                step = dataclasses.replace(
+                    step, text=text[:visible] if visible < len(text) else text
+                )
+            state.shown = visible
+            state.step = step
         return step
 
-    def _result(self, body: Mapping[str, Any]) -> TurnOutcome:
-        status = str(body.get("status", "")).upper()
-        error = body.get("error")
-        message = error.get("message", "") if isinstance(error, dict) else (error or "")
-        return TurnOutcome(
-            ok=status in _OK_RESULTS,
-            aborted=status in ("CANCELED", "CANCELLED"),
-            error=str(message)
-            or ("" if status in _OK_RESULTS else f"agy ended the turn: {status}"),
-            usage=stream_json_usage(body.get("usage")),
+    def _release_other_hold(self, index: int) -> None:
+        """Another step now renders content: a held text can no longer be healed in place."""
+        if self._held is not None and self._held != index:
+            held = self._states[self._held]
+            held.hold_from = None
+            held.deferred = True
+            self._held = None
+
+    def _release(self, index: int, items: list[Item]) -> None:
+        state = self._states[index]
+        state.hold_from = None
+        state.deferred = True
+        self._held = None
+        items.append(self._snapshot(state))
+
+    def _tool(
+        self, body: Mapping[str, Any], agent_type: str, status: StepStatus, previous: Step
+    ) -> tuple[ToolCall | None, ToolResult | None, str]:
+        """The tool call, its result once settled, and its failure's message.
+
+        The outcome is in `tool_info.output` / `tool_info.error` (1.1.18+) or at the update's top
+        level (1.1.17).
+        """
+        if agent_type == "subagent":
+            return (*_subagent(body, status, previous), "")
+        if agent_type != "tool":
+            return None, None, ""
+        raw_info = body.get("tool_info")
+        info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
+        name = _text(info.get("name")) or _text(body.get("tool_name")) or "tool"
+        params = info.get("parameters")
+        if isinstance(params, str):
+            try:
+                params = json.loads(params)
+            except (ValueError, RecursionError):
+                params = {}
+        arguments = _plain(params) if isinstance(params, dict) else {}
+        if not arguments and previous.tool is not None and previous.tool.arguments:
+            arguments = previous.tool.arguments  # a later update without parameters keeps them
+        tool = ToolCall(id="", name=name, arguments=arguments)
+        if not status.terminal:
+            return tool, None, ""
+        output_value = info.get("output", body.get("output"))
+        output = _text(output_value) if not isinstance(output_value, dict | list) else ""
+        if isinstance(output_value, dict | list):
+            output = json.dumps(_plain(output_value), ensure_ascii=False)
+        message = _error_message(info.get("error")) or _error_message(body.get("error"))
+        failed = status is StepStatus.ERROR or bool(message)
+        if failed:
+            reason = message or "failed"
+            text = f"{reason}\n{output}" if output and output != reason else reason
+            return tool, ToolResult(output=text, is_error=True), reason
+        return tool, ToolResult(output=output), ""
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _command_result(self, event: Mapping[str, Any], items: list[Item]) -> None:
+        """A slash command's answer (`/usage`, `/model`): its data is the turn's answer text."""
+        body = event.get("command_result")
+        body = body if isinstance(body, Mapping) else event
+        command = body.get("command")
+        command = command if isinstance(command, Mapping) else body
+        name = _text(command.get("name")) or "command"
+        self._command = name
+        data = command.get("data")
+        text = _text(data) if not isinstance(data, dict | list) else ""
+        if isinstance(data, dict | list):
+            text = json.dumps(_plain(data), ensure_ascii=False, indent=2)
+        index = max(self._states, default=-1) + 1
+        step = Step(
+            index=index,
+            kind=StepKind.ASSISTANT,
+            status=StepStatus.DONE,
+            conversation_id=self.conversation_id,
         )
+        state = _StepState(step, "command_result")
+        state.append(text or f"/{name.lstrip('/')}")
+        self._states[index] = state
+        self._turn.append(index)
+        items.append(self._snapshot(state))
+
+    def _result(self, body: Mapping[str, Any], items: list[Item]) -> None:
+        self.conversation_id = self.conversation_id or _text(body.get("conversation_id"))
+        status = _text(body.get("status")).upper()
+        response = _text(body.get("response"))
+        items.extend(self.flush())
+        self._reconcile(response, items)
+        total = stream_json_usage(body.get("usage"))
+        num_turns = body.get("num_turns")
+        turns = _count(num_turns) if isinstance(num_turns, int | float) else None
+        if self._command == "" and isinstance(body.get("command"), Mapping):
+            self._command_result({"command": body["command"]}, items)
+        turn_usage = self._turn_usage(total, turns)
+        if total is not None and turns != 0:  # a slash command's zero usage is no running total
+            self._previous_total = total
+        denied = _denied_actions(body.get("denied_actions"))
+        outcome = self._outcome(status, _error_message(body.get("error")), response, denied)
+        duration = body.get("duration_seconds")
+        self.last_result = StreamJsonResult(
+            status=status,
+            response=response,
+            error=outcome.error,
+            num_turns=turns,
+            duration_seconds=float(duration)
+            if isinstance(duration, int | float)
+            and not isinstance(duration, bool)
+            and math.isfinite(duration)
+            else None,
+            total_usage=total,
+            turn_usage=turn_usage,
+            denied_actions=denied,
+            command=self._command,
+        )
+        items.append(dataclasses.replace(outcome, usage=turn_usage))
+        self._new_turn()
+
+    def _turn_usage(self, total: StepUsage | None, turns: int | None) -> StepUsage | None:
+        if total is None:
+            return self._agent_usage
+        if self._previous_total is not None:
+            share = subtract_usage(total, self._previous_total)
+            if share is not None:
+                return share
+            # The total shrank: not the running total we know (another conversation, an older
+            # agy). The turn's own model calls are the honest answer.
+            return self._agent_usage or total
+        if turns is None or turns <= 1:
+            return total  # a fresh conversation's (or agy 1.1.17's) result is the turn
+        return self._agent_usage  # resumed process, earlier total unknown
+
+    def _outcome(
+        self, status: str, error: str, response: str, denied_actions: tuple[str, ...]
+    ) -> TurnOutcome:
+        denied = [*denied_actions, *self._denied.values()]
+        what = "; ".join(dict.fromkeys(denied))
+        answered = bool(response) or any(
+            self._states[i].length
+            for i in self._turn
+            if self._states[i].agent_type == "agent_response"
+        )
+        advice = (
+            "Allow it when agy asks, or run with permissions that allow it "
+            "(agy --dangerously-skip-permissions, or agy's permission settings), then retry."
+        )
+        if status in _OK_RESULTS:
+            if denied_actions or (self._denied and not answered):
+                return TurnOutcome(ok=False, error=f"agy denied {what}. {advice}")
+            return TurnOutcome(ok=True)
+        if status in _CANCELED_RESULTS:
+            said = [line for line in self._stderr if _is_denial(line)] or list(self._stderr)[-1:]
+            reason = "; ".join(said)
+            if what and reason:
+                message = f"agy canceled the turn: {reason} (denied: {what}). {advice}"
+            elif what or _is_denial(reason):
+                message = f"agy canceled the turn: {reason or 'denied ' + what}. {advice}"
+            elif reason:
+                message = f"agy canceled the turn: {reason}"
+            else:
+                message = (
+                    "agy canceled the turn without saying why (in print mode agy cancels a turn "
+                    "when an action needs a permission nobody granted; its reason is on stderr)."
+                )
+            return TurnOutcome(ok=False, error=message)
+        message = error or f"agy ended the turn with status {status or 'unknown'}"
+        if what and not _is_denial(message):
+            message = f"{message} (denied: {what})"
+        notes = [n for n in self._notes if n not in message]
+        if notes:
+            message = f"{message} — agy said: {' '.join(notes)}"
+        return TurnOutcome(ok=False, error=message)
+
+    def _reconcile(self, response: str, items: list[Item]) -> None:
+        """Make the streamed answer agree with `result.response`, never retracting what was shown.
+
+        The last agent step takes the response when the response extends what that step (or the
+        turn's agent steps together) showed; held-back text after a U+FFFD is healed only when the
+        response matches it outside the broken characters, else shown as it streamed.
+        """
+        agents = [i for i in self._turn if self._states[i].agent_type == "agent_response"]
+        if not response:
+            if self._held is not None:
+                self._release(self._held, items)
+            return
+        if not agents:
+            index = max(self._states, default=-1) + 1
+            step = Step(
+                index=index,
+                kind=StepKind.ASSISTANT,
+                status=StepStatus.DONE,
+                conversation_id=self.conversation_id,
+            )
+            state = _StepState(step, "agent_response")
+            state.append(response)
+            state.hold_from = None
+            self._states[index] = state
+            self._turn.append(index)
+            items.append(self._snapshot(state))
+            return
+        last = self._states[agents[-1]]
+        shown = [self._states[i].joined()[: self._states[i].shown] for i in agents]
+        earlier, own = "".join(shown[:-1]), shown[-1]
+        # Where the last step's text starts in the response: the response is that step's text,
+        # or (some builds) every agent step of the turn in a row.
+        if earlier and response.startswith(earlier + own):
+            tail = response[len(earlier) + len(own) :]
+        elif response.startswith(own):
+            tail = response[len(own) :]
+        else:
+            tail = None
+        if last.hold_from is not None:
+            held = last.joined()[last.shown :]
+            if tail is not None and _heals(held, tail):
+                self._replace_text(last, own + tail, items)
+            else:
+                self._release(agents[-1], items)
+            return
+        if not tail:
+            if tail is None:
+                log.debug("stream-json: result.response differs from the streamed text; kept it")
+            return
+        if response in "".join(shown):
+            return  # already shown, by an earlier step
+        self._replace_text(last, own + tail, items)
+
+    def _replace_text(self, state: _StepState, text: str, items: list[Item]) -> None:
+        state.chunks[:] = [text]
+        state.length = len(text)
+        state.hold_from = None
+        self._held = None
+        items.append(self._snapshot(state))
+
+
+# -- module helpers ------------------------------------------------------------------------------
+
+
+def _is_denial(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _DENIAL_WORDS)
+
+
+def _describe_denial(tool: ToolCall, error: str) -> str:
+    target = next(
+        (str(v) for k, v in tool.arguments.items() if isinstance(v, str) and v and k != "Cwd"),
+        "",
+    )
+    what = f"{tool.name} {target[:120]}".strip()
+    return f"{what} ({error.splitlines()[0][:300]})" if error else what
+
+
+def _denied_actions(value: Any) -> tuple[str, ...]:
+    """`denied_actions: [{action, display_name}]` (1.2.x) → readable names."""
+    if not isinstance(value, list):
+        return ()
+    names = []
+    for entry in value[:50]:
+        if isinstance(entry, Mapping):
+            display, action = _text(entry.get("display_name")), _text(entry.get("action"))
+            name = f"{display} ({action})" if display and action else display or action
+        else:
+            name = _text(entry)
+        if name:
+            names.append(name[:200])
+    return tuple(names)
+
+
+def _subagent(
+    body: Mapping[str, Any], status: StepStatus, previous: Step
+) -> tuple[ToolCall | None, ToolResult | None]:
+    """`subagent_info.subagents[]` → one tool block: role, initial prompt, the child's id."""
+    raw_info = body.get("subagent_info")
+    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
+    agents = info.get("subagents")
+    entries = [a for a in agents if isinstance(a, Mapping)] if isinstance(agents, list) else []
+    if not entries:
+        if previous.tool is not None:
+            return previous.tool, previous.result if status.terminal else None
+        return ToolCall(id="", name="subagent"), ToolResult() if status.terminal else None
+    first = entries[0]
+    arguments: dict[str, Any] = {}
+    for key, field in (
+        ("Role", "role"),
+        ("TypeName", "type_name"),
+        ("InitialPrompt", "initial_prompt"),
+        ("ConversationId", "conversation_id"),
+    ):
+        value = _text(first.get(field))
+        if value:
+            arguments[key] = value
+    lines = []
+    for entry in entries[:20]:
+        role = _text(entry.get("role")) or _text(entry.get("type_name")) or "subagent"
+        child = _text(entry.get("conversation_id"))
+        prompt = _text(entry.get("initial_prompt"))
+        lines.append(f"{role}: conversation {child}" if child else role)
+        if prompt:
+            lines.append(f"prompt: {prompt}")
+    tool = ToolCall(id="", name="subagent", arguments=arguments)
+    return tool, ToolResult(output="\n".join(lines)) if status.terminal else None
+
+
+def _heals(held: str, candidate: str) -> bool:
+    """True when `candidate` reads as `held` with each run of U+FFFD replaced by 1–n characters."""
+    pieces: list[str] = []
+    runs: list[int] = []
+    position = 0
+    while True:
+        at = held.find(_REPLACEMENT, position)
+        if at < 0:
+            pieces.append(held[position:])
+            break
+        pieces.append(held[position:at])
+        end = at
+        while end < len(held) and held[end] == _REPLACEMENT:
+            end += 1
+        runs.append(end - at)
+        position = end
+    if not candidate.startswith(pieces[0]):
+        return False
+    cursor = len(pieces[0])
+    for run, piece in zip(runs, pieces[1:], strict=True):
+        for skip in range(1, run + 1):
+            if cursor + skip <= len(candidate) and candidate.startswith(piece, cursor + skip):
+                if _REPLACEMENT in candidate[cursor : cursor + skip]:
+                    return False  # the response is broken in the same place: nothing to heal
+                cursor += skip + len(piece)
+                break
+        else:
+            return False
+    return True
+
+
+def decode_stream_json(
+    chunks: Iterable[bytes | str],
+    *,
+    on_skip: Skip | None = None,
+    previous_total: StepUsage | None = None,
+    decoder: StreamJsonDecoder | None = None,
+) -> Iterator[Item]:
+    """A whole capture (file chunks, bytes or text) → its items, coalesced; bad lines skipped.
+
+    Only `\\n` ends a line (U+2028 inside a delta is text). Memory and work stay linear in the
+    input: a run of deltas is joined once its text has doubled. Raises only `FramingError`, for a
+    line longer than the framer's bound.
+    """
+    decoder = decoder or StreamJsonDecoder(
+        coalesce=True, on_skip=on_skip, previous_total=previous_total
+    )
+    for chunk in chunks:
+        data = chunk.encode("utf-8", "surrogatepass") if isinstance(chunk, str) else chunk
+        yield from decoder.receive(data)
+    yield from decoder.end_of_input()
