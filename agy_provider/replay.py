@@ -530,6 +530,8 @@ def _load_rpc(path: str, warn: Warn) -> Recording:
             f"capture ({_reason(exc)})"
         ) from exc
     del data
+    if isinstance(document, dict) and "num_turns" in document and "steps" not in document:
+        return _load_json_result(path, document)
     if isinstance(document, dict) and "steps" not in document and "type" in document:
         document = [document]  # a single step object
     raw_steps = document.get("steps") if isinstance(document, dict) else document
@@ -549,6 +551,19 @@ def _load_rpc(path: str, warn: Warn) -> Recording:
     conversation = next((s.conversation_id for s in steps if s.conversation_id), "")
     turns = _split_turns(steps, lambda _body: DEFAULT_MODEL)
     return _in_memory("rpc", path, steps, turns, conversation)
+
+
+def _load_json_result(path: str, document: dict[str, Any]) -> Recording:
+    """`agy -p --output-format json`: one result object (maybe pretty-printed), one turn."""
+    decoder = StreamJsonDecoder()
+    try:
+        items = decoder.feed_event(document)
+    except DecodeError as exc:
+        raise UsageError(f"{path}: not an agy result ({_reason(exc)})") from exc
+    steps = [item for item in items if isinstance(item, Step)]
+    outcome = next((item for item in items if isinstance(item, TurnOutcome)), None)
+    turn = _TurnInput(user=None, batches=[steps], outcome=outcome)
+    return _in_memory("stream-json", path, steps, [turn], decoder.conversation_id)
 
 
 class _StreamJsonTurns:

@@ -742,3 +742,49 @@ def test_coalesced_snapshots_only_grow_and_end_exact() -> None:
     texts = [s.text for s in decode_stream_json([data]) if isinstance(s, Step) and s.index == 2]
     assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
     assert len(texts) < 200 and texts[-1].endswith("again. ") and len(texts[-1]) == 5_000 * 72
+
+
+# -- replay of captures in these shapes --------------------------------------------------
+
+
+def replay_final(path: Path) -> dict[str, Any]:
+    import io
+
+    from agy_provider.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["replay", str(path)], out=out, err=err) == 0, err.getvalue()
+    final: dict[str, Any] = json.loads(out.getvalue().splitlines()[-1])
+    return final
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_replay_takes_an_output_format_json_result(tmp_path: Path, indent: int | None) -> None:
+    result = {
+        "conversation_id": CID,
+        "status": "SUCCESS",
+        "response": "A git rebase rewrites history.\n",
+        "duration_seconds": 7.16,
+        "num_turns": 1,
+        "usage": usage(10415, 657, 8113, 616),
+    }
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result, indent=indent))
+    final = replay_final(path)
+    assert final["type"] == "done"
+    assert final["message"]["content"] == [{"type": "text", "text": result["response"]}]
+    assert final["message"]["usage"]["input"] == 10415
+
+
+def test_replay_takes_plain_text_before_the_first_event(tmp_path: Path) -> None:
+    path = tmp_path / "signed-out.ndjson"
+    path.write_text(
+        "Error: authentication required. Run 'antigravity' to log in, then retry.\n"
+        "warning: ignoring unsupported stream input message event\n"
+        + line("result", status="ERROR", response="", error="authentication failed or timed out")
+        + "\n"
+    )
+    final = replay_final(path)
+    assert final["type"] == "error"
+    assert "authentication failed" in final["error"]["errorMessage"]
+    assert "log in" in final["error"]["errorMessage"]
