@@ -25,7 +25,7 @@ from agy_provider.events import (
 )
 from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, Usage
 
-__all__ = ["API", "PROVIDER", "StepAssembler", "render_tool_run", "usage_to_pi"]
+__all__ = ["API", "PROVIDER", "StepAssembler", "name_is_edit", "render_tool_run", "usage_to_pi"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ _KEY_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
     "view_file": ("AbsolutePath",),
     "list_dir": ("DirectoryPath",),
     "grep_search": ("Query", "SearchPath"),
+    "find_by_name": ("Pattern", "SearchDirectory"),
     "write_to_file": ("TargetFile",),
     "replace_file_content": ("TargetFile",),
     "multi_replace_file_content": ("TargetFile",),
@@ -85,11 +86,18 @@ def render_tool_run(step: Step) -> str:
     if tool is None:
         return ""
     lines = [f"▸ {tool.name} {_key_argument(tool.name, tool.arguments)}".rstrip()]
-    diff = _edit_lines(tool.name, tool.arguments)
     if not step.status.terminal:
         return lines[0] + "\n"
-    lines.extend(diff)
     result = step.result
+    recorded = result is not None and bool(result.output)
+    if step.step_type == 17:
+        # Refused before it ran (a policy denial in Google's runtime): say so, with who refused.
+        lines.append(f"  not run: {step.error or 'refused'}")
+        return "\n".join(lines) + "\n"
+    if not (recorded and name_is_edit(tool.name)):
+        # agy stores no diffs: the call's own arguments show the edit. Google's runtime records
+        # the diff itself (code action 10.2.1.2), which then stands in for them.
+        lines.extend(_edit_lines(tool.name, tool.arguments))
     if step.status is StepStatus.CANCELED:
         lines.append("  canceled")
     elif result is not None:
@@ -104,11 +112,25 @@ def render_tool_run(step: Step) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Tools whose run is an edit of a file (agy's names, and Google's runtime's code-action alias).
+_EDIT_TOOLS = frozenset(
+    {"replace_file_content", "multi_replace_file_content", "write_to_file", "code_action"}
+)
+
+
+def name_is_edit(name: str) -> bool:
+    """True for tools that edit files, whose result is best shown as a diff."""
+    return name in _EDIT_TOOLS
+
+
 def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
     questions = arguments.get("questions")
     if name == "ask_question" and isinstance(questions, list) and questions:
         first = questions[0]
         return str(first.get("question", "")) if isinstance(first, dict) else str(first)
+    subagents = arguments.get("Subagents")
+    if name == "invoke_subagent" and isinstance(subagents, list) and subagents:
+        return "; ".join(_subagent_label(spec) for spec in subagents)
     keys = _KEY_ARGUMENTS.get(name)
     if keys:
         values = [str(arguments[k]) for k in keys if arguments.get(k) not in (None, "")]
@@ -143,9 +165,21 @@ def _edit_lines(name: str, arguments: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _subagent_label(spec: object) -> str:
+    """`Role: prompt` of one subagent a call launches (invoke_subagent's `Subagents[]`)."""
+    if not isinstance(spec, dict):
+        return str(spec)
+    role = str(spec.get("Role") or spec.get("TypeName") or "subagent")
+    prompt = str(spec.get("Prompt") or "")
+    if len(prompt) > 120:
+        prompt = prompt[:117] + "..."
+    return f"{role}: {prompt}" if prompt else role
+
+
 def _clip(text: str) -> list[str]:
     text = text[:MAX_TOOL_OUTPUT_CHARS]
-    lines = text.rstrip("\n").replace("\r\n", "\n").split("\n")
+    # Commands run in a terminal end lines with CRLF: a bare CR left in would garble a line.
+    lines = text.replace("\r\n", "\n").rstrip("\n").split("\n")
     if len(lines) > MAX_TOOL_OUTPUT_LINES:
         more = len(lines) - MAX_TOOL_OUTPUT_LINES
         lines = [*lines[:MAX_TOOL_OUTPUT_LINES], f"… ({more} more lines)"]

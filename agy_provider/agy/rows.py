@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,11 +32,14 @@ __all__ = [
     "INTERACTION_NAMES",
     "LEGACY_TOOL_FIELDS",
     "STOP_REASONS",
+    "GeneratorRecord",
     "answers_text",
+    "decode_generator_record",
     "decode_metadata_usage",
     "decode_step_payload",
     "decode_step_row",
     "decode_usage_stats",
+    "error_details_text",
     "parse_arguments",
 ]
 
@@ -43,7 +47,7 @@ __all__ = [
 _USER, _PLANNER, _ERROR_MSG, _CHECKPOINT = 19, 20, 24, 30
 _HISTORY, _SYSTEM, _EPHEMERAL, _GENERIC = 111, 114, 103, 140
 _RUN_COMMAND, _VIEW_FILE, _LIST_DIR, _GREP, _CODE_ACTION, _MCP = 28, 14, 15, 13, 10, 47
-_ASK_QUESTION, _INVOKE_SUBAGENT = 154, 143
+_ASK_QUESTION, _INVOKE_SUBAGENT, _AGENCY_TOOL = 154, 143, 116
 _METADATA, _STEP_ERROR, _REQUESTED_INTERACTION = 5, 31, 56
 
 # Legacy typed tool payloads -> the tool name agy gives them in tool calls.
@@ -56,6 +60,7 @@ LEGACY_TOOL_FIELDS: Mapping[int, str] = {
     _MCP: "mcp_tool",
     _ASK_QUESTION: "ask_question",
     _INVOKE_SUBAGENT: "invoke_subagent",
+    _AGENCY_TOOL: "agency_tool",
 }
 
 _TOOL_FIELDS = frozenset({_GENERIC, *LEGACY_TOOL_FIELDS})
@@ -73,6 +78,20 @@ STOP_REASONS: Mapping[int, str] = {
 }
 
 _ANY_STEP_URL = "type.googleapis.com/gemini_coder.Step"
+# What Google's runtime (localharness) wraps a host-side tool's call and answer in (AGY-FORMATS §6).
+_ANY_TOOL_RESPONSE_URL = "type.googleapis.com/antigravity.localharness.ToolResponse"
+_ANY_TOOL_CALL_URL = "type.googleapis.com/antigravity.localharness.ToolCall"
+
+# exa.diff_action_pb.UnifiedDiffLine.type -> the prefix a unified diff gives that line.
+_DIFF_PREFIX: Mapping[int, str] = {1: "+", 2: "-", 3: " "}
+
+# A provider error as Google's Go runtime words it in a short error (AGY-FORMATS §6), e.g.
+# "agent executor error: model unreachable: Error 429, Message: …, Status: RESOURCE_EXHAUSTED,
+# Details: []: Error 429, …". The cause is the first "Error N, Message: …, Status: …" in it.
+_PROVIDER_ERROR = re.compile(r"Error (\d{3}), Message: (.*?), Status: ([A-Z_]+)", re.DOTALL)
+# The cause sits at the start of a short error; looking no further keeps a hostile or huge error
+# string from costing more than this.
+_ERROR_SCAN_CHARS = 4096
 
 # exa.cortex_pb.RequestedInteraction fields by number, named as agy's JSON names them.
 INTERACTION_NAMES: Mapping[int, str] = {
@@ -185,6 +204,15 @@ def decode_step_payload(
     if _ERROR_MSG in present or step_type == 17:
         body = msg.message(_ERROR_MSG)
         detail = body.message(3) if body is not None else None
+        if tool is not None:
+            # A tool call refused before it ran (Google's runtime: a policy denial, type 17
+            # status 7 `is_benign`, AGY-FORMATS §6): one of the turn's tool runs, and the turn
+            # goes on — never the turn's failure. The short error says who refused it.
+            reason = (_refusal_text(detail) if detail is not None else "") or error
+            fields["error"] = reason
+            fields["tool"] = tool
+            fields["result"] = ToolResult(output="", is_error=True) if status.terminal else None
+            return Step(kind=StepKind.TOOL, **fields)
         fields["error"] = (_error_text(detail) if detail is not None else "") or error
         return Step(kind=StepKind.ERROR, **fields)
     if _CHECKPOINT in present or step_type == 23:
@@ -209,6 +237,10 @@ def decode_step_payload(
 
     legacy = _legacy_tool_field(present)
     if tool is not None or _GENERIC in present or legacy is not None:
+        if legacy == _MCP:
+            # The MCP body names the server and the server's own tool name; metadata only has
+            # the model-facing alias (`mcp_<server>_<tool>`).
+            tool = _mcp_call(msg.message(_MCP)) or tool
         if tool is None:
             tool = _tool_from_body(msg, legacy)
         fields["tool"] = tool
@@ -237,6 +269,38 @@ def decode_usage_stats(usage: Message) -> StepUsage:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class GeneratorRecord:
+    """One model call's record in `gen_metadata` (AGY-FORMATS §3.6).
+
+    `slug` is the model that answered (1.19), `name` the model as configured or displayed
+    (1.21); `step_indices` (field 2) are the steps this call wrote — the reliable link to the
+    turn, since Google's runtime writes one execution id (4) for every turn of a conversation.
+    """
+
+    step_indices: tuple[int, ...]
+    execution_id: str
+    slug: str
+    name: str
+
+    @property
+    def model(self) -> str:
+        """The model to report: the slug, else the configured name ("" when neither is set)."""
+        return self.slug or self.name
+
+
+def decode_generator_record(data: bytes) -> GeneratorRecord:
+    """Decode a `gen_metadata.data` blob. Raises `DecodeError` when it is not a protobuf message."""
+    record = Message(data)
+    chat = record.message(1)
+    return GeneratorRecord(
+        step_indices=tuple(record.packed_uints(2)),
+        execution_id=record.string(4),
+        slug=chat.string(19) if chat is not None else "",
+        name=chat.string(21) if chat is not None else "",
+    )
+
+
 def _kind_from_type(step_type: int) -> StepKind:
     return {
         14: StepKind.USER,
@@ -248,7 +312,9 @@ def _kind_from_type(step_type: int) -> StepKind:
         90: StepKind.SYSTEM,
     }.get(
         step_type,
-        StepKind.TOOL if step_type in (132, 21, 8, 9, 7, 5, 38, 138) else StepKind.UNKNOWN,
+        StepKind.TOOL
+        if step_type in (132, 21, 8, 9, 7, 5, 38, 103, 127, 138)
+        else StepKind.UNKNOWN,
     )
 
 
@@ -306,7 +372,35 @@ def _tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
             args = {"DirectoryPath": _uri_path(body.string(1))}
         elif legacy == _GREP:
             args = {"Query": body.string(1), "SearchPath": _uri_path(body.string(11))}
+        elif legacy == _CODE_ACTION:
+            args = {"TargetFile": _uri_path(body.path_string(2, 1, 8))}
+        elif legacy == _INVOKE_SUBAGENT:
+            specs = [
+                {"TypeName": spec.string(1), "Role": spec.string(2), "Prompt": spec.string(3)}
+                for spec in body.messages(9)
+            ]
+            args = {"Subagents": specs}
+        elif legacy == _AGENCY_TOOL:
+            name = body.string(2) or name
+            for request in body.messages(3):
+                if request.string(1) == _ANY_TOOL_CALL_URL:
+                    inner = request.message(2)
+                    if inner is not None:
+                        args = dict(parse_arguments(inner.string(3)))
+                    break
     return ToolCall(id="", name=name, arguments={k: v for k, v in args.items() if v})
+
+
+def _mcp_call(body: Message | None) -> ToolCall | None:
+    """An MCP tool step's call (47: 1 server name, 2 the call {1 id, 2 name, 3 arguments})."""
+    if body is None:
+        return None
+    call = _tool_call(body.message(2))
+    if call is None:
+        return None
+    server = body.string(1)
+    name = f"{server}/{call.name}" if server else call.name
+    return ToolCall(id=call.id, name=name, arguments=call.arguments)
 
 
 def _generic_name(generic: Message) -> str:
@@ -359,9 +453,22 @@ def _tool_result(
         elif kind == _VIEW_FILE and not text:
             text = body.string(4)
         elif kind == _LIST_DIR and not text:
-            text = "\n".join(body.strings(2))
+            text = _directory_text(body)
+            is_error = is_error or body.bool(4)
         elif kind in (_GREP, _MCP) and not text:
             text = body.string(3)
+            if kind == _MCP and body.bool(7):
+                text, is_error = text or "the user rejected the call", True
+        elif kind == _CODE_ACTION and not text:
+            text = _diff_text(body)
+        elif kind == _INVOKE_SUBAGENT and not text:
+            children = [r.string(1) for r in body.messages(10) if r.string(1)]
+            if not children and body.string(5):
+                children = [body.string(5)]
+            text = "\n".join(f"child conversation {child}" for child in children)
+        elif kind == _AGENCY_TOOL and not text:
+            text, failed = _agency_response(body)
+            is_error = is_error or failed
         elif kind == _ASK_QUESTION and not text:
             text = answers_text(
                 (
@@ -402,9 +509,86 @@ def _uri_path(uri: str) -> str:
     return uri.removeprefix("file://")
 
 
-def _error_text(details: Message) -> str:
-    """The most useful line of a CortexErrorDetails: user message, else short, else full."""
-    return details.string(1) or details.string(2) or details.string(3) or details.string(9)
+def _directory_text(body: Message) -> str:
+    """A directory listing, one entry a line (`name/` for folders), from 15.3 or the older 15.2."""
+    names = body.strings(2)
+    if names:
+        return "\n".join(names)
+    lines = []
+    for entry in body.messages(3):
+        name = entry.string(1)
+        if entry.bool(2):
+            lines.append(name + "/")
+        elif entry.has(4):
+            lines.append(f"{name} ({entry.uint(4)} bytes)")
+        else:
+            lines.append(name)
+    if not lines and body.bool(4):
+        return "directory not found"
+    return "\n".join(lines)
+
+
+def _diff_text(body: Message) -> str:
+    """An edit's recorded diff (10.2.1.2.3.3[] {1 text, 2 type}) as unified-diff lines."""
+    diff = body.path(2, 1, 2, 3)
+    if diff is None:
+        return ""
+    lines = [_DIFF_PREFIX.get(line.uint(2), " ") + line.string(1) for line in diff.messages(3)]
+    while lines and lines[-1].strip() in ("", "+", "-"):
+        lines.pop()  # the runtime ends a diff with an empty line for the final newline
+    return "\n".join(lines)
+
+
+def _agency_response(body: Message) -> tuple[str, bool]:
+    """A host-side tool's answer (116.4: Any of localharness.ToolResponse {2 json, 5 error})."""
+    for response in body.messages(4):
+        if response.string(1) != _ANY_TOOL_RESPONSE_URL:
+            continue
+        inner = response.message(2)
+        if inner is None:
+            continue
+        if inner.string(5):
+            return inner.string(5), True
+        return _unwrap_result(inner.string(2)), False
+    return "", False
+
+
+def _unwrap_result(text: str) -> str:
+    """`{"result": 3}` (how the SDK wraps a Python tool's return value) reads as `3`."""
+    value = parse_arguments(text)
+    if list(value) == ["result"]:
+        inner = value["result"]
+        return inner if isinstance(inner, str) else json.dumps(inner, ensure_ascii=False)
+    return text
+
+
+def error_details_text(details: Message) -> str:
+    """The line a person should see for a CortexErrorDetails (24.3 or field 31).
+
+    A provider error is named by the short error's cause (`Error 429, Message: …, Status:
+    RESOURCE_EXHAUSTED`): Google's runtime pairs it with a generic user message. Otherwise the
+    user message, else the short error, else the model-facing one. The full error carries a Go
+    stack trace: only its first line is ever used.
+    """
+    short = details.string(2)[:_ERROR_SCAN_CHARS]
+    full_head = _first_line(details.string(3)[:_ERROR_SCAN_CHARS])
+    found = _PROVIDER_ERROR.search(short) or _PROVIDER_ERROR.search(full_head)
+    if found is not None:
+        code, message, status = found.groups()
+        return f"Error {code}, Message: {message.strip()}, Status: {status}"
+    return details.string(1) or _first_line(short) or details.string(9) or full_head
+
+
+_error_text = error_details_text
+
+
+def _refusal_text(details: Message) -> str:
+    """Why a tool was refused: the short error names who refused (`denied by pre-tool hook: …`)."""
+    return _first_line(details.string(2)) or details.string(1) or details.string(9)
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0].strip()
 
 
 def _with_error(step: Step, error: str) -> Step:
