@@ -1,4 +1,10 @@
-"""Helpers for end-to-end turns against agy-sim: real processes, real databases, real files."""
+"""Helpers for end-to-end turns against agy-sim: real processes, real databases, real files.
+
+Expectations come from the scenario files (`agy_provider/sim/scenarios/*.json`), never from an
+earlier run: `scenario_answer()` is the text a scenario's turn must end with, `expect_done()` and
+`expect_error()` check a turn's events against it, and `leftovers()` names any process of this
+test's turns still alive.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,21 @@ import dataclasses
 import os
 import shutil
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from agy_provider.events import AssistantMessageEvent
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hookspecs import hookimpl
 from agy_provider.options import AbortSignal, SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.provider import stream_simple
+from agy_provider.provider import stream_simple, wait_for_turns
 from agy_provider.sessions import SessionStore
-from agy_provider.types import AssistantMessage, Context, Model, UserMessage
+from agy_provider.sim.scenario import ErrorSpec, PlannerSpec, load_scenario
+from agy_provider.types import AssistantMessage, Context, Model, TextContent, UserMessage
 
 MODEL = Model(
     id="gemini-3.7-flash",
@@ -31,11 +39,79 @@ MODEL = Model(
     max_tokens=65_536,
 )
 
+TERMINAL = ("done", "error")
+
 
 def agy_sim_path() -> str:
     found = shutil.which("agy-sim") or os.path.join(os.path.dirname(sys.executable), "agy-sim")
     assert os.path.exists(found), "agy-sim is not installed beside this Python"
     return found
+
+
+# --- what a scenario says --------------------------------------------------------------------
+
+
+def scenario_answer(name: str, turn: int = 0) -> str:
+    """The answer a scenario's turn gives: every planner's text chunks, in order."""
+    steps = load_scenario(name).turn(turn).steps
+    return "".join(chunk for s in steps if isinstance(s, PlannerSpec) for chunk in s.text)
+
+
+def scenario_planners(name: str, turn: int = 0) -> list[str]:
+    """Each planner's whole text, in order (empty for planners that only think or run tools)."""
+    steps = load_scenario(name).turn(turn).steps
+    return ["".join(s.text) for s in steps if isinstance(s, PlannerSpec)]
+
+
+def scenario_error(name: str, turn: int = 0) -> ErrorSpec:
+    """The failure a scenario's turn ends in."""
+    (error,) = (s for s in load_scenario(name).turn(turn).steps if isinstance(s, ErrorSpec))
+    return error
+
+
+# --- checking a turn's events ----------------------------------------------------------------
+
+
+def text_of(events: Sequence[AssistantMessageEvent]) -> str:
+    """The answer as streamed: every text delta, concatenated."""
+    return "".join(getattr(e, "delta", "") for e in events if e.type == "text_delta")
+
+
+def final_text(message: AssistantMessage) -> str:
+    """The answer as delivered: the final message's text blocks, concatenated."""
+    return "".join(b.text for b in message.content if isinstance(b, TextContent))
+
+
+def terminal(events: Sequence[AssistantMessageEvent]) -> AssistantMessageEvent:
+    """The one terminal event (`done` or `error`), which must also be the last event."""
+    kinds = [e.type for e in events]
+    assert sum(k in TERMINAL for k in kinds) == 1, f"not exactly one terminal event: {kinds}"
+    assert kinds[-1] in TERMINAL, f"the terminal event is not the last: {kinds}"
+    return events[-1]
+
+
+def expect_done(
+    events: Sequence[AssistantMessageEvent], message: AssistantMessage, answer: str
+) -> None:
+    """The turn ended `done` with exactly `answer`, streamed as deltas and in the final message."""
+    last = terminal(events)
+    assert isinstance(last, DoneEvent), f"ended {last.type}: {message.error_message}"
+    assert final_text(message) == answer
+    assert text_of(events) == answer  # streamed == delivered, and both are the scenario's text
+
+
+def expect_error(
+    events: Sequence[AssistantMessageEvent], message: AssistantMessage, reason: str = "error"
+) -> ErrorEvent:
+    """The turn ended with one `error` event of `reason`, its message saying what failed."""
+    last = terminal(events)
+    assert isinstance(last, ErrorEvent), f"ended {last.type}, expected an error ({reason})"
+    assert last.reason == reason and message.stop_reason == reason
+    assert message.error_message, "an error event must say what failed"
+    return last
+
+
+# --- fixtures ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -56,10 +132,12 @@ def live_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @dataclasses.dataclass
 class Observed:
-    """What a throwaway plugin saw of a turn: each event with whether agy was still running."""
+    """What a throwaway plugin saw of the turns: each event with whether agy was still running,
+    each turn (its `TurnContext`), and every process seen in a turn's tree."""
 
     events: list[tuple[AssistantMessageEvent, bool]] = dataclasses.field(default_factory=list)
     turns: list[Any] = dataclasses.field(default_factory=list)
+    processes: dict[int, psutil.Process] = dataclasses.field(default_factory=dict)
 
 
 class Recorder:
@@ -68,19 +146,36 @@ class Recorder:
 
     @hookimpl
     def observe_event(self, event: AssistantMessageEvent, turn: Any) -> None:
-        running = turn.process is not None and turn.process.returncode is None
+        process = getattr(turn, "process", None)
+        running = process is not None and process.returncode is None
         self.seen.events.append((event, running))
-        if not self.seen.turns or self.seen.turns[-1] is not turn:
+        if not any(t is turn for t in self.seen.turns):
             self.seen.turns.append(turn)
+        # The tree is read at the few events where a new process may have joined it (a scan
+        # costs milliseconds; at every delta it would slow the turn it watches).
+        if running and (event.type == "start" or event.type.endswith("_start")):
+            self._remember_tree(process.pid)
+
+    def _remember_tree(self, pid: int) -> None:
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in tree:
+            self.seen.processes.setdefault(proc.pid, proc)
 
 
 @pytest.fixture
-def recorder() -> Any:
+def recorder() -> Iterator[Observed]:
     pm = get_plugin_manager()
     plugin = Recorder()
     pm.register(plugin, name="test-recorder")
     yield plugin.seen
     pm.unregister(name="test-recorder")
+
+
+# --- running a turn ----------------------------------------------------------------------------
 
 
 async def run_turn(
@@ -101,11 +196,20 @@ async def run_turn(
         cwd=cwd,
     )
     events = [event async for event in stream]
-    return events, await stream.result()
+    message = await stream.result()
+    await wait_for_turns()  # the session is saved after the final event
+    return events, message
 
 
-def text_of(events: list[AssistantMessageEvent]) -> str:
-    return "".join(getattr(e, "delta", "") for e in events if e.type == "text_delta")
+# --- processes ---------------------------------------------------------------------------------
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        # is_running() also compares the creation time, so a reused pid is not taken for ours.
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def agy_processes(app: Path) -> list[psutil.Process]:
@@ -118,6 +222,24 @@ def agy_processes(app: Path) -> list[psutil.Process]:
             )
         except (psutil.Error, TypeError):
             continue
-        if str(app) in blob and proc.pid != os.getpid() and proc.status() != psutil.STATUS_ZOMBIE:
+        if str(app) in blob and proc.pid != os.getpid() and _alive(proc):
             found.append(proc)
     return found
+
+
+def leftovers(app: Path, seen: Observed | None = None) -> list[str]:
+    """Every process of this test's turns still alive: agy, its server, anything they started.
+
+    Two independent looks: processes carrying this test's private state folder (every agy-sim
+    process does, orphans included), and the trees a `recorder` saw during the turns.
+    """
+    alive = {p.pid: p for p in agy_processes(app)}
+    if seen is not None:
+        alive.update({pid: p for pid, p in seen.processes.items() if _alive(p)})
+    described = []
+    for pid, proc in sorted(alive.items()):
+        try:
+            described.append(f"{pid} {' '.join(proc.cmdline())[:120]}")
+        except psutil.Error:
+            continue  # it ended while we looked
+    return described
