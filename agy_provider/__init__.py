@@ -1,55 +1,16 @@
 """agy-provider: Google's Antigravity CLI (agy) as a streaming model provider.
 
-The package root only re-exports; implementation modules are private.
+The package root only re-exports, lazily: `import agy_provider` loads nothing else until a name is used.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+import sys
+import types
 
-from .errors import (
-    AgyError,
-    AgyNotFoundError,
-    DatabaseError,
-    DecodeError,
-    FramingError,
-    IncompleteStreamError,
-    RpcError,
-    SourceError,
-    TurnError,
-    UsageError,
-)
-from .events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallDeltaEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
-from .hookspecs import hookimpl
-from .replay import load_recording, replay
-from .types import (
-    AssistantMessage,
-    Context,
-    Cost,
-    ImageContent,
-    Model,
-    TextContent,
-    ThinkingContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-)
+# `typing` itself costs more than this whole module: mypy reads the constant by its name.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -102,27 +63,143 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
+    from .errors import (
+        AgyError,
+        AgyNotFoundError,
+        DatabaseError,
+        DecodeError,
+        FramingError,
+        IncompleteStreamError,
+        RpcError,
+        SourceError,
+        TurnError,
+        UsageError,
+    )
+    from .events import (
+        AssistantMessageEvent,
+        DoneEvent,
+        ErrorEvent,
+        StartEvent,
+        TextDeltaEvent,
+        TextEndEvent,
+        TextStartEvent,
+        ThinkingDeltaEvent,
+        ThinkingEndEvent,
+        ThinkingStartEvent,
+        ToolCallDeltaEvent,
+        ToolCallEndEvent,
+        ToolCallStartEvent,
+    )
+    from .hookspecs import hookimpl
     from .options import AbortSignal, SimpleStreamOptions, StreamOptions
     from .provider import complete_simple, stream_simple
+    from .replay import load_recording, replay
     from .stream import AssistantMessageEventStream
+    from .types import (
+        AssistantMessage,
+        Context,
+        Cost,
+        ImageContent,
+        Model,
+        TextContent,
+        ThinkingContent,
+        Tool,
+        ToolCall,
+        ToolResultMessage,
+        Usage,
+        UserMessage,
+    )
 
-# The live path (asyncio, psutil, the runner) loads on first use, so `agy-provider replay` and
-# other offline users start fast.
-_LAZY = {
-    "AbortSignal": "options",
+# Public name -> the private module that defines it. Nothing is imported until first use: the
+# live path pulls in asyncio, psutil and httpx, replay pulls in sqlite3 and the decoders, and a
+# host that only wants the types (or `agy-provider --help`) should pay for neither.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "AgyError",
+            "AgyNotFoundError",
+            "DatabaseError",
+            "DecodeError",
+            "FramingError",
+            "IncompleteStreamError",
+            "RpcError",
+            "SourceError",
+            "TurnError",
+            "UsageError",
+        ),
+        "errors",
+    ),
+    **dict.fromkeys(
+        (
+            "AssistantMessageEvent",
+            "DoneEvent",
+            "ErrorEvent",
+            "StartEvent",
+            "TextDeltaEvent",
+            "TextEndEvent",
+            "TextStartEvent",
+            "ThinkingDeltaEvent",
+            "ThinkingEndEvent",
+            "ThinkingStartEvent",
+            "ToolCallDeltaEvent",
+            "ToolCallEndEvent",
+            "ToolCallStartEvent",
+        ),
+        "events",
+    ),
+    **dict.fromkeys(
+        (
+            "AssistantMessage",
+            "Context",
+            "Cost",
+            "ImageContent",
+            "Model",
+            "TextContent",
+            "ThinkingContent",
+            "Tool",
+            "ToolCall",
+            "ToolResultMessage",
+            "Usage",
+            "UserMessage",
+        ),
+        "types",
+    ),
+    **dict.fromkeys(("AbortSignal", "SimpleStreamOptions", "StreamOptions"), "options"),
+    **dict.fromkeys(("complete_simple", "stream_simple"), "provider"),
+    **dict.fromkeys(("load_recording", "replay"), "replay"),
     "AssistantMessageEventStream": "stream",
-    "SimpleStreamOptions": "options",
-    "StreamOptions": "options",
-    "complete_simple": "provider",
-    "stream_simple": "provider",
+    "hookimpl": "hookspecs",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """Keeps `agy_provider.replay` the public function once the `replay` submodule is imported.
+
+    Importing a submodule sets it as an attribute of its package, which would hide the function
+    of the same name that the package exports (before lazy loading, the function won).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "replay" and isinstance(value, types.ModuleType):
+            value = getattr(value, "replay", None)
+            if value is None:  # the submodule is still loading: resolve on first use instead
+                return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,28 +1,34 @@
 """The `agy-provider` command line: thin noun subcommands over library functions.
 
-Each subcommand parses arguments, calls one library function, and maps typed errors to a message and exit code.
+Each subcommand parses arguments, imports and calls one library function, and maps typed errors to
+a message on stderr and an exit code: 0 ok, 1 the turn or work failed, 2 usage, 128+N signal N.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Sequence
-from typing import TextIO
 
 from agy_provider import __version__
 from agy_provider.errors import AgyError, AgyNotFoundError, UsageError
-from agy_provider.formatters import event_line, markdown, step_line, transcript
-from agy_provider.replay import load_recording, replay
 
-__all__ = ["build_parser", "main"]
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import TextIO
 
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+# Subcommands import what they need when they run: `--help`, `replay` and `models` never pay for
+# the live path (asyncio, psutil, httpx, pluggy), and `chat` never pays for replay.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it; SIGTERM gives 143, SIGHUP 129
+
+# What the simulator is called: any binary by this name gets a state folder of its own.
+_SIMULATOR = "agy-sim"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,13 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     ch = commands.add_parser(
         "chat",
         help="run one turn with agy and stream the answer",
-        description="Run one turn with agy and stream it as it is written.",
+        description=(
+            "Run one turn with agy and stream it as it is written. Ctrl-C, SIGTERM and SIGHUP stop "
+            "agy and its language server and end the turn as aborted. With agy-sim as the binary, "
+            "the simulator's state lives in a folder of its own (said on stderr)."
+        ),
     )
     ch.add_argument("prompt", metavar="PROMPT")
     ch.add_argument("--model", default="", help="agy model slug or base (default: config)")
     ch.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
     ch.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
-    ch.add_argument("--session", default="", help="host session id: resume its conversation")
+    ch.add_argument("--session", default="", help="host session id: continue its agy conversation")
     ch.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
     ch.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
     ch.add_argument(
@@ -92,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from agy_provider.formatters import event_line, markdown, step_line, transcript
+    from agy_provider.replay import load_recording, replay
+
     def warn(text: str) -> None:
         print(f"warning: {text}", file=err)
 
@@ -120,30 +133,71 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+@contextlib.contextmanager
+def _simulator_state(agy_bin: str, err: TextIO) -> Iterator[None]:
+    """When the binary is the simulator, keep its conversations out of the real agy's state.
+
+    An explicit folder (config `app_data_dir` / `AGY_APP_DATA_DIR`, or `ANTIGRAVITY_APP_DATA_DIR`)
+    is honoured; otherwise the simulator's own folder becomes the turn's `app_data_dir` through the
+    config's environment override, which the provider reads when the turn starts, passes to agy
+    and searches for the conversation. The process environment is restored afterwards.
+    """
+    if os.path.basename(agy_bin) != _SIMULATOR:
+        yield
+        return
+    from agy_provider.config import load_config
+    from agy_provider.sim.state import simulator_state_dir
+
+    explicit = load_config().app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
+    folder = explicit or str(simulator_state_dir())
+    print(f"agy-sim keeps its conversations in {folder}", file=err)
+    if explicit:
+        yield
+        return
+    previous = os.environ.get("AGY_APP_DATA_DIR")
+    os.environ["AGY_APP_DATA_DIR"] = folder
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("AGY_APP_DATA_DIR", None)
+        else:
+            os.environ["AGY_APP_DATA_DIR"] = previous
+
+
 def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    # Imported here: the live path pulls in asyncio and the provider, which replay never needs.
+    # The live path (asyncio, the provider, its plugins) loads only for the commands that use it.
     import asyncio
 
     from agy_provider.chat import run_chat
+    from agy_provider.config import load_config
 
-    message = asyncio.run(
-        run_chat(
-            args.prompt,
-            model=args.model,
-            thinking=args.thinking,
-            backend=args.backend,
-            session=args.session,
-            cwd=args.cwd,
-            agy_bin=args.agy_bin,
-            events=args.format == "events",
-            out=out,
-            err=err,
+    agy_bin = args.agy_bin or load_config().agy_bin
+    with _simulator_state(agy_bin, err):
+        result = asyncio.run(
+            run_chat(
+                args.prompt,
+                model=args.model,
+                thinking=args.thinking,
+                backend=args.backend,
+                session=args.session,
+                cwd=args.cwd,
+                agy_bin=args.agy_bin,
+                events=args.format == "events",
+                out=out,
+                err=err,
+            )
         )
-    )
-    return EXIT_OK if message.stop_reason not in ("error", "aborted") else EXIT_FAILED
+    if result.signal is not None:
+        return 128 + result.signal
+    if result.message is None or result.message.stop_reason in ("error", "aborted"):
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import json
+
     from agy_provider.agy.models import list_models
     from agy_provider.config import load_config
     from agy_provider.runner import find_agy
@@ -166,18 +220,11 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         agy = find_agy(os.environ.get("AGY_BIN", ""))
     except AgyNotFoundError:
         agy = ""
-    state_dir = None
     if agy:
         print(f"Running a turn with {agy}.", file=err)
     else:
-        agy = find_agy("agy-sim")
-        state_dir = tempfile.mkdtemp(prefix="agy-provider-demo-")
-        os.environ["ANTIGRAVITY_APP_DATA_DIR"] = state_dir
-        print(
-            "agy is not installed: using the bundled simulator agy-sim instead "
-            f"(its state lives in {state_dir} and is removed afterwards).",
-            file=err,
-        )
+        agy = find_agy(_SIMULATOR)
+        print("agy is not installed: using the bundled simulator agy-sim instead.", file=err)
     chat = argparse.Namespace(
         prompt=args.prompt,
         model="",
@@ -188,17 +235,13 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         agy_bin=agy,
         format="text",
     )
-    try:
-        return _chat(chat, out, err)
-    finally:
-        if state_dir is not None:
-            shutil.rmtree(state_dir, ignore_errors=True)
+    return _chat(chat, out, err)
 
 
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 the work failed, 2 bad input or usage)."""
+    """Run the CLI; returns the exit code (0 ok, 1 the work failed, 2 usage, 128+N signal N)."""
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
@@ -216,7 +259,8 @@ def main(
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:
-        return 130
+        print("agy-provider: interrupted", file=err)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

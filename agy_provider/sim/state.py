@@ -1,7 +1,7 @@
 """agy's state folder as the simulator keeps it: conversations, caches and the CLI log.
 
-Owns the layout under `$ANTIGRAVITY_APP_DATA_DIR` (else `~/.gemini/antigravity-cli`) and agy's
-glog-style log lines.
+Owns the layout under `$ANTIGRAVITY_APP_DATA_DIR` (else a folder of the simulator's own, never the
+real agy's `~/.gemini/antigravity-cli`) and agy's glog-style log lines.
 """
 
 from __future__ import annotations
@@ -13,19 +13,32 @@ import re
 import threading
 from pathlib import Path
 
-__all__ = ["CONVERSATION_ID", "AppState", "default_app_dir"]
+__all__ = ["CONVERSATION_ID", "AppState", "default_app_dir", "simulator_state_dir"]
 
 # agy validates ids passed to --conversation: alphanumeric first, then [A-Za-z0-9-], at most 128.
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
+def simulator_state_dir() -> Path:
+    """The simulator's own state folder: `$XDG_STATE_HOME/agy-provider/sim-state`.
+
+    Never the real agy's state: simulated conversations there would be offered by `agy --continue`.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "agy-provider" / "sim-state"
+
+
 def default_app_dir(gemini_dir: str | None = None) -> Path:
-    """`$ANTIGRAVITY_APP_DATA_DIR`, else `<gemini_dir or ~/.gemini>/antigravity-cli`."""
+    """`$ANTIGRAVITY_APP_DATA_DIR`, else `<gemini_dir>/antigravity-cli` when `--gemini_dir` is
+    given (the user pointed there), else `simulator_state_dir()`."""
     explicit = os.environ.get("ANTIGRAVITY_APP_DATA_DIR")
     if explicit:
         return Path(explicit)
-    base = Path(gemini_dir) if gemini_dir else Path.home() / ".gemini"
-    return base / "antigravity-cli"
+    if gemini_dir:
+        return Path(gemini_dir) / "antigravity-cli"
+    return simulator_state_dir()
 
 
 class AppState:

@@ -1,0 +1,97 @@
+"""What `import agy_provider` and each CLI command load: only what they use.
+
+Each check runs in a fresh interpreter and asserts the set of modules imported (never a time):
+the package root loads nothing until a name is used, the types never pull in the live path, and
+the CLI imports per subcommand.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+# Heavy modules only the live path (or the simulator) needs.
+LIVE = {"asyncio", "httpx", "psutil", "pluggy", "google.protobuf"}
+REPLAY = {"sqlite3", "agy_provider.replay", "agy_provider.assembler"}
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` that a bare one did not."""
+    probe = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        f"{code}\n"
+        "new = sorted(set(sys.modules) - before)\n"
+        "print(' '.join(new))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(run.stdout.splitlines()[-1].split())
+
+
+def test_importing_the_package_loads_nothing_else() -> None:
+    new = loaded_after("import agy_provider")
+    assert {m for m in new if m.startswith("agy_provider")} == {"agy_provider"}
+    assert not new & (LIVE | REPLAY | {"typing", "json", "logging", "dataclasses"}), new
+
+
+def test_the_types_never_load_the_live_path_or_replay() -> None:
+    new = loaded_after(
+        "import agy_provider\n"
+        "agy_provider.Model, agy_provider.UserMessage, agy_provider.DoneEvent\n"
+        "agy_provider.AgyError, agy_provider.hookimpl"
+    )
+    assert {"agy_provider.types", "agy_provider.events", "agy_provider.errors"} <= new
+    assert not new & ({"asyncio", "httpx", "psutil", "google.protobuf"} | REPLAY), new
+
+
+def test_replay_never_loads_the_live_path() -> None:
+    new = loaded_after(
+        "from agy_provider import load_recording, replay\n"
+        f"with load_recording({str(FIXTURES / 'db' / 'two-turn.db')!r}) as r:\n"
+        "    list(replay(r, 'all'))"
+    )
+    assert "sqlite3" in new
+    assert not new & LIVE, new
+
+
+def test_the_live_path_loads_on_first_use() -> None:
+    new = loaded_after("from agy_provider import stream_simple")
+    assert {"asyncio", "agy_provider.provider"} <= new
+
+
+def test_replay_keeps_its_name_after_its_module_is_imported() -> None:
+    # The function and its module share a name: the package must keep answering the function.
+    new = loaded_after(
+        "import agy_provider.replay\n"
+        "from agy_provider import replay\n"
+        "assert callable(replay) and replay.__name__ == 'replay', replay\n"
+        "assert agy_provider.replay is replay"
+    )
+    assert "agy_provider.replay" in new
+
+
+@pytest.mark.parametrize(
+    ("argv", "absent"),
+    [
+        (["--help"], LIVE | REPLAY | {"agy_provider.formatters"}),
+        (["chat", "--help"], LIVE | REPLAY | {"agy_provider.chat"}),
+        (["replay", str(FIXTURES / "db" / "tool-run.db")], LIVE | {"agy_provider.chat"}),
+    ],
+    ids=["help", "chat-help", "replay"],
+)
+def test_the_cli_imports_per_subcommand(argv: list[str], absent: set[str]) -> None:
+    new = loaded_after(
+        "import io\n"
+        "from agy_provider.cli import main\n"
+        "try:\n"
+        f"    main({argv!r}, out=io.StringIO(), err=io.StringIO())\n"
+        "except SystemExit:\n"
+        "    pass"
+    )
+    assert "agy_provider.cli" in new
+    assert not new & absent, sorted(new & absent)
