@@ -23,6 +23,7 @@ from agy_provider.events import (
     ThinkingEndEvent,
     ThinkingStartEvent,
 )
+from agy_provider.outcome import decide_ending
 from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, Usage
 
 __all__ = ["API", "PROVIDER", "StepAssembler", "name_is_edit", "render_tool_run", "usage_to_pi"]
@@ -277,30 +278,26 @@ class StepAssembler:
             usage = StepUsage()
             for part in self._usage.values():
                 usage = usage + part
-        error = ""
-        if outcome.aborted:
-            error = outcome.error or "The turn was aborted."
-        elif not outcome.ok:
-            error = outcome.error or "agy ended the turn with an error."
-        elif self._failure is not None and self._failure[0] > self._last_answer:
-            error = self._failure[1]
+        failure = self._failure[1] if self.has_failure() and self._failure is not None else None
+        ending = decide_ending(
+            outcome, failure=failure, answered=self.has_text(), truncated=self._stop_length
+        )
         content = self._content()
-        if error:
+        if ending.reason in ("error", "aborted"):
+            aborted = ending.reason == "aborted"
             message = AssistantMessage(
                 content=content,
                 api=self._api,
                 provider=self._provider,
                 model=self._model,
                 usage=usage_to_pi(usage),
-                stop_reason="aborted" if outcome.aborted else "error",
-                error_message=error,
+                stop_reason="aborted" if aborted else "error",
+                error_message=ending.error,
                 timestamp=self._timestamp,
             )
-            events.append(
-                ErrorEvent(reason="aborted" if outcome.aborted else "error", error=message)
-            )
+            events.append(ErrorEvent(reason="aborted" if aborted else "error", error=message))
             return events
-        reason: Literal["stop", "length"] = "length" if self._stop_length else "stop"
+        reason: Literal["stop", "length"] = "length" if ending.reason == "length" else "stop"
         message = AssistantMessage(
             content=content,
             api=self._api,

@@ -1,6 +1,7 @@
-"""Find the conversation database our agy run writes: snapshot/diff of `*.db` stems, then proof.
+"""Find the conversation database our agy run writes, and prove it is ours before reading it.
 
-Several new databases → the one our process tree has open; every binding is confirmed by its contents.
+Proof is the id agy states on stdout (stream-json `init`), the id we resumed, or our own process
+tree's open files among the stems that appeared since spawn — never the database's content alone.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
@@ -18,16 +20,36 @@ from agy_provider.agy.database import iter_step_rows, open_conversation_db, read
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
 from agy_provider.errors import DatabaseError, DecodeError, TurnError
+from agy_provider.fswatch import FolderWatch, watch_folder
 
 __all__ = [
     "Binding",
+    "BindingSubject",
     "bind_database",
-    "confirm_database",
     "conversations_dir",
     "snapshot_stems",
 ]
 
 log = logging.getLogger(__name__)
+
+# Open files cannot be watched, so without a stated id the tree is scanned this often.
+OPEN_FILES_TICK = 0.05
+# With a stated or known id, file notifications wake us; this tick covers a missed one.
+FALLBACK_TICK = 0.25
+
+
+class BindingSubject(Protocol):
+    """What binding needs of a running agy (`runner.AgyProcess` has it)."""
+
+    @property
+    def stated_conversation_id(self) -> str: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    id_stated: asyncio.Event
+
+    async def scan_tree(self) -> list[psutil.Process]: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,10 +91,10 @@ def _open_dbs(processes: Iterable[psutil.Process], folder: Path) -> set[str]:
     return stems
 
 
-def confirm_database(path: Path, conversation_id: str, prompt: str = "") -> bool:
-    """True when the database holds `conversation_id` (trajectory_meta and the rows' 5.20.4) and,
-    when `prompt` is given, a USER step with that text. False while it is still being created.
-    """
+def _holds_prompt(path: Path, conversation_id: str, prompt: str) -> bool:
+    """Whether this (small, new) database's first USER step is `prompt` and no row names
+    another conversation. Only a tie-break among databases our own tree has open: a subagent's
+    conversation is opened by the same agy."""
     try:
         conn = open_conversation_db(path)
     except DatabaseError:
@@ -81,8 +103,6 @@ def confirm_database(path: Path, conversation_id: str, prompt: str = "") -> bool
         meta_id = read_conversation_id(conn)
         if meta_id and meta_id != conversation_id:
             return False
-        seen_user = not prompt
-        seen_row = False
         for row in iter_step_rows(conn, path=str(path)):
             try:
                 step = decode_step_row(row.index, row.step_type, row.status, row.payload)
@@ -90,55 +110,106 @@ def confirm_database(path: Path, conversation_id: str, prompt: str = "") -> bool
                 continue
             if step.conversation_id and step.conversation_id != conversation_id:
                 return False
-            seen_row = seen_row or bool(step.conversation_id)
-            if prompt and step.kind is StepKind.USER and step.text == prompt:
-                seen_user = True
-        return bool(meta_id or seen_row) and seen_user
+            if step.kind is StepKind.USER:
+                return step.text == prompt
+        return False
     except DatabaseError:
         return False
     finally:
         conn.close()
 
 
+def _choose_opened(folder: Path, opened: set[str], prompt: str) -> str | None:
+    """Among new databases our tree has open, the one that is the turn's own (not a subagent's)."""
+    if len(opened) == 1:
+        return next(iter(opened))
+    held = [stem for stem in sorted(opened) if _holds_prompt(folder / f"{stem}.db", stem, prompt)]
+    return held[0] if len(held) == 1 else None
+
+
 async def bind_database(
     folder: Path,
     before: set[str],
-    tree: Callable[[], list[psutil.Process]],
+    agy: BindingSubject,
     *,
     prompt: str,
-    exited: Callable[[], bool],
     timeout: float,
     expected_id: str = "",
-    poll: float = 0.02,
 ) -> Binding:
-    """Wait for our run's database and prove it is ours.
+    """Wait for our run's database and prove it is ours; never reads what is not.
 
-    New run: exactly one new stem binds; several are narrowed to those our process tree has open;
-    each candidate must then confirm (`confirm_database`, with our prompt). Resume: the known id.
-    Fails closed with `TurnError` naming the candidates when nothing, or more than one, remains.
+    The conversation is the one we resumed (`expected_id`), else the one agy states on stdout.
+    An agy that states nothing (older than 1.1.8) is bound through our process tree's open files:
+    exactly one new stem open by it (a subagent's database, also open, is told apart by our
+    prompt). Work per wake-up is a directory listing at most; rows are never decoded for a stated
+    or resumed id. Raises `TurnError` when agy exits or `timeout` passes without proof.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    candidates: set[str] = set()
-    while True:
-        if expected_id:
-            candidates = {expected_id} if expected_id in snapshot_stems(folder) else set()
-        else:
-            candidates = snapshot_stems(folder) - before
-            if len(candidates) > 1:
-                opened = _open_dbs(tree(), folder) & candidates
-                if opened:
-                    candidates = opened
-        confirmed = [
-            c for c in sorted(candidates) if confirm_database(folder / f"{c}.db", c, prompt)
-        ]
-        if len(confirmed) == 1:
-            return Binding(path=folder / f"{confirmed[0]}.db", conversation_id=confirmed[0])
-        finished = exited()
-        if finished or loop.time() >= deadline:
-            break
-        await asyncio.sleep(poll)
-    what = f"conversation {expected_id}" if expected_id else "a new conversation database"
-    why = "agy exited first" if exited() else f"nothing was confirmed within {timeout:.0f}s"
-    named = ", ".join(sorted(candidates)) or "none"
-    raise TurnError(f"could not bind {what} in {folder} ({why}); candidates: {named}")
+    watch = watch_folder(folder, lambda name: name.endswith(".db"))
+    seen_open: set[str] = set()
+    try:
+        while True:
+            target = expected_id or agy.stated_conversation_id
+            if target:
+                stated = agy.stated_conversation_id
+                if expected_id and stated and stated != expected_id:
+                    raise TurnError(
+                        f"agy was asked to resume conversation {expected_id} but says it runs "
+                        f"{stated}; not reading either"
+                    )
+                if (folder / f"{target}.db").is_file():
+                    return Binding(path=folder / f"{target}.db", conversation_id=target)
+            else:
+                new = await asyncio.to_thread(snapshot_stems, folder) - before
+                if new:
+                    opened = await asyncio.to_thread(_open_dbs, await agy.scan_tree(), folder)
+                    seen_open |= opened & new
+                    chosen = await asyncio.to_thread(_choose_opened, folder, opened & new, prompt)
+                    if chosen is not None:
+                        return Binding(path=folder / f"{chosen}.db", conversation_id=chosen)
+            if agy.returncode is not None or loop.time() >= deadline:
+                break
+            await _wake(agy, watch, OPEN_FILES_TICK if not target else FALLBACK_TICK, deadline)
+    finally:
+        if watch is not None:
+            watch.close()
+    raise TurnError(_unbound_reason(folder, expected_id, agy, seen_open, timeout))
+
+
+async def _wake(
+    agy: BindingSubject, watch: FolderWatch | None, tick: float, deadline: float
+) -> None:
+    """Sleep until agy states its id, the folder changes, or `tick` passes (never past deadline)."""
+    loop = asyncio.get_running_loop()
+    delay = max(0.0, min(tick, deadline - loop.time()))
+    waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(asyncio.sleep(delay))]
+    if not agy.id_stated.is_set():
+        waits.append(asyncio.ensure_future(agy.id_stated.wait()))
+    if watch is not None:
+        waits.append(asyncio.ensure_future(watch.wait(delay)))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+
+
+def _unbound_reason(
+    folder: Path, expected_id: str, agy: BindingSubject, seen_open: set[str], timeout: float
+) -> str:
+    stated = agy.stated_conversation_id
+    when = "agy exited first" if agy.returncode is not None else f"not within {timeout:.0f}s"
+    if expected_id or stated:
+        target = expected_id or stated
+        return f"conversation {target}'s database did not appear in {folder} ({when})"
+    if seen_open:
+        return (
+            f"could not tell which new database in {folder} is this turn's ({when}); our agy "
+            f"has {', '.join(sorted(seen_open))} open"
+        )
+    return (
+        f"could not prove which database in {folder} belongs to this turn ({when}): agy did not "
+        "state its conversation id (stream-json needs agy >= 1.1.8) and none of its processes "
+        "was seen with a new database open"
+    )

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import psutil
 
@@ -83,7 +83,7 @@ async def _probe(ports: list[int], csrf_token: str) -> ConnectClient | None:
 
 
 async def connect_to_language_server(
-    tree: Callable[[], list[psutil.Process]],
+    tree: Callable[[], Awaitable[list[psutil.Process]]],
     *,
     csrf_token: str,
     exited: Callable[[], bool],
@@ -97,7 +97,8 @@ async def connect_to_language_server(
     deadline = loop.time() + timeout
     tried: set[int] = set()
     while True:
-        ports = listening_ports(tree())
+        # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
+        ports = await asyncio.to_thread(listening_ports, await tree())
         if ports:
             client = await _probe(ports, csrf_token)
             if client is not None:
@@ -114,14 +115,33 @@ async def connect_to_language_server(
         await asyncio.sleep(_RETRY)
 
 
-async def prove_ownership(client: ConnectClient, conversation_id: str) -> None:
-    """`GetConversationMetadata` must echo the id as `rootConversationId`; else `TurnError`."""
-    try:
-        answer = await client.call("GetConversationMetadata", {"conversationId": conversation_id})
-    except RpcError as exc:
-        raise TurnError(
-            f"the language server does not host conversation {conversation_id}: {exc.message}"
-        ) from exc
+async def prove_ownership(
+    client: ConnectClient,
+    conversation_id: str,
+    *,
+    exited: Callable[[], bool] = lambda: False,
+    timeout: float = 5.0,
+) -> None:
+    """`GetConversationMetadata` must echo the id as `rootConversationId`; else `TurnError`.
+
+    A server that does not know the conversation *yet* (its database can appear a moment before
+    the server registers it) is asked again until `timeout` or agy's exit.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            answer = await client.call(
+                "GetConversationMetadata", {"conversationId": conversation_id}
+            )
+            break
+        except RpcError as exc:
+            if "not found" not in exc.message or exited() or loop.time() >= deadline:
+                raise TurnError(
+                    f"the language server does not host conversation {conversation_id}: "
+                    f"{exc.message}"
+                ) from exc
+        await asyncio.sleep(_RETRY)
     root = (answer.get("metadata") or {}).get("rootConversationId")
     if root != conversation_id:
         raise TurnError(

@@ -16,15 +16,20 @@ import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import psutil
 
-from agy_provider.errors import AgyNotFoundError, TurnError, UsageError
-from agy_provider.sessions import valid_conversation_id
+from agy_provider.atomic import read_json, write_json_atomic
+from agy_provider.errors import AgyNotFoundError, FramingError, TurnError, UsageError
+from agy_provider.sessions import default_store_path, valid_conversation_id
+from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
     "MAX_ARG_BYTES",
     "AgyProcess",
+    "StdoutEvents",
     "TurnRequest",
     "agy_version",
     "build_argv",
@@ -58,9 +63,12 @@ class TurnRequest:
     mode: str = "default"
     skip_permissions: bool = False
     conversation_id: str = ""
-    print_timeout: float = 0.0
+    print_timeout: float = 300.0  # agy 1.1.x's own default; always passed explicitly
     csrf_token: str = ""
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # agy ≥ 1.1.8 states the conversation id on its first stream-json line (AGY-FORMATS §2.1),
+    # the one proof of ownership that needs no process scan. "" keeps agy's plain text output.
+    output_format: str = "stream-json"
 
 
 def find_agy(configured: str = "") -> str:
@@ -80,16 +88,63 @@ def find_agy(configured: str = "") -> str:
     return found
 
 
-_versions: dict[str, str] = {}
+# agy's version by the binary's identity (real path, size, mtime): asking spawns agy, so each
+# binary is asked once, and the answer is kept on disk for later processes (the CLI runs one turn).
+_versions: dict[tuple[str, int, int], str] = {}
+VERSIONS_FILE = "agy-versions.json"
+
+
+def _identity(binary: str) -> tuple[str, int, int] | None:
+    try:
+        real = os.path.realpath(binary)
+        info = os.stat(real)
+    except OSError:
+        return None
+    return real, info.st_size, info.st_mtime_ns
+
+
+def _versions_path() -> Path:
+    return default_store_path().parent / VERSIONS_FILE
+
+
+def _cached_version(key: tuple[str, int, int]) -> str | None:
+    if key in _versions:
+        return _versions[key]
+    try:
+        stored = read_json(_versions_path())
+    except (OSError, ValueError):
+        return None
+    entry = stored.get(key[0]) if isinstance(stored, dict) else None
+    if isinstance(entry, dict) and [entry.get("size"), entry.get("mtime_ns")] == list(key[1:]):
+        version = entry.get("version")
+        if isinstance(version, str):
+            _versions[key] = version
+            return version
+    return None
+
+
+def _store_version(key: tuple[str, int, int], version: str) -> None:
+    _versions[key] = version
+    path = _versions_path()
+    try:
+        stored = read_json(path)
+        stored = stored if isinstance(stored, dict) else {}
+        stored[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": version}
+        write_json_atomic(path, stored)
+    except (OSError, ValueError) as exc:
+        log.info("could not remember agy's version in %s: %s", path, exc)
 
 
 async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
-    """`agy --version` (first line), cached per binary; "" when it cannot be learned.
+    """`agy --version` (first line), cached by the binary's identity; "" when it cannot be learned.
 
     The auto-updater is disabled for the call (AGY-FORMATS §2: `--version` may start it).
     """
-    if binary in _versions:
-        return _versions[binary]
+    key = _identity(binary)
+    if key is not None:
+        cached = await asyncio.to_thread(_cached_version, key)
+        if cached is not None:
+            return cached
     version = ""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -104,13 +159,18 @@ async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
             version = out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+            raise
+    except TimeoutError:
+        return ""
     except OSError as exc:
         log.info("could not ask %s for its version: %s", binary, exc)
-    _versions[binary] = version
+        return ""
+    if key is not None and version:
+        await asyncio.to_thread(_store_version, key, version)
     return version
 
 
@@ -152,11 +212,18 @@ def build_argv(request: TurnRequest) -> list[str]:
     """
     if "\x00" in request.prompt:
         raise UsageError("the prompt contains a NUL byte, which no command line can carry")
+    output_format = request.output_format
+    if output_format not in ("", "text", "json", "stream-json"):
+        raise UsageError(f"output format must be text, json or stream-json, not {output_format!r}")
     if prompt_fits_argv(request.prompt):
         head = [request.agy_bin, "-p", request.prompt]
     else:
+        # agy 1.2.x refuses stream-json input without stream-json output (AGY-FORMATS §2.2).
         head = [request.agy_bin, "--input-format", "stream-json"]
+        output_format = "stream-json"
     argv = [*head, *request.model_args]
+    if output_format:
+        argv += ["--output-format", output_format]
     if request.mode not in ("default", ""):
         if request.mode not in ("accept-edits", "plan"):
             raise UsageError(f"mode must be default, accept-edits or plan, not {request.mode!r}")
@@ -168,13 +235,68 @@ def build_argv(request: TurnRequest) -> list[str]:
             raise UsageError(f"not a conversation id: {request.conversation_id!r}")
         argv += ["--conversation", request.conversation_id]
     argv += ["--add-dir", os.path.abspath(request.cwd)]
-    if request.print_timeout > 0:
-        argv += ["--print-timeout", go_duration(request.print_timeout)]
+    # Always explicit: 1.1.x defaults to 5m0s, 1.2.x to 0s (wait forever) (AGY-FORMATS §2.2).
+    if not request.print_timeout > 0 or not math.isfinite(request.print_timeout):
+        raise UsageError(
+            f"print timeout must be a positive number of seconds, not {request.print_timeout!r}"
+        )
+    argv += ["--print-timeout", go_duration(request.print_timeout)]
     if request.csrf_token:
         if not request.csrf_token.isalnum():
             raise UsageError("the CSRF token must be alphanumeric")
         argv.append(f"--csrf_token={request.csrf_token}")
     return argv
+
+
+class StdoutEvents:
+    """What agy's stream-json stdout says that the turn needs (sans-I/O: feed it bytes).
+
+    Only the facts are kept, never the stream: the conversation id agy states (`init`, or the
+    first event naming one), its last `result`, and a bounded tail of lines that are not JSON
+    (agy prints errors such as "Error: authentication required" there, AGY-FORMATS §2.2).
+    """
+
+    def __init__(self) -> None:
+        self._lines = LineDecoder()
+        self._broken = False
+        self.conversation_id = ""
+        self.result: dict[str, Any] | None = None
+        self.text = bytearray()
+
+    def feed(self, data: bytes) -> bool:
+        """Take a chunk; True when it made the conversation id known."""
+        if self._broken:
+            return False
+        had_id = bool(self.conversation_id)
+        try:
+            self._lines.feed(data)
+            for line in self._lines.lines():
+                self._line(line)
+        except FramingError as exc:
+            log.warning("agy's stdout is not readable stream-json (%s); ignoring the rest", exc)
+            self._broken = True
+        return not had_id and bool(self.conversation_id)
+
+    def _line(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            event = None
+        if not isinstance(event, dict):
+            self.text += line[:4096] + b"\n"
+            if len(self.text) > MAX_CAPTURE_BYTES:
+                del self.text[: len(self.text) - MAX_CAPTURE_BYTES]
+            return
+        self._take(event)
+
+    def _take(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if not self.conversation_id:
+            stated = event.get("conversation_id")
+            if isinstance(stated, str) and valid_conversation_id(stated):
+                self.conversation_id = stated
+        if kind == "result" and isinstance(event.get("result"), dict):
+            self.result = event["result"]
 
 
 class AgyProcess:
@@ -188,6 +310,9 @@ class AgyProcess:
         self._stderr = bytearray()
         self._readers: list[asyncio.Task[None]] = []
         self._known: dict[int, psutil.Process] = {}
+        self.events = StdoutEvents()
+        # Set once agy stated its conversation id on stdout (stream-json `init`).
+        self.id_stated = asyncio.Event()
 
     @property
     def pid(self) -> int:
@@ -224,11 +349,16 @@ class AgyProcess:
             with contextlib.suppress(ConnectionError):
                 await self._proc.stdin.drain()
             self._proc.stdin.close()
+        stream_json = "stream-json" in self.argv
         self._readers = [
-            asyncio.create_task(self._drain(self._proc.stdout, self._stdout)),
+            asyncio.create_task(
+                self._read_events(self._proc.stdout)
+                if stream_json
+                else self._drain(self._proc.stdout, self._stdout)
+            ),
             asyncio.create_task(self._drain(self._proc.stderr, self._stderr)),
         ]
-        self.track()
+        await self.scan_tree()
 
     @staticmethod
     async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
@@ -237,8 +367,24 @@ class AgyProcess:
             if len(into) > MAX_CAPTURE_BYTES:
                 del into[: len(into) - MAX_CAPTURE_BYTES]
 
+    async def _read_events(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            if self.events.feed(chunk):
+                self.id_stated.set()
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """agy's last stream-json `result` object, if it printed one."""
+        return self.events.result
+
+    @property
+    def stated_conversation_id(self) -> str:
+        """The conversation id agy stated on stdout, or "" (not yet, or not stream-json)."""
+        return self.events.conversation_id
+
     def stdout_text(self) -> str:
-        return self._stdout.decode("utf-8", "replace")
+        """What agy printed that is not an event (all of stdout for plain text output)."""
+        return (self._stdout or self.events.text).decode("utf-8", "replace")
 
     def stderr_text(self) -> str:
         return self._stderr.decode("utf-8", "replace")
@@ -260,6 +406,10 @@ class AgyProcess:
         """agy and its live descendants (for open files and listening sockets)."""
         return self.track()
 
+    async def scan_tree(self) -> list[psutil.Process]:
+        """`tree()` in a worker thread: a scan of /proc can take a while on a busy machine."""
+        return await asyncio.to_thread(self.track)
+
     async def wait(self, timeout: float | None = None) -> int | None:
         """Wait for agy to exit; returns its exit code, or None if it is still running."""
         if self._proc is None:
@@ -280,25 +430,38 @@ class AgyProcess:
         """End agy and every descendant ever seen: SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc is None:
             return
-        self.track()
-        alive = [p for p in self._known.values() if _alive(p)]
-        for proc in alive:
-            _signal(proc, signal.SIGTERM)
+        await asyncio.to_thread(self._signal_all, signal.SIGTERM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while alive and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-            self.track()
-            alive = [p for p in self._known.values() if _alive(p)]
-        for proc in alive:
-            _signal(proc, signal.SIGKILL)
+        while loop.time() < deadline and await asyncio.to_thread(self._any_alive):
+            await asyncio.sleep(min(0.02, grace))
+        await asyncio.to_thread(self._signal_all, signal.SIGKILL)
         if self._proc.returncode is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._proc.wait(), 5.0)
         await self._finish_readers()
-        leftovers = [p for p in self._known.values() if _alive(p)]
+        leftovers = await asyncio.to_thread(self.survivors)
         if leftovers:
-            log.warning("processes still alive after SIGKILL: %s", [p.pid for p in leftovers])
+            log.warning("processes still alive after SIGKILL: %s", leftovers)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        self.track()
+        for proc in self._known.values():
+            if _alive(proc):
+                _signal(proc, sig)
+        # Descendants no scan saw are still in agy's process group: signal it too, but only
+        # while the group provably exists (agy unreaped, or a member we know), since Linux only
+        # frees a group id for reuse once its last member is gone.
+        if self._proc is not None and (
+            self._proc.returncode is None
+            or any(_in_group(p, self._proc.pid) for p in self._known.values())
+        ):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, sig)
+
+    def _any_alive(self) -> bool:
+        self.track()
+        return any(_alive(p) for p in self._known.values())
 
     def survivors(self) -> list[int]:
         """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
@@ -310,6 +473,13 @@ def _alive(proc: psutil.Process) -> bool:
         # is_running() also checks the create time, so a reused PID is not mistaken for ours.
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
+        return False
+
+
+def _in_group(proc: psutil.Process, pgid: int) -> bool:
+    try:
+        return _alive(proc) and os.getpgid(proc.pid) == pgid
+    except OSError:
         return False
 
 

@@ -104,7 +104,7 @@ class RpcEventSource:
     async def open(self) -> None:
         process = self.turn.process
         self.client = await connect_to_language_server(
-            process.tree,
+            process.scan_tree,
             csrf_token=process.request.csrf_token,
             exited=lambda: process.returncode is not None,
             timeout=min(
@@ -112,7 +112,9 @@ class RpcEventSource:
                 self.turn.config.idle_timeout,
             ),
         )
-        await prove_ownership(self.client, self.conversation_id)
+        await prove_ownership(
+            self.client, self.conversation_id, exited=lambda: process.returncode is not None
+        )
         self.turn.endpoint = self.client.base_url
         await self._reconcile()
         self._spawn(self._run())
@@ -134,7 +136,7 @@ class RpcEventSource:
 
     # -- what the provider calls -------------------------------------------------------------
 
-    def poll(self, *, force: bool = False) -> list[Step]:
+    async def poll(self, *, force: bool = False) -> list[Step]:
         if self._failure is not None and not self._latest:
             raise self._failure
         changed = [self._latest[i] for i in sorted(self._latest)]

@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.database import STEP_COLUMNS, open_conversation_db
+from agy_provider.agy.database import (
+    open_conversation_db,
+    read_step_rows,
+    scan_step_signatures,
+)
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
 from agy_provider.errors import DatabaseError, DecodeError
+from agy_provider.fswatch import FolderWatch, watch_folder
 from agy_provider.hookspecs import hookimpl
-
-try:  # Linux only; elsewhere the data_version tick alone keeps us correct, just slower.
-    import inotify_simple
-except ImportError:  # pragma: no cover - depends on the platform
-    inotify_simple = None
 
 __all__ = ["SqliteEventSource", "register_event_sources"]
 
@@ -48,40 +48,6 @@ def register_event_sources(register: Any) -> None:
     register("sqlite", SqliteEventSource.for_turn)
 
 
-class _Watch:
-    """inotify on one folder, filtered to names starting with our stem; an asyncio wake-up."""
-
-    def __init__(self, folder: Path, stem: str) -> None:
-        self._stem = stem
-        self._changed = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-        assert inotify_simple is not None
-        flags = inotify_simple.flags
-        self._fd = inotify_simple.INotify()
-        self._fd.add_watch(
-            str(folder), flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE
-        )
-        self._loop.add_reader(self._fd.fileno(), self._on_readable)
-
-    def _on_readable(self) -> None:
-        for event in self._fd.read(timeout=0):
-            if event.name.startswith(self._stem):
-                self._changed.set()
-
-    async def wait(self, timeout: float) -> bool:
-        """True when a change was notified before `timeout` seconds passed."""
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            return False
-        self._changed.clear()
-        return True
-
-    def close(self) -> None:
-        self._loop.remove_reader(self._fd.fileno())
-        self._fd.close()
-
-
 class SqliteEventSource:
     """One turn's reader of one conversation database (one read-only connection).
 
@@ -91,6 +57,7 @@ class SqliteEventSource:
     """
 
     name = "sqlite"
+    deciding = 0  # this source never asks anyone anything
 
     def __init__(self, path: Path, *, min_index: int = -1) -> None:
         self.path = path
@@ -98,7 +65,8 @@ class SqliteEventSource:
         self._data_version: int | None = None
         self._max_seen = min_index
         self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
-        self._watch: _Watch | None = None
+        self._inflight: asyncio.Future[list[Step]] | None = None
+        self._watch: FolderWatch | None = None
         self._idle_ticks = 0
         self._settle_until = 0.0
         self.skipped: list[tuple[int, str]] = []
@@ -117,20 +85,20 @@ class SqliteEventSource:
         deadline = loop.time() + OPEN_TIMEOUT
         while True:
             try:
-                self._conn = open_conversation_db(self.path)
+                self._conn = await asyncio.to_thread(open_conversation_db, self.path)
                 break
             except DatabaseError:
                 # agy may hold the database exclusively for a moment: wait it out, bounded.
                 if loop.time() >= deadline:
                     raise
                 await asyncio.sleep(TICK_ACTIVE)
-        if inotify_simple is not None:
-            try:
-                self._watch = _Watch(self.path.parent, self.path.stem)
-            except OSError as exc:
-                log.info("no file notifications for %s (%s); ticking instead", self.path, exc)
+        # Without notifications the data_version tick alone keeps us correct, just slower.
+        stem = self.path.stem
+        self._watch = watch_folder(self.path.parent, lambda name: name.startswith(stem))
 
     async def aclose(self) -> None:
+        if self._inflight is not None and not self._inflight.done():
+            await asyncio.wait([self._inflight])  # never close the connection under a read
         self.close()
 
     async def cancel(self) -> None:
@@ -162,11 +130,24 @@ class SqliteEventSource:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def poll(self, *, force: bool = False) -> list[Step]:
-        """Changed snapshots since the last poll; [] while nothing moved or the database is busy."""
+    async def poll(self, *, force: bool = False) -> list[Step]:
+        """Changed snapshots since the last poll; [] while nothing moved or the database is busy.
+
+        The read and the decoding run in a worker thread, so a large change never stalls the
+        caller's event loop. A cancelled poll lets its thread finish; `aclose` waits for it.
+        """
+        if self._conn is None:
+            raise RuntimeError("poll() before open()")
+        if self._inflight is not None and not self._inflight.done():
+            await asyncio.wait([self._inflight])  # one read at a time on one connection
+        self._inflight = asyncio.ensure_future(asyncio.to_thread(self.read, force=force))
+        return await asyncio.shield(self._inflight)
+
+    def read(self, *, force: bool = False) -> list[Step]:
+        """`poll` without the thread hop (for callers already off the event loop)."""
         conn = self._conn
         if conn is None:
-            raise RuntimeError("poll() before open()")
+            raise RuntimeError("read() before open()")
         try:
             version = conn.execute("PRAGMA data_version").fetchone()[0]
             if version == self._data_version and not force:
@@ -191,35 +172,25 @@ class SqliteEventSource:
         """One read transaction: a light scan, then payloads of the rows that changed."""
         conn.execute("BEGIN")
         try:
-            pending = sorted(self._pending)
-            marks = ",".join("?" * len(pending))
-            where = "idx > ?" + (f" OR idx IN ({marks})" if pending else "")
-            light = conn.execute(
-                f"SELECT idx, step_type, status, length(step_payload) FROM steps WHERE {where}",
-                (self._max_seen, *pending),
-            ).fetchall()
-            wanted = [
-                row[0]
-                for row in light
-                if self._pending.get(row[0]) != (row[1], row[2], row[3] or 0)
-            ]
-            rows: list[tuple[Any, ...]] = []
-            if wanted:
-                marks = ",".join("?" * len(wanted))
-                columns = ", ".join(STEP_COLUMNS)
-                rows = conn.execute(
-                    f"SELECT {columns} FROM steps WHERE idx IN ({marks}) ORDER BY idx", wanted
-                ).fetchall()
+            light = scan_step_signatures(conn, after=self._max_seen, also=sorted(self._pending))
+            wanted = [row[0] for row in light if self._pending.get(row[0]) != row[1:]]
+            rows = read_step_rows(conn, wanted)
         finally:
             conn.execute("COMMIT")
         self.last_read = (len(light), len(rows))
         steps: list[Step] = []
-        for idx, step_type, status, metadata, error_details, payload in rows:
+        for row in rows:
+            idx, status = row.index, row.status
             self._max_seen = max(self._max_seen, idx)
-            signature = (step_type, status, len(payload) if payload else 0)
+            signature = (row.step_type, status, len(row.payload) if row.payload else 0)
             try:
                 step = decode_step_row(
-                    idx, step_type, status, payload, metadata=metadata, error_details=error_details
+                    idx,
+                    row.step_type,
+                    status,
+                    row.payload,
+                    metadata=row.metadata,
+                    error_details=row.error_details,
                 )
             except DecodeError as exc:
                 reason = str(exc)

@@ -31,7 +31,19 @@ def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
         "hi -rf",
     ]
     assert argv[3:7] == ["--model", "gemini-3.8-flash", "--effort", "high"]
-    assert argv[7:9] == ["--mode", "accept-edits"]
+    assert argv[argv.index("--mode") + 1] == "accept-edits"
+    # agy states its conversation id on stream-json's first line; stdin turns require it (1.2.x).
+    assert argv[argv.index("--output-format") + 1] == "stream-json"
+    plain = TurnRequest(prompt="x" * (MAX_ARG_BYTES + 1), cwd=".", agy_bin="a", output_format="")
+    assert build_argv(plain)[build_argv(plain).index("--output-format") + 1] == "stream-json"
+    assert "--output-format" not in build_argv(
+        TurnRequest(prompt="hi", cwd=".", agy_bin="a", output_format="")
+    )
+    # --print-timeout is always explicit (1.2.x would otherwise wait forever), and must be sane.
+    assert "--print-timeout" in build_argv(TurnRequest(prompt="hi", cwd=".", agy_bin="a"))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError):
+            build_argv(TurnRequest(prompt="hi", cwd=".", agy_bin="a", print_timeout=bad))
     assert "--dangerously-skip-permissions" in argv
     assert argv[argv.index("--conversation") + 1] == request.conversation_id
     assert argv[argv.index("--add-dir") + 1] == str(tmp_path)

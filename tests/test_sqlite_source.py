@@ -26,19 +26,19 @@ async def test_a_tick_after_one_change_reads_only_that_row(tmp_path: Path, turns
     writer = write_conversation(db, str(uuid.uuid4()), turns=turns, text_size=100)
     placeholder = writer.append(planner_step("", ""))  # agy's empty placeholder row
     source = await open_source(db)
-    first = source.poll()
+    first = await source.poll()
     assert len(first) == turns * STEPS_PER_TURN + 1
-    assert source.poll() == []  # nothing moved: nothing read
+    assert await source.poll() == []  # nothing moved: nothing read
     writer.update(placeholder, planner_step("Hello", "", status="CORTEX_STEP_STATUS_GENERATING"))
-    changed = source.poll()
+    changed = await source.poll()
     assert [s.index for s in changed] == [placeholder]
     assert changed[0].text == "Hello"
     # The light scan saw only the non-final row; one payload was fetched, whatever the length.
     assert source.last_read == (1, 1)
     writer.update(placeholder, planner_step("Hello there", ""))
-    assert [s.text for s in source.poll()] == ["Hello there"]
+    assert [s.text for s in await source.poll()] == ["Hello there"]
     writer.append(planner_step("next", ""))
-    assert [s.text for s in source.poll()] == ["next"]
+    assert [s.text for s in await source.poll()] == ["next"]
     assert source.last_read == (1, 1)  # the finished row is no longer re-read
     source.close()
     writer.close()
@@ -48,12 +48,12 @@ async def test_no_change_costs_one_pragma(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     writer = write_conversation(db, str(uuid.uuid4()), turns=2)
     source = await open_source(db)
-    source.poll()
+    await source.poll()
     statements: list[str] = []
     assert source._conn is not None
     source._conn.set_trace_callback(statements.append)
     for _ in range(5):
-        assert source.poll() == []
+        assert await source.poll() == []
     assert statements == ["PRAGMA data_version"] * 5
     source.close()
     writer.close()
@@ -64,11 +64,11 @@ async def test_placeholder_rows_are_never_passed(tmp_path: Path) -> None:
     writer = write_conversation(db, str(uuid.uuid4()), turns=1)
     index = writer.append(planner_step("", ""))  # already DONE, still empty: a placeholder
     source = await open_source(db, min_index=STEPS_PER_TURN - 1)
-    (step,) = source.poll()
+    (step,) = await source.poll()
     assert step.kind is StepKind.ASSISTANT and step.status is StepStatus.DONE and not step.final
     assert source.last_final_index() == index - 1
     writer.update(index, planner_step("The answer", ""))
-    (step,) = source.poll()
+    (step,) = await source.poll()
     assert step.text == "The answer" and step.final
     assert source.last_final_index() == index
     source.close()
@@ -86,16 +86,16 @@ async def test_a_locked_database_is_read_next_tick(tmp_path: Path) -> None:
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("PRAGMA journal_mode=DELETE")
     source = await open_source(db)
-    assert len(source.poll()) == STEPS_PER_TURN
+    assert len(await source.poll()) == STEPS_PER_TURN
     payload = planner_step("late answer", "").SerializeToString()
     other.execute("BEGIN EXCLUSIVE")
     other.execute(
         "INSERT INTO steps(idx, step_type, status, step_payload) VALUES (?, 15, 3, ?)",
         (STEPS_PER_TURN, payload),
     )
-    assert source.poll() == []  # locked: no error, nothing lost, try again
+    assert await source.poll() == []  # locked: no error, nothing lost, try again
     other.execute("COMMIT")
-    (step,) = source.poll()
+    (step,) = await source.poll()
     assert step.text == "late answer"
     source.close()
     other.close()
@@ -107,7 +107,7 @@ async def test_corrupt_rows_are_skipped_with_a_reason(tmp_path: Path) -> None:
     writer.write_raw(STEPS_PER_TURN, 15, 3, b"\x0a\xff\xff\xff")
     writer.append(planner_step("after the corrupt row", ""))
     source = await open_source(db, min_index=STEPS_PER_TURN - 1)
-    steps = source.poll()
+    steps = await source.poll()
     assert [s.text for s in steps] == ["after the corrupt row"]
     assert [index for index, _ in source.skipped] == [STEPS_PER_TURN]
     source.close()

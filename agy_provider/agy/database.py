@@ -20,6 +20,8 @@ __all__ = [
     "iter_step_rows",
     "open_conversation_db",
     "read_conversation_id",
+    "read_step_rows",
+    "scan_step_signatures",
     "step_columns",
 ]
 
@@ -140,6 +142,38 @@ def iter_step_rows(
         raise DatabaseError(f"reading steps failed: {exc}", path=path) from exc
 
 
+def scan_step_signatures(
+    conn: sqlite3.Connection, *, after: int, also: Sequence[int] = ()
+) -> list[tuple[int, int, int, int]]:
+    """The light scan agy itself uses to see what changed: `(idx, step_type, status, payload
+    length)` of rows past `after` and of the rows in `also` (ones that may still change).
+
+    No payload is read, so its cost follows the number of rows returned, not their size.
+    """
+    marks = ",".join("?" * len(also))
+    where = "idx > ?" + (f" OR idx IN ({marks})" if also else "")
+    rows = conn.execute(
+        f"SELECT idx, step_type, status, length(step_payload) FROM steps WHERE {where}",
+        (after, *also),
+    ).fetchall()
+    return [(int(i), _int(t), _int(s), _int(n)) for i, t, s, n in rows]
+
+
+def read_step_rows(conn: sqlite3.Connection, indices: Sequence[int]) -> list[StepRow]:
+    """The full rows with these indices, in index order (the columns of `STEP_COLUMNS`)."""
+    if not indices:
+        return []
+    marks = ",".join("?" * len(indices))
+    columns = ", ".join(STEP_COLUMNS)
+    cursor = conn.execute(
+        f"SELECT {columns} FROM steps WHERE idx IN ({marks}) ORDER BY idx", tuple(indices)
+    )
+    return [
+        StepRow(int(idx), _int(t), _int(s), _blob(m), _blob(e), _blob(p))
+        for idx, t, s, m, e, p in cursor
+    ]
+
+
 def iter_generator_rows(conn: sqlite3.Connection, *, path: str = "") -> Iterator[tuple[int, bytes]]:
     """`gen_metadata` rows (index, data), when the table exists."""
     try:
@@ -163,6 +197,11 @@ def read_conversation_id(conn: sqlite3.Connection) -> str:
     except sqlite3.DatabaseError:
         return ""
     return str(rows[0][0] or "") if rows else ""
+
+
+def _int(value: object) -> int:
+    """An integer column as agy writes it; anything else (NULL, text, real) reads as 0."""
+    return value if isinstance(value, int) else 0
 
 
 def _blob(value: object) -> bytes | None:

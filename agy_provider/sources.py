@@ -1,0 +1,49 @@
+"""The contract every event source keeps: a typed `EventSource` protocol the turn driver relies on.
+
+Sources only read agy and hand back Step snapshots; they never emit pi events themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from agy_provider.agy.step import Step
+
+__all__ = ["EventSource"]
+
+
+@runtime_checkable
+class EventSource(Protocol):
+    """One turn's reader of agy (registered by a plugin with `register_event_sources`).
+
+    Every coroutine here may be cancelled at any moment (an abort) and must leave the source
+    closable; none may block the event loop (I/O runs in a worker thread or is incremental).
+    """
+
+    name: str
+    #: Decision hooks running now: a person may be thinking, so the idle deadline does not count.
+    deciding: int
+
+    async def open(self) -> None:
+        """Connect to agy (database, server); raise an `AgyError` when that is impossible."""
+
+    async def poll(self, *, force: bool = False) -> list[Step]:
+        """The newest snapshot of every step that changed since the last call ([] when none).
+
+        `force` re-reads even when the source believes nothing moved. A failure of the source
+        raises `SourceError` (the turn may then finish from another source).
+        """
+        ...
+
+    async def wait(self, timeout: float) -> None:
+        """Return when something may have changed, or after at most `timeout` seconds."""
+
+    async def cancel(self) -> None:
+        """Ask agy to stop the turn's work, as far as this source can (the runner kills agy)."""
+
+    def last_final_index(self) -> int:
+        """The highest index below which every step seen is final (what a session may record)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release everything the source holds; safe to call twice, and after a failed open."""

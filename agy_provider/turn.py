@@ -1,0 +1,701 @@
+"""One live turn in four phases — prepare → launch → pump → settle — with the abort armed throughout.
+
+The edges (agy's process, database binding, event sources, session store) come in as `TurnEdges`,
+so the orchestration is tested against fakes in milliseconds; nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import psutil
+
+from agy_provider.agy.models import model_arguments
+from agy_provider.agy.step import Step, TurnOutcome
+from agy_provider.assembler import StepAssembler
+from agy_provider.config import Config, load_config
+from agy_provider.discovery import Binding, bind_database, conversations_dir, snapshot_stems
+from agy_provider.errors import AgyError, TurnError, UsageError
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from agy_provider.options import SimpleStreamOptions
+from agy_provider.plugin_manager import EventSourceSpec, event_sources, get_plugin_manager
+from agy_provider.runner import AgyProcess, TurnRequest, agy_version, find_agy
+from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.sources import EventSource
+from agy_provider.stream import AssistantMessageEventStream
+from agy_provider.types import (
+    AssistantMessage,
+    Context,
+    ImageContent,
+    Message,
+    Model,
+    TextContent,
+    ToolResultMessage,
+    UserMessage,
+)
+
+__all__ = [
+    "TurnContext",
+    "TurnDriver",
+    "TurnEdges",
+    "TurnPlan",
+    "TurnProcess",
+    "build_prompt",
+    "history_digest",
+]
+
+log = logging.getLogger(__name__)
+
+# pi's thinking levels -> agy's efforts.
+_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+# After agy exits, keep reading until the database stops changing for this many polls.
+_DRAIN_QUIET_POLLS = 3
+# When the server stops answering, how long to wait for agy's exit to explain it.
+_EXIT_GRACE = 1.0
+# agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
+_PRINT_TIMEOUT_MARGIN = 60.0
+# A cold start (agy signing in, starting its server) may take longer than the idle deadline
+# allows between two steps; binding gets at least this long, within the turn deadline.
+_COLD_START = 60.0
+# After an abort: how long agy may take to stop on SIGTERM before SIGKILL, how long cancelling
+# its work over RPC may take, and how long the last read of what it wrote may take. Together
+# they keep the `aborted` event within ~200 ms of the signal.
+_ABORT_GRACE = 0.1
+_ABORT_CANCEL = 0.05
+_ABORT_LAST_READ = 0.05
+# How long the session record waits for agy's version (asked beside the turn) before saving.
+_VERSION_WAIT = 10.0
+
+
+@dataclasses.dataclass(slots=True)
+class TurnContext:
+    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
+
+    session_id: str
+    prompt: str
+    cwd: str
+    config: Config
+    event_source: str
+    permissions: str
+    min_index: int = -1
+    binding: Binding | None = None
+    process: Any = None  # the running agy (`runner.AgyProcess`)
+    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
+
+
+class TurnProcess(Protocol):
+    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
+
+    request: TurnRequest
+    id_stated: asyncio.Event
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stated_conversation_id(self) -> str: ...
+
+    @property
+    def result(self) -> Mapping[str, Any] | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self, timeout: float | None = None) -> int | None: ...
+
+    async def terminate(self, grace: float = 2.0) -> None: ...
+
+    async def scan_tree(self) -> list[psutil.Process]: ...
+
+    def stderr_text(self) -> str: ...
+
+    def stdout_text(self) -> str: ...
+
+
+@dataclasses.dataclass(slots=True)
+class TurnEdges:
+    """Everything a turn touches outside itself. Defaults are the real ones."""
+
+    store: SessionStore = dataclasses.field(default_factory=SessionStore)
+    spawn: Callable[[TurnRequest], TurnProcess] = AgyProcess
+    bind: Callable[..., Awaitable[Binding]] = bind_database
+    sources: Callable[[], Mapping[str, EventSourceSpec]] = event_sources
+    find_agy: Callable[[str], str] = find_agy
+    version: Callable[[str], Awaitable[str]] = agy_version
+    config: Callable[[], Config] = load_config
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """What `prepare` decided: settings, session, prompt, source and agy's command line."""
+
+    config: Config
+    session_id: str
+    resume: bool
+    conversation_id: str
+    min_index: int
+    prompt: str
+    source_name: str
+    request: TurnRequest
+
+
+def _text_of(message: Message) -> str:
+    if isinstance(message, UserMessage):
+        content = message.content
+        if isinstance(content, str):
+            return content
+        return "".join(block.text for block in content if isinstance(block, TextContent))
+    return "".join(block.text for block in message.content if isinstance(block, TextContent))
+
+
+def history_digest(messages: Sequence[Message]) -> str:
+    """A fingerprint of a conversation's user/assistant/tool texts (thinking is not history)."""
+    canonical = [[type(m).__name__, _text_of(m)] for m in messages]
+    return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
+
+
+def build_prompt(context: Context, *, resume: bool) -> str:
+    """The newest user message; for a new conversation, one compact preamble before it.
+
+    The preamble is a pure function of the context, so the same history gives the same bytes and
+    agy's prompt cache keeps working.
+    """
+    messages = list(context.messages)
+    if not messages:
+        raise UsageError("the context has no messages to send")
+    newest = messages[-1]
+    if not isinstance(newest, UserMessage):
+        raise UsageError("the last message must be the user's (agy runs its own tools)")
+    images = (
+        []
+        if isinstance(newest.content, str)
+        else [b for b in newest.content if isinstance(b, ImageContent)]
+    )
+    if images:
+        raise UsageError(
+            f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
+            "describe them in text instead"
+        )
+    text = _text_of(newest)
+    if resume:
+        return text
+    parts: list[str] = []
+    if context.system_prompt:
+        parts.append(f"<system>\n{context.system_prompt}\n</system>")
+    earlier = messages[:-1]
+    if earlier:
+        lines = ["<conversation>"]
+        for message in earlier:
+            role = (
+                "tool_result"
+                if isinstance(message, ToolResultMessage)
+                else ("user" if isinstance(message, UserMessage) else "assistant")
+            )
+            lines.append(f"<{role}>\n{_text_of(message)}\n</{role}>")
+        lines.append("</conversation>")
+        parts.append("\n".join(lines))
+    return "\n\n".join([*parts, text]) if parts else text
+
+
+# Records of turns whose final event went out before their session was saved (the save runs in a
+# worker thread after `done`): a turn started meanwhile in this process must still resume.
+_unsaved: dict[tuple[str, str], SessionRecord] = {}
+
+
+class TurnDriver:
+    """One turn from the first instant to the final event; each phase a method of its own."""
+
+    def __init__(
+        self,
+        model: Model,
+        context: Context,
+        options: SimpleStreamOptions,
+        stream: AssistantMessageEventStream,
+        assembler: StepAssembler,
+        *,
+        cwd: str | None = None,
+        agy_bin: str | None = None,
+        event_source: str | None = None,
+        continue_session: bool = False,
+        edges: TurnEdges | None = None,
+    ) -> None:
+        self.model = model
+        self.context = context
+        self.options = options
+        self.stream = stream
+        self.assembler = assembler
+        self.cwd = cwd or os.getcwd()
+        self.agy_bin = agy_bin
+        self.event_source = event_source
+        self.continue_session = continue_session
+        self.edges = edges or TurnEdges()
+        self.pm = get_plugin_manager()
+        self.ctx: TurnContext | None = None
+        self.process: TurnProcess | None = None
+        self.source: EventSource | None = None
+        self.backup: EventSource | None = None  # the database reader rpc turns fall back to
+        self.source_name = ""
+        self.switch_to_backup = False
+        self.version_task: asyncio.Task[str] | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._started_at = 0.0
+
+    # -- events ------------------------------------------------------------------------------
+
+    def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
+        for event in events:
+            if not isinstance(event, StartEvent):
+                self.stream.push(event)
+            if self.ctx is not None:
+                self.pm.hook.observe_event(event=event, turn=self.ctx)
+
+    # -- the whole turn ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the phases; every failure, abort or cancellation becomes the one final event."""
+        outcome: TurnOutcome
+        try:
+            try:
+                outcome = await self._until_aborted(self._phases())
+            except AgyError as exc:
+                outcome = await self._failed(str(exc))
+            except asyncio.CancelledError:
+                await self._stop_agy(grace=_ABORT_GRACE)
+                await self._last_read()
+                self._settle_events(TurnOutcome(aborted=True, error="The turn was cancelled."))
+                raise
+            except Exception as exc:  # a bug of ours: still a clean error event, never a hang
+                log.exception("turn failed")
+                outcome = await self._failed(
+                    f"agy-provider failed unexpectedly: {type(exc).__name__}: {exc}"
+                )
+            await self.settle(outcome)
+        finally:
+            await self._cleanup()
+
+    async def _phases(self) -> TurnOutcome:
+        # Reading settings and the session store (file locks) and loading plugins the first
+        # time can take a while: not on the host's loop.
+        plan = await asyncio.to_thread(self.prepare)
+        await self.launch(plan)
+        return await self.pump(plan.config)
+
+    async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
+        """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
+        binding, streaming, draining) and the turn ends `aborted` within ~200 ms."""
+        signal = self.options.signal
+        task = asyncio.ensure_future(work)
+        if signal is None:
+            return await task
+        if signal.aborted:
+            task.cancel()
+        else:
+            aborted = asyncio.ensure_future(signal.wait())
+            try:
+                await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            finally:
+                aborted.cancel()
+            if task.done():
+                return task.result()
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, AgyError):
+            await task
+        return await self._aborted()
+
+    async def _aborted(self) -> TurnOutcome:
+        if self.source is not None:
+            with contextlib.suppress(AgyError, TimeoutError):
+                await asyncio.wait_for(self.source.cancel(), _ABORT_CANCEL)
+        await self._stop_agy(grace=_ABORT_GRACE)
+        await self._last_read()
+        return TurnOutcome(aborted=True, error="The turn was aborted.")
+
+    async def _failed(self, message: str) -> TurnOutcome:
+        await self._stop_agy()
+        await self._last_read()
+        return TurnOutcome(ok=False, error=message)
+
+    async def _stop_agy(self, grace: float = 2.0) -> None:
+        if self._starting is not None:
+            # A spawn interrupted by the abort still produces a process: wait for it, then end it.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._starting)
+        if self.process is not None:
+            await self.process.terminate(grace=grace)
+
+    async def _last_read(self) -> None:
+        """Whatever the source holds now, bounded: the error message keeps what agy wrote."""
+        if self.source is None:
+            return
+        with contextlib.suppress(AgyError, TimeoutError):
+            changed = await asyncio.wait_for(self.source.poll(force=True), _ABORT_LAST_READ)
+            self.emit(self.assembler.feed(changed))
+
+    async def _cleanup(self) -> None:
+        if self.version_task is not None and not self.version_task.done():
+            self.version_task.cancel()
+        if self.process is not None and self.process.returncode is None:
+            await self.process.terminate()
+        for source in {id(s): s for s in (self.source, self.backup) if s is not None}.values():
+            with contextlib.suppress(AgyError):
+                await source.aclose()
+
+    # -- phase 1: prepare (pure decisions, no process yet) -----------------------------------
+
+    def prepare(self) -> TurnPlan:
+        """Settings, the session to resume, the prompt, the event source and agy's argv."""
+        config = self.edges.config()
+        session_id = self.options.session_id or ""
+        record = self._session(session_id)
+        earlier = list(self.context.messages)[:-1]
+        resume = record is not None and (
+            self.continue_session or record.history_digest == history_digest(earlier)
+        )
+        prompt = build_prompt(self.context, resume=resume)
+        conversation_id = record.conversation_id if resume and record else ""
+        min_index = record.last_step_index if resume and record else -1
+        self.ctx = TurnContext(
+            session_id=session_id,
+            prompt=prompt,
+            cwd=self.cwd,
+            config=config,
+            event_source=self.event_source or config.event_source,
+            permissions=config.permissions,
+            min_index=min_index,
+        )
+        source_name = self._choose_source()
+        binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
+        effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
+        model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
+        request = TurnRequest(
+            prompt=prompt,
+            cwd=self.cwd,
+            agy_bin=binary,
+            model_args=model_arguments(model_id, effort),
+            mode=config.mode,
+            skip_permissions=config.permissions == "skip",
+            conversation_id=conversation_id,
+            print_timeout=config.turn_timeout + _PRINT_TIMEOUT_MARGIN,
+            # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
+            csrf_token=secrets.token_hex(16)
+            if config.csrf and self.ctx.event_source in ("rpc", "auto")
+            else "",
+            env={"ANTIGRAVITY_APP_DATA_DIR": config.app_data_dir} if config.app_data_dir else {},
+        )
+        self.assembler.begin_after(min_index + 1)
+        return TurnPlan(
+            config=config,
+            session_id=session_id,
+            resume=resume,
+            conversation_id=conversation_id,
+            min_index=min_index,
+            prompt=prompt,
+            source_name=source_name,
+            request=request,
+        )
+
+    def _session(self, session_id: str) -> SessionRecord | None:
+        if not session_id:
+            return None
+        unsaved = _unsaved.get((str(self.edges.store.path), session_id))
+        return unsaved or self.edges.store.get(session_id)
+
+    def _choose_source(self) -> str:
+        assert self.ctx is not None
+        available = list(self.edges.sources())
+        name = self.pm.hook.choose_event_source(turn=self.ctx, available=available)
+        if not name:
+            raise UsageError(
+                f"event source {self.ctx.event_source!r} is not available here "
+                f"(available: {', '.join(available) or 'none'})"
+            )
+        return str(name)
+
+    # -- phase 2: launch (spawn, bind, open the source) --------------------------------------
+
+    async def launch(self, plan: TurnPlan) -> None:
+        assert self.ctx is not None
+        folder = conversations_dir(plan.config.app_data_dir)
+        before = await asyncio.to_thread(snapshot_stems, folder)
+        process = self.edges.spawn(plan.request)
+        self.process = self.ctx.process = process
+        self._started_at = asyncio.get_running_loop().time()
+        self._starting = asyncio.ensure_future(process.start())
+        await asyncio.shield(self._starting)
+        self._starting = None
+        # Learned beside the turn (cached by the binary's identity), for the session record.
+        self.version_task = asyncio.ensure_future(self.edges.version(plan.request.agy_bin))
+        config = plan.config
+        try:
+            self.ctx.binding = await self.edges.bind(
+                folder,
+                before,
+                process,
+                prompt=plan.prompt,
+                timeout=min(config.turn_timeout, max(config.idle_timeout, _COLD_START)),
+                expected_id=plan.conversation_id,
+            )
+        except AgyError as exc:
+            code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
+            code = process.returncode if code is None else code
+            if code:  # agy failed before it wrote anything: its own words say why
+                raise TurnError(self._exit_outcome(code).error) from exc
+            raise
+        self.source_name = plan.source_name
+        await self._open_source(plan.source_name)
+
+    async def _open_source(self, name: str) -> None:
+        """Open the chosen source; an rpc source that cannot start falls back to the database."""
+        source: EventSource = self.edges.sources()[name].factory(self.ctx)
+        try:
+            await source.open()
+        except AgyError as exc:
+            await source.aclose()
+            if name == "sqlite" or not self._may_fall_back():
+                raise
+            log.warning("the %s event source could not start (%s); reading the database", name, exc)
+            self.source = await self._open_backup()
+            self.source_name = "sqlite"
+            return
+        self.source = source
+
+    def _may_fall_back(self) -> bool:
+        # Under `rpc` as under `auto`: a turn agy finishes must not be lost to its server.
+        return "sqlite" in self.edges.sources()
+
+    async def _open_backup(self) -> EventSource:
+        """The sqlite reader of the bound database, opened once and shared."""
+        if self.backup is None:
+            backup: EventSource = self.edges.sources()["sqlite"].factory(self.ctx)
+            try:
+                await backup.open()
+            except BaseException:
+                await backup.aclose()
+                raise
+            self.backup = backup
+        return self.backup
+
+    # -- phase 3: pump (source → assembler → stream) -----------------------------------------
+
+    async def pump(self, config: Config) -> TurnOutcome:
+        """Feed snapshots until agy exits or a deadline passes (the abort is watched outside)."""
+        assert self.process is not None and self.source is not None
+        loop = asyncio.get_running_loop()
+        exit_task = asyncio.ensure_future(self.process.wait())
+        last_progress = loop.time()
+        try:
+            while True:
+                changed = await self._poll()
+                if self.switch_to_backup:
+                    self.switch_to_backup = False
+                    old, self.source = self.source, await self._open_backup()
+                    self.source_name = "sqlite"
+                    await old.aclose()
+                    changed = await self._poll()
+                if changed:
+                    last_progress = loop.time()
+                    self.emit(self.assembler.feed(changed))
+                now = loop.time()
+                if exit_task.done():
+                    await self._drain()
+                    return self._exit_outcome(exit_task.result())
+                if now - self._started_at > config.turn_timeout:
+                    return await self._deadline(
+                        f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
+                        "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
+                    )
+                if self.source.deciding:
+                    last_progress = now  # waiting on our own decision hooks is not agy hanging
+                if now - last_progress > config.idle_timeout:
+                    return await self._deadline(
+                        f"agy made no progress for {config.idle_timeout:.0f}s (the idle deadline); "
+                        "it may be hung or waiting on a prompt. Raise idle_timeout (AGY_IDLE_TIMEOUT) "
+                        "or check agy on its own"
+                    )
+                wait_task = asyncio.ensure_future(self.source.wait(1.0))
+                try:
+                    await asyncio.wait({wait_task, exit_task}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    wait_task.cancel()
+        finally:
+            if not exit_task.done():
+                exit_task.cancel()
+
+    async def _poll(self) -> list[Step]:
+        """The source's changes; a failing rpc source is replaced by the database."""
+        assert self.source is not None and self.process is not None
+        try:
+            return await self.source.poll()
+        except AgyError as exc:
+            # agy exiting takes its server along; the exit may not be reaped yet, so look.
+            exited = await self.process.wait(_EXIT_GRACE) is not None
+            if exited and self.source_name != "sqlite":
+                return []  # the drain reads the database
+            if self.source_name == "sqlite" or not self._may_fall_back():
+                raise
+            log.warning(
+                "the %s event source failed (%s); finishing from the database",
+                self.source_name,
+                exc,
+            )
+            self.switch_to_backup = True
+            return []
+
+    async def _deadline(self, message: str) -> TurnOutcome:
+        assert self.process is not None
+        await self.process.terminate()
+        await self._drain()
+        return TurnOutcome(ok=False, error=message)
+
+    async def _drain(self) -> None:
+        """Take what the source still holds, then read the database until it is quiet.
+
+        After agy exits its language server is gone with it, so the database — the ground truth —
+        gives the last word; the assembler drops whatever was already streamed.
+        """
+        assert self.source is not None
+        if self.source_name != "sqlite":
+            # What the stream delivered before agy exited; its server went with it, so a
+            # failure to reach it now is expected and the database below has the rest.
+            with contextlib.suppress(AgyError):
+                self.emit(self.assembler.feed(await self.source.poll()))
+            try:
+                self.source = await self._open_backup()
+            except AgyError as exc:
+                log.warning("could not read the database for the final drain: %s", exc)
+                return
+            self.source_name = "sqlite"
+        quiet = 0
+        while quiet < _DRAIN_QUIET_POLLS:
+            try:
+                changed = await self.source.poll(force=quiet == 0)
+            except AgyError as exc:
+                log.warning("last read failed: %s", exc)
+                return
+            if changed:
+                self.emit(self.assembler.feed(changed))
+                quiet = 0
+            else:
+                quiet += 1
+
+    def _exit_outcome(self, code: int | None) -> TurnOutcome:
+        """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
+        assert self.process is not None
+        if code:
+            said = "\n".join(
+                t
+                for t in (self.process.stderr_text().strip(), self.process.stdout_text().strip())
+                if t
+            )
+            tail = said[-2000:] if said else "(nothing on stderr)"
+            return TurnOutcome(ok=False, error=f"agy exited with code {code}: {tail}")
+        result = self.process.result or {}
+        status = str(result.get("status") or "")
+        if status and status not in ("SUCCESS", "OK"):
+            error = result.get("error")
+            detail = error if isinstance(error, str) and error else status
+            stderr = self.process.stderr_text().strip()
+            if status == "CANCELED" and stderr:
+                detail = f"{detail}: {stderr[-2000:]}"
+            return TurnOutcome(ok=False, error=f"agy ended the turn with {status}: {detail}")
+        denied = result.get("denied_actions")
+        if isinstance(denied, list) and denied:
+            names = ", ".join(
+                str(d.get("display_name") or d.get("action") or d)
+                if isinstance(d, dict)
+                else str(d)
+                for d in denied
+            )
+            return TurnOutcome(ok=False, error=f"agy was denied permission to act: {names}")
+        return TurnOutcome()
+
+    # -- phase 4: settle (final event first, then the session) -------------------------------
+
+    def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
+        """Finish the assembler and deliver its final event; returns the `done` message."""
+        events = self.assembler.finish(outcome)
+        self.emit(events)
+        if not self.stream.done:  # the assembler had already finished: still say what happened
+            self.stream.push(
+                ErrorEvent(
+                    reason="aborted" if outcome.aborted else "error",
+                    error=bare_error(self.model, outcome.error or "the turn failed"),
+                )
+            )
+        last = events[-1] if events else None
+        return last.message if isinstance(last, DoneEvent) else None
+
+    async def settle(self, outcome: TurnOutcome) -> None:
+        """Deliver the final event, then save the session (off the loop, after the host has it)."""
+        ctx = self.ctx
+        key = (str(self.edges.store.path), ctx.session_id if ctx is not None else "")
+        # Kept in memory before the final event goes out, so a turn the host starts right
+        # after `done` resumes even while the save below is still running.
+        provisional = self._record(outcome, final=None)
+        if provisional is not None:
+            _unsaved[key] = provisional
+        final = self._settle_events(outcome)
+        if provisional is None:
+            return
+        record = self._record(outcome, final=final) or provisional
+        version_task = self.version_task
+        known = version_task is not None and version_task.done() and not version_task.cancelled()
+        if known and version_task is not None and version_task.exception() is None:
+            record = dataclasses.replace(record, agy_version=version_task.result())
+        _unsaved[key] = record
+        loop = asyncio.get_running_loop()
+        try:
+            # Submitted before any await, so even a turn cancelled now (a loop shutting down
+            # after `done`) completes the write: the executor's shutdown waits for it.
+            await loop.run_in_executor(None, self.edges.store.put, key[1], record)
+            if not known and version_task is not None:
+                # agy's version is still being asked (a first run): record it when it comes.
+                with contextlib.suppress(TimeoutError, AgyError, OSError):
+                    version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
+                    if version:
+                        record = dataclasses.replace(record, agy_version=version)
+                        await loop.run_in_executor(None, self.edges.store.put, key[1], record)
+        finally:
+            _unsaved.pop(key, None)
+
+    def _record(
+        self, outcome: TurnOutcome, *, final: AssistantMessage | None
+    ) -> SessionRecord | None:
+        """The session as it stands after this turn (None: nothing to remember)."""
+        ctx = self.ctx
+        if ctx is None or not ctx.session_id or ctx.binding is None or self.source is None:
+            return None
+        last_final = self.source.last_final_index()
+        if outcome.aborted and last_final <= ctx.min_index:
+            return None
+        history = [*self.context.messages, *([final] if final is not None else [])]
+        return SessionRecord(
+            conversation_id=ctx.binding.conversation_id,
+            last_step_index=last_final,
+            event_source=self.source_name,
+            agy_version="",
+            history_digest=history_digest(history),
+        )
+
+
+def bare_error(model: Model, message: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=(),
+        api=model.api or "agy",
+        provider=model.provider or "agy",
+        model=model.id,
+        stop_reason="error",
+        error_message=message,
+        timestamp=0,
+    )
