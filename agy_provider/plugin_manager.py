@@ -1,11 +1,14 @@
 """The plugin manager: hookspecs, built-in plugins, installed entry points, and the registries.
 
-Built-ins are ordinary plugins registered with the same public `hookimpl` third parties use.
+Built-ins are ordinary plugins registered with the same public `hookimpl` third parties use. The
+manager is built once per process and plugins are loaded into it once, on first use.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import logging
 import os
 import sys
 import threading
@@ -39,6 +42,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agy_provider.plugins.rpc_source",
 )
 
+log = logging.getLogger(__name__)
+
 _pm = pluggy.PluginManager("agy_provider")
 _pm.add_hookspecs(hookspecs)
 _lock = threading.Lock()
@@ -61,11 +66,15 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 
 def load_plugins() -> None:
-    """Register the built-ins, then installed entry points (idempotent).
+    """Register the built-ins, then installed entry points: once per process (idempotent).
 
-    Entry points are skipped under tests (as `llm` does) unless the environment names them.
+    Entry points are skipped under tests (as `llm` does) unless the environment names them. The
+    installed distributions are scanned once, whatever the allow-list holds; a plugin that fails
+    to load is skipped with a warning naming it, so one broken install cannot stop every turn.
     """
     global _loaded
+    if _loaded:  # the common case, without the lock
+        return
     with _lock:
         if _loaded:
             return
@@ -74,13 +83,34 @@ def load_plugins() -> None:
             if not _pm.is_registered(module):
                 _pm.register(module, name=name)
         wanted = os.environ.get(PLUGINS_ENV)
-        if wanted is None and not hasattr(sys, "_called_from_test"):
-            _pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        elif wanted:
-            names = {n.strip() for n in wanted.split(",") if n.strip()}
-            for name in sorted(names):
-                _pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+        if wanted is None and hasattr(sys, "_called_from_test"):
+            wanted = ""
+        if wanted != "":
+            names = None if wanted is None else {n.strip() for n in wanted.split(",") if n.strip()}
+            _load_entry_points(names)
         _loaded = True
+
+
+def _load_entry_points(names: set[str] | None) -> None:
+    """Register the installed plugins of our entry-point group (only `names`, when given)."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if names is not None and entry.name not in names:
+            continue
+        if _pm.get_plugin(entry.name) is not None or _pm.is_blocked(entry.name):
+            continue
+        try:
+            plugin = entry.load()
+            _pm.register(plugin, name=entry.name)
+        except Exception as exc:  # a third party's import or registration error
+            log.warning(
+                "plugin %r (%s) could not be loaded and is skipped: %s: %s. Reinstall or remove "
+                "it, or list the plugins you want in %s",
+                entry.name,
+                entry.value,
+                type(exc).__name__,
+                exc,
+                PLUGINS_ENV,
+            )
 
 
 def event_sources() -> Mapping[str, EventSourceSpec]:

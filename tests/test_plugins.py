@@ -142,3 +142,97 @@ async def test_no_agy_is_a_clear_error_event(
     message = await stream.result()
     assert message.stop_reason == "error"
     assert "agy-sim" in (message.error_message or "")
+
+
+# -- plugins load once per process; a broken one is skipped with a warning ------------------------
+
+_PLUGIN_PROBE = """
+import importlib.metadata, json, logging, sys, threading
+logging.basicConfig(level=logging.WARNING, format="WARNING %(message)s")
+scans = []
+real = importlib.metadata.distributions
+def counting(*args, **kwargs):  # every reading of the installed distributions goes through here
+    scans.append(1)
+    return real(*args, **kwargs)
+importlib.metadata.distributions = counting
+
+from agy_provider.plugin_manager import event_sources, get_plugin_manager, load_plugins
+import fakeplug_good
+
+# Many callers at once, and again and again: the first one loads, the others wait for it.
+threads = [threading.Thread(target=get_plugin_manager) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for _ in range(5):
+    load_plugins()
+    sources = sorted(event_sources())
+pm = get_plugin_manager()
+print(json.dumps({
+    "scans": len(scans),
+    "registrations": fakeplug_good.REGISTRATIONS,
+    "sources": sources,
+    "plugins": sorted(pm.get_name(p) for p in pm.get_plugins()),
+}))
+"""
+
+
+def _install_fake_plugins(folder: Path) -> None:
+    """A real installed distribution on sys.path: dist-info with entry points, and its modules."""
+    info = folder / "fakeplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[agy_provider]\nfake = fakeplug_good\nbroken = fakeplug_broken\n"
+    )
+    (folder / "fakeplug_good.py").write_text(
+        "from agy_provider import hookimpl\n"
+        "REGISTRATIONS = 0\n"
+        "@hookimpl\n"
+        "def register_event_sources(register):\n"
+        "    global REGISTRATIONS\n"
+        "    REGISTRATIONS += 1\n"
+        "    register('fake', lambda turn: None)\n"
+    )
+    (folder / "fakeplug_broken.py").write_text("raise ImportError('fakeplug needs libfoo')\n")
+
+
+@pytest.mark.parametrize("allow", [None, "fake"], ids=["all-installed", "allow-list"])
+def test_plugins_load_once_per_process_and_a_broken_one_is_skipped(
+    tmp_path: Path, allow: str | None
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _install_fake_plugins(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "AGY_PROVIDER_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    if allow is not None:
+        env["AGY_PROVIDER_PLUGINS"] = allow
+    run = subprocess.run(
+        [sys.executable, "-c", _PLUGIN_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["scans"] == 1  # the installed distributions were read once
+    assert seen["sources"] == ["fake", "rpc", "sqlite"]
+    # event_sources() was called five times: the hook runs each time, the plugin loads once.
+    assert seen["registrations"] == 5
+    assert seen["plugins"].count("fake") == 1 and set(DEFAULT_PLUGINS) <= set(seen["plugins"])
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
+    if allow is None:
+        assert len(warnings) == 1, run.stderr
+        assert "'broken'" in warnings[0] and "libfoo" in warnings[0]
+        assert "AGY_PROVIDER_PLUGINS" in warnings[0]
+    else:
+        assert warnings == [], run.stderr  # not on the allow-list: never even imported
+    assert "Traceback" not in run.stderr
