@@ -327,10 +327,15 @@ class TurnDriver:
         return TurnOutcome(ok=False, error=message)
 
     async def _stop_agy(self, grace: float = 2.0) -> None:
-        if self._starting is not None:
-            # A spawn interrupted by the abort still produces a process: wait for it, then end it.
+        starting = self._starting
+        if starting is not None:
+            # A spawn interrupted by the abort still produces a process: let it finish (it is a
+            # fork and exec), then end it; one that cannot finish is cancelled, which kills it.
+            await asyncio.wait({starting}, timeout=grace)
+            if not starting.done():
+                starting.cancel()
             with contextlib.suppress(BaseException):
-                await asyncio.shield(self._starting)
+                await starting
         if self.process is not None:
             await self.process.terminate(grace=grace)
 

@@ -1,0 +1,458 @@
+"""The turn driver's orchestration against fakes of its edges: milliseconds, no agy, no threads of ours.
+
+Each phase alone, the abort in every phase, fallbacks, settling order, and the one ending rule
+shared with replay (the same steps through both paths end the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.assembler import StepAssembler
+from agy_provider.config import Config
+from agy_provider.discovery import Binding
+from agy_provider.errors import SourceError, TurnError
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.options import AbortSignal, SimpleStreamOptions
+from agy_provider.outcome import EMPTY_ANSWER
+from agy_provider.plugin_manager import EventSourceSpec
+from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.replay import load_recording, replay
+from agy_provider.runner import TurnRequest
+from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.turn import TurnDriver, TurnEdges, history_digest
+from agy_provider.types import Context, Model, UserMessage
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MODEL = Model(
+    id="gemini-3.8-flash",
+    name="Flash",
+    api="agy",
+    provider="agy",
+    base_url="",
+    reasoning=True,
+    context_window=1_000_000,
+    max_tokens=65_536,
+)
+CONVERSATION = "0b6c1d2e-3f40-4a5b-8c6d-7e8f9a0b1c2d"
+# Only bounds a hang: a correct driver never comes near it.
+HANG = 20.0
+
+
+def user(index: int, text: str = "hi") -> Step:
+    return Step(index=index, kind=StepKind.USER, status=StepStatus.DONE, text=text)
+
+
+def planner(index: int, text: str, status: StepStatus = StepStatus.DONE) -> Step:
+    return Step(index=index, kind=StepKind.ASSISTANT, status=status, text=text)
+
+
+class FakeProcess:
+    """A scripted agy: `start` may block, `exit(code)` ends it, `terminate` records the grace."""
+
+    def __init__(self, request: TurnRequest, script: Script) -> None:
+        self.request = request
+        self.script = script
+        self.id_stated = asyncio.Event()
+        self.returncode: int | None = None
+        self.result: Mapping[str, Any] | None = None
+        self.stated_conversation_id = ""
+        self._exited = asyncio.Event()
+        self.terminations: list[float] = []
+        script.processes.append(self)
+
+    async def start(self) -> None:
+        await self.script.start_gate.wait()
+        self.stated_conversation_id = CONVERSATION
+        self.id_stated.set()
+
+    def exit(self, code: int) -> None:
+        self.returncode = code
+        self._exited.set()
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            await asyncio.wait_for(self._exited.wait(), timeout)
+        except TimeoutError:
+            return None
+        return self.returncode
+
+    async def terminate(self, grace: float = 2.0) -> None:
+        self.terminations.append(grace)
+        if self.returncode is None:
+            self.exit(-15)
+
+    async def scan_tree(self) -> list[psutil.Process]:
+        return []
+
+    def stderr_text(self) -> str:
+        return self.script.stderr
+
+    def stdout_text(self) -> str:
+        return ""
+
+
+class FakeSource:
+    """An event source fed by the test with `enqueue()`; `poll` may be made to hang."""
+
+    name = "fake"
+    deciding = 0
+
+    def __init__(self, script: Script, turn: Any, name: str) -> None:
+        self.name = name
+        self.script = script
+        self.turn = turn
+        self.queue: list[Step] = []
+        self.arrived = asyncio.Event()
+        self.seen: dict[int, Step] = {}
+        self.closed = False
+        self.cancelled = False
+        script.sources.append(self)
+
+    async def open(self) -> None:
+        if self.name in self.script.open_errors:
+            raise self.script.open_errors[self.name]
+
+    def enqueue(self, steps: Sequence[Step]) -> None:
+        self.queue.extend(steps)
+        self.arrived.set()
+
+    async def poll(self, *, force: bool = False) -> list[Step]:
+        if self.script.poll_gate is not None:
+            await self.script.poll_gate.wait()
+        out, self.queue = self.queue, []
+        self.seen.update((s.index, s) for s in out)
+        return out
+
+    async def wait(self, timeout: float) -> None:
+        if not self.queue:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+        self.arrived.clear()
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+
+    def last_final_index(self) -> int:
+        return max(self.seen, default=self.turn.min_index)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclasses.dataclass
+class Script:
+    """What the fakes do. Gates start open; close one to make that phase block."""
+
+    start_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    bind_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    poll_gate: asyncio.Event | None = None
+    open_errors: dict[str, Exception] = dataclasses.field(default_factory=dict)
+    stderr: str = ""
+    processes: list[FakeProcess] = dataclasses.field(default_factory=list)
+    sources: list[FakeSource] = dataclasses.field(default_factory=list)
+    binds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.start_gate.set()
+        self.bind_gate.set()
+
+
+def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite",)) -> TurnEdges:
+    async def bind(folder: Path, before: set[str], process: Any, **kw: Any) -> Binding:
+        script.binds.append(kw)
+        await script.bind_gate.wait()
+        conversation = kw["expected_id"] or process.stated_conversation_id
+        return Binding(path=folder / f"{conversation}.db", conversation_id=conversation)
+
+    async def version(binary: str) -> str:
+        return "1.2.13"
+
+    specs = {
+        n: EventSourceSpec(
+            name=n, factory=lambda turn, n=n: FakeSource(script, turn, n), plugin="test"
+        )
+        for n in names
+    }
+    return TurnEdges(
+        store=SessionStore(tmp_path / "sessions.json"),
+        spawn=lambda request: FakeProcess(request, script),  # type: ignore[arg-type,return-value]
+        bind=bind,
+        sources=lambda: specs,
+        find_agy=lambda configured: "/usr/bin/agy",
+        version=version,
+        config=lambda: Config(event_source=names[0], app_data_dir=str(tmp_path / "agy")),
+    )
+
+
+def start_turn(
+    edges: TurnEdges,
+    *,
+    prompt: str = "hi",
+    signal: AbortSignal | None = None,
+    session: str = "",
+    history: Sequence[Any] = (),
+) -> Any:
+    context = Context(messages=[*history, UserMessage(content=prompt, timestamp=0)])
+    options = SimpleStreamOptions(session_id=session or None, signal=signal)
+    return stream_simple(MODEL, context, options, edges=edges)
+
+
+async def collect(stream: Any) -> list[AssistantMessageEvent]:
+    async def drain() -> list[AssistantMessageEvent]:
+        return [event async for event in stream]
+
+    return await asyncio.wait_for(drain(), HANG)
+
+
+async def until(condition: Any) -> None:
+    async def check() -> None:
+        while not condition():
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(check(), HANG)
+
+
+# -- phases alone ----------------------------------------------------------------------------
+
+
+def test_prepare_alone_decides_prompt_session_source_and_argv(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    earlier = [UserMessage(content="before", timestamp=0)]
+    edges.store.put(
+        "s", SessionRecord(CONVERSATION, last_step_index=7, history_digest=history_digest(earlier))
+    )
+    context = Context(messages=[*earlier, UserMessage(content="now", timestamp=0)])
+    driver = TurnDriver(
+        MODEL,
+        context,
+        SimpleStreamOptions(session_id="s"),
+        stream=None,  # type: ignore[arg-type]  # prepare never touches the stream
+        assembler=StepAssembler(model=MODEL.id),
+        edges=edges,
+    )
+    plan = driver.prepare()
+    assert plan.resume and plan.conversation_id == CONVERSATION and plan.min_index == 7
+    assert plan.prompt == "now"  # resumed: only the new message
+    assert plan.request.conversation_id == CONVERSATION
+    assert plan.source_name == "sqlite"
+    # A diverged history starts a new conversation with the whole history as a preamble.
+    diverged = Context(messages=[UserMessage(content="other", timestamp=0), *context.messages[1:]])
+    driver.context = diverged
+    fresh = driver.prepare()
+    assert not fresh.resume and fresh.conversation_id == "" and "<conversation>" in fresh.prompt
+    driver.continue_session = True  # a CLI has no history: resume whatever it is
+    assert driver.prepare().resume
+
+
+async def test_a_turn_streams_and_settles_in_order(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    stream = start_turn(edges, session="s1")
+    await until(lambda: script.sources)
+    source = script.sources[0]
+    source.enqueue([user(0), planner(1, "Hel", StepStatus.GENERATING)])
+    source.enqueue([planner(1, "Hello", StepStatus.DONE)])
+    await until(lambda: not source.queue)
+    script.processes[0].exit(0)
+    events = await collect(stream)
+    assert [e.type for e in events if e.type.startswith("text")] == [
+        "text_start",
+        "text_delta",
+        "text_delta",
+        "text_end",
+    ]
+    assert isinstance(events[-1], DoneEvent)
+    await wait_for_turns()
+    record = edges.store.get("s1")
+    assert record is not None and record.conversation_id == CONVERSATION
+    assert record.last_step_index == 1 and record.agy_version == "1.2.13"
+    assert source.closed
+
+
+async def test_the_next_turn_resumes_even_before_the_session_is_saved(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    saved = asyncio.Event()
+    real_put = edges.store.put
+
+    def slow_put(*args: Any) -> None:  # a slow disk: the save is still running
+        real_put(*args)
+        saved.set()
+
+    edges.store.put = slow_put  # type: ignore[method-assign]
+    first = start_turn(edges, session="s", prompt="one")
+    await until(lambda: script.sources)
+    script.sources[0].enqueue([user(0, "one"), planner(1, "One.")])
+    await until(lambda: not script.sources[0].queue)
+    script.processes[0].exit(0)
+    done = (await collect(first))[-1]
+    assert isinstance(done, DoneEvent)
+    history = [UserMessage(content="one", timestamp=0), done.message]
+    second = start_turn(edges, session="s", prompt="two", history=history)
+    await until(lambda: len(script.processes) == 2)
+    assert script.processes[1].request.conversation_id == CONVERSATION
+    assert script.processes[1].request.prompt == "two"
+    script.processes[1].exit(0)
+    await collect(second)
+    await wait_for_turns()
+
+
+# -- the abort, in every phase -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["spawn", "binding", "streaming", "draining"])
+async def test_an_abort_lands_in_every_phase(tmp_path: Path, phase: str) -> None:
+    script = Script()
+    if phase == "spawn":
+        script.start_gate.clear()  # agy's cold start never ends
+    if phase == "binding":
+        script.bind_gate.clear()  # its database never appears
+    edges = edges_for(script, tmp_path)
+    signal = AbortSignal()
+    stream = start_turn(edges, signal=signal)
+    if phase == "spawn":
+        await until(lambda: script.processes)
+    elif phase == "binding":
+        await until(lambda: script.binds)
+    else:
+        await until(lambda: script.sources)
+        script.sources[0].enqueue([user(0), planner(1, "partial", StepStatus.GENERATING)])
+        await until(lambda: not script.sources[0].queue)
+    if phase == "draining":
+        script.poll_gate = asyncio.Event()  # the last reads hang
+        script.processes[0].exit(0)
+        await asyncio.sleep(0.01)
+    signal.abort("test")
+    events = await collect(stream)
+    last = events[-1]
+    assert isinstance(last, ErrorEvent) and last.reason == "aborted"
+    assert sum(isinstance(e, (DoneEvent, ErrorEvent)) for e in events) == 1
+    process = script.processes[0]
+    # agy was ended with the short abort grace, even though the blocked phase never finished.
+    assert process.terminations and process.terminations[0] <= 0.1
+    if phase == "streaming":
+        assert script.sources[0].cancelled  # agy was asked to stop its work
+        assert "partial" in "".join(getattr(b, "text", "") for b in last.error.content)
+    await wait_for_turns()
+
+
+async def test_an_abort_before_the_turn_starts_spawns_nothing(tmp_path: Path) -> None:
+    script = Script()
+    signal = AbortSignal()
+    signal.abort()
+    events = await collect(start_turn(edges_for(script, tmp_path), signal=signal))
+    assert isinstance(events[-1], ErrorEvent) and events[-1].reason == "aborted"
+    assert not script.processes
+
+
+# -- failures and fallbacks ----------------------------------------------------------------
+
+
+async def test_an_rpc_source_that_cannot_start_hands_over_to_the_database(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
+    script.open_errors["rpc"] = TurnError("agy exited before its language server answered")
+    stream = start_turn(edges)
+    await until(lambda: len(script.sources) == 2)
+    rpc, backup = script.sources
+    assert (rpc.name, backup.name) == ("rpc", "sqlite") and rpc.closed
+    backup.enqueue([user(0), planner(1, "from the database")])
+    await until(lambda: not backup.queue)
+    script.processes[0].exit(0)
+    events = await collect(stream)
+    assert isinstance(events[-1], DoneEvent)
+    assert events[-1].message.content[0].text == "from the database"  # type: ignore[union-attr]
+
+
+async def test_agy_failing_before_binding_reports_its_own_words(tmp_path: Path) -> None:
+    script = Script(stderr="Error: authentication required. Run 'antigravity' to log in.")
+    edges = edges_for(script, tmp_path)
+
+    async def never(folder: Path, before: set[str], process: Any, **kw: Any) -> Binding:
+        process.exit(1)
+        raise TurnError("could not bind (agy exited first)")
+
+    edges.bind = never
+    events = await collect(start_turn(edges))
+    assert isinstance(events[-1], ErrorEvent)
+    assert "authentication required" in (events[-1].error.error_message or "")
+
+
+async def test_a_source_failure_under_sqlite_is_one_error_event(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    stream = start_turn(edges)
+    await until(lambda: script.sources)
+
+    async def broken(*, force: bool = False) -> list[Step]:
+        raise SourceError("the database went away")
+
+    script.sources[0].poll = broken  # type: ignore[method-assign]
+    script.sources[0].arrived.set()
+    events = await collect(stream)
+    assert isinstance(events[-1], ErrorEvent) and "went away" in (
+        events[-1].error.error_message or ""
+    )
+
+
+# -- one ending rule for live turns and replay -----------------------------------------
+
+
+def _empty_answer_db(tmp_path: Path) -> Path:
+    import os
+    import subprocess
+
+    from agy_provider.runner import find_agy
+
+    env = {
+        **os.environ,
+        "ANTIGRAVITY_APP_DATA_DIR": str(tmp_path / "state"),
+        "AGY_SIM_SCENARIO": "empty-answer",
+        "AGY_SIM_SPEED": "50",
+    }
+    subprocess.run(
+        [find_agy("agy-sim"), "-p", "say nothing"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    (db,) = (tmp_path / "state" / "conversations").glob("*.db")
+    return db
+
+
+@pytest.mark.parametrize(
+    "name", ["simple-thinking", "quota-error", "permission-denied", "tool-run", "empty-answer"]
+)
+async def test_live_and_replay_end_the_same_steps_the_same_way(tmp_path: Path, name: str) -> None:
+    path = _empty_answer_db(tmp_path) if name == "empty-answer" else FIXTURES / "db" / f"{name}.db"
+    with load_recording(path) as recording:
+        (replayed,) = list(replay(recording, "last"))
+        steps = list(recording.steps())
+    script = Script()
+    stream = start_turn(edges_for(script, tmp_path))
+    await until(lambda: script.sources)
+    last_user = max(s.index for s in steps if s.kind is StepKind.USER)
+    script.sources[0].enqueue([s for s in steps if s.index >= last_user])
+    await until(lambda: not script.sources[0].queue)
+    script.processes[0].exit(0)
+    live = (await collect(stream))[-1]
+    offline = replayed.events[-1]
+    assert type(live) is type(offline)
+    if isinstance(live, ErrorEvent):
+        assert isinstance(offline, ErrorEvent)
+        assert live.error.error_message == offline.error.error_message
+    if name == "empty-answer":
+        assert isinstance(live, ErrorEvent) and live.error.error_message == EMPTY_ANSWER
