@@ -26,11 +26,12 @@ from agy_provider.agy.step import (
     ToolResult,
 )
 from agy_provider.errors import DecodeError
-from agy_provider.wire.protowire import Message
+from agy_provider.wire.protowire import Message, iter_fields
 
 __all__ = [
     "INTERACTION_NAMES",
     "LEGACY_TOOL_FIELDS",
+    "MAX_REQUESTED_TOOL_CALLS",
     "STOP_REASONS",
     "GeneratorRecord",
     "answers_text",
@@ -64,6 +65,11 @@ LEGACY_TOOL_FIELDS: Mapping[int, str] = {
 }
 
 _TOOL_FIELDS = frozenset({_GENERIC, *LEGACY_TOOL_FIELDS})
+
+# A planner step's requested tool calls (20.7) decoded at most: each call also runs as its own
+# tool step, so a Step only needs some of them; the bound keeps a row of megabytes of repeated
+# calls from costing memory in proportion to it.
+MAX_REQUESTED_TOOL_CALLS = 64
 
 # exa.codeium_common_pb.StopReason, the values a planner step carries.
 STOP_REASONS: Mapping[int, str] = {
@@ -231,9 +237,7 @@ def decode_step_payload(
         fields["text"] = planner.string(8) or planner.string(1)
         fields["thinking"] = planner.string(3)
         fields["stop_reason"] = STOP_REASONS.get(planner.uint(12), "other")
-        fields["requested_tool_calls"] = tuple(
-            c for c in (_tool_call(m) for m in planner.messages(7)) if c is not None
-        )
+        fields["requested_tool_calls"] = _requested_calls(planner)
 
     legacy = _legacy_tool_field(present)
     if tool is not None or _GENERIC in present or legacy is not None:
@@ -389,6 +393,26 @@ def _tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
                         args = dict(parse_arguments(inner.string(3)))
                     break
     return ToolCall(id="", name=name, arguments={k: v for k, v in args.items() if v})
+
+
+def _requested_calls(planner: Message) -> tuple[ToolCall, ...]:
+    """The first `MAX_REQUESTED_TOOL_CALLS` calls a planner step requested (20.7), read lazily.
+
+    Each call also runs as its own tool step; a Step only needs to know that calls were asked
+    for. Walking the fields lazily and stopping at the bound keeps a huge row (megabytes of
+    repeated calls) at memory proportional to the bound, not to the row.
+    """
+    calls: list[ToolCall] = []
+    for field in iter_fields(planner.raw, planner.offset):
+        value = field.value
+        if field.number != 7 or not isinstance(value, memoryview):
+            continue  # a LEN field's value is a view; anything else is not a call
+        call = _tool_call(Message(value, base_offset=field.offset, depth=planner.depth + 1))
+        if call is not None:
+            calls.append(call)
+            if len(calls) == MAX_REQUESTED_TOOL_CALLS:
+                break
+    return tuple(calls)
 
 
 def _mcp_call(body: Message | None) -> ToolCall | None:
