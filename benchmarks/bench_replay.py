@@ -7,13 +7,19 @@ time grows linearly with steps. Run: `.venv/bin/python benchmarks/bench_replay.p
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
+
+import live_support as live
 
 from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
 
@@ -22,22 +28,76 @@ GOAL_SECONDS = 2.0
 TEXT_SIZE = 600
 
 
-def run_once(argv: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, child CPU seconds, child peak RSS in KiB) of one fresh child process.
+# Peak RSS must be the replay's own. Linux carries a process's peak RSS (`ru_maxrss`) across
+# exec, and a child that subprocess starts (vfork, or fork) begins in its parent's address space,
+# so a child of this script — which has just written 10,000-row databases — reported at least this
+# script's own peak (every size showed the same 25 MiB). So every measured command is started by
+# a small launcher interpreter (-I -S, os and json only, ~8 MiB) that does nothing else: a child's
+# `ru_maxrss` from `os.wait4` is then the larger of its own peak and the launcher's small one.
+LAUNCHER = r"""
+import json, os, resource, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    start = time.perf_counter()
+    pid = os.posix_spawn(job["argv"][0], job["argv"], os.environ, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+    ])
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    print(json.dumps([wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code]), flush=True)
+# Its own peak as its address space saw it (VmHWM): its ru_maxrss would include this script's.
+hwm = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+print(json.dumps(int(hwm[0]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), flush=True)
+"""
 
-    `os.wait4` returns the rusage of exactly this child, so its ru_maxrss is this run's peak.
-    """
-    with open(os.devnull, "wb") as devnull:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=devnull, stderr=subprocess.PIPE)
-        assert proc.stderr is not None
-        err = proc.stderr.read()
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv} failed ({proc.returncode}): {err.decode(errors='replace')}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+def direct_peak_rss(argv: list[str]) -> int:
+    """Peak RSS (KiB) of a child started directly by this script: the figure the launcher avoids."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, cwd=os.path.dirname(argv[0]))
+    _pid, _status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    return usage.ru_maxrss
+
+
+class Launcher:
+    """The small process that starts each measured child (see LAUNCHER)."""
+
+    def __init__(self, tmp: str) -> None:
+        self.stderr = os.path.join(tmp, "child.stderr")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", LAUNCHER],
+            # An empty folder: `python -m` puts its cwd first on sys.path, and a checkout there
+            # would shadow the code on PYTHONPATH (how the README measures an older commit).
+            cwd=tmp,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, argv: list[str]) -> tuple[float, float, int]:
+        """(wall seconds, child CPU seconds, child peak RSS in KiB) of one fresh child process."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"argv": argv, "stderr": self.stderr}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("the launcher process died")
+        wall, cpu, rss, code = json.loads(line)
+        if code != 0:
+            with open(self.stderr, encoding="utf-8", errors="replace") as err:
+                raise SystemExit(f"{argv} failed ({code}): {err.read()}")
+        return wall, cpu, rss
+
+    def close(self) -> int:
+        """Stop the launcher; returns its own peak RSS in KiB (the floor under every figure)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        own = int(json.loads(self.proc.stdout.readline()))
+        self.proc.wait(timeout=10)
+        return own
 
 
 def in_process(dbs: dict[int, Path], rounds: int) -> dict[int, float]:
@@ -70,7 +130,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="runs per measurement (best of)")
     args = parser.parse_args()
-    print(
+    live.run_header(
         f"bench_replay: `agy-provider replay DB --turn all` (events to /dev/null), best of {args.runs}"
     )
     print(
@@ -96,6 +156,8 @@ def main() -> int:
         # Every command once per round, rounds repeated: each size sees the same spread of load
         # from whatever else runs on the machine, and the best of the rounds is kept.
         commands: dict[str, list[str]] = {
+            # A bare interpreter: the floor of every peak RSS below.
+            "bare": [sys.executable, "-c", "pass"],
             # The fixed cost every run pays: interpreter start and our imports, no replay at all.
             "baseline": [sys.executable, "-c", "import agy_provider.cli"],
             **{str(steps): replay_argv(db) for steps, db in dbs.items()},
@@ -103,9 +165,11 @@ def main() -> int:
             "transcript": replay_argv(dbs[max(dbs)], "--format", "transcript"),
         }
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
+        launcher = Launcher(tmp)
         for _ in range(args.runs):
             for name, argv in commands.items():
-                runs[name].append(run_once(argv))
+                runs[name].append(launcher.run(argv))
+        launcher_rss = launcher.close()
 
         def best(name: str) -> tuple[float, float, int]:
             results = runs[name]
@@ -121,6 +185,12 @@ def main() -> int:
         start_wall, start_cpu, start_rss = best("baseline")
         print(
             f"\n  {args.runs} interleaved rounds; best wall and CPU time, highest peak RSS per command"
+        )
+        print(
+            f"  peak RSS: every command is started by a small launcher (its own peak "
+            f"{launcher_rss / 1024:.1f} MiB); bare `python -c pass` {best('bare')[2] / 1024:.1f} MiB "
+            f"through it, {direct_peak_rss(commands['bare']) / 1024:.1f} MiB when this script "
+            f"(peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB) starts it directly"
         )
         print(
             f"  baseline `python -c 'import agy_provider.cli'`: {start_wall:.3f} s wall, "
