@@ -158,6 +158,11 @@ def test_usage_is_the_providers_usage_metadata(runs: dict[str, RunResult]) -> No
     assert (message.usage.input, message.usage.cache_read, message.usage.output) == (100, 20, 42)
 
 
+def test_replay_reports_the_model_that_answered(runs: dict[str, RunResult]) -> None:
+    for turn in _replayed(_run(runs, "rw-multiturn")):
+        assert _final(list(turn.events)).model == "rw-multiturn-001"
+
+
 def test_writer_shapes_of_section_6(runs: dict[str, RunResult]) -> None:
     """What AGY-FORMATS §6 says about how the runtime writes, held on every database it wrote."""
     for name in NAMES:

@@ -12,19 +12,20 @@ import dataclasses
 import inspect
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agy_provider.plugins.sqlite_source import SqliteEventSource
-from realwriter.gemini_server import Reply, ScriptedGemini
 
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.assembler import StepAssembler
 from agy_provider.events import AssistantMessageEvent
+from realwriter.gemini_server import Reply, ScriptedGemini
 
 __all__ = [
     "HERE",
@@ -90,6 +91,15 @@ def harness_unavailable() -> str:
         return f"localharness binary not found: {exc}"
     if not os.access(binary, os.X_OK):
         return f"localharness at {binary} is not executable"
+    try:
+        # With no config on stdin it says so and exits: proof that it runs on this machine.
+        probe = subprocess.run(
+            [binary], stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"localharness at {binary} cannot run here: {exc}"
+    if b"InputConfig" not in probe.stdout + probe.stderr:
+        return f"localharness at {binary} did not start (exit {probe.returncode})"
     return ""
 
 
