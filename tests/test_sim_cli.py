@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sim_support import REAL_FDS, databases, real_class, rows, run_sim, sim_argv, sim_env
@@ -16,9 +17,9 @@ from agy_provider.sim import descriptors as pb
 pytestmark = pytest.mark.slow
 
 
-def _step(payload: bytes) -> object:
+def _step(payload: bytes | None) -> Any:
     step = pb.Step()
-    step.ParseFromString(payload)
+    step.ParseFromString(payload or b"")
     return step
 
 
@@ -197,7 +198,7 @@ def test_subagent_writes_a_second_conversation(tmp_path: Path) -> None:
                 "SELECT cascade_id, source FROM trajectory_meta"
             ).fetchone()
         for _, _, _, _, payload in rows(db):
-            assert _step(payload).metadata.source_trajectory_step_info.cascade_id == db.stem  # type: ignore[attr-defined]
+            assert _step(payload).metadata.source_trajectory_step_info.cascade_id == db.stem
     assert {c for c, _ in cascades.values()} == {db.stem for db in dbs}
     assert sorted(s for _, s in cascades.values()) == [16, 17]
 
@@ -216,25 +217,74 @@ def test_quota_error(tmp_path: Path) -> None:
     [db] = databases(app)
     found = [r for r in rows(db) if r[1] == 17]
     assert len(found) == 1
-    error = _step(found[0][4]).error_message.error  # type: ignore[attr-defined]
+    error = _step(found[0][4]).error_message.error
     assert "RESOURCE_EXHAUSTED" in error.short_error and "429" in error.full_error
     planner = [r for r in rows(db) if r[1] == 15]
     assert planner[0][2] == 7
 
 
-def test_unanswered_permission_is_denied_and_the_turn_exits_zero(tmp_path: Path) -> None:
+def stream_events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_unanswered_permission_is_auto_denied_and_ends_the_turn(tmp_path: Path) -> None:
+    # Nobody answers in print mode: 1.2.x ends SUCCESS with an empty answer and denied_actions.
     app = tmp_path / "app"
     done = run_sim(
         app, "-p", "pwd", "--output-format", "stream-json", scenario="permission", speed=20
     )
     assert done.returncode == 0
-    events = [json.loads(line) for line in done.stdout.splitlines()]
+    events = stream_events(done.stdout)
     tool = [e["step_update"] for e in events if e.get("step_update", {}).get("step_type") == "tool"]
     assert tool[0]["state"] == "ACTIVE" and tool[-1]["state"] == "ERROR"
+    assert "user denied permission" in tool[-1]["tool_info"]["error"]["message"]
+    result = events[-1]["result"]
+    assert result["status"] == "SUCCESS" and result["response"] == ""
+    assert result["denied_actions"] == [{"action": "command", "display_name": "RunCommand"}]
     [db] = databases(app)
     [denied] = [r for r in rows(db) if r[1] == 132]
-    assert denied[2] == 7 and b"user denied permission" in denied[3]
-    assert [r[1] for r in rows(db)][-2:] == [15, 23], "the model's follow-up planner step runs"
+    assert denied[2] == 7 and b"user denied permission" in (denied[3] or b"")
+    assert [r[1] for r in rows(db)][-1] == 132, "the turn ends at the denial"
+
+
+@pytest.mark.parametrize(
+    ("version", "status", "code"),
+    [("1.2.13", "SUCCESS", 0), ("1.1.20", "CANCELED", 0), ("1.1.17", "ERROR", 1)],
+)
+def test_denied_actions_in_each_versions_shape(
+    tmp_path: Path, version: str, status: str, code: int
+) -> None:
+    from agy_provider.agy.step import TurnOutcome
+    from agy_provider.agy.streamjson import StreamJsonDecoder
+
+    done = run_sim(
+        tmp_path / "app",
+        "-p",
+        "pwd",
+        "--output-format",
+        "stream-json",
+        scenario="strict",
+        AGY_SIM_VERSION=version,
+    )
+    assert done.returncode == code
+    events = stream_events(done.stdout)
+    assert events[0]["init"]["permission_mode"] == "strict"
+    result = events[-1]["result"]
+    assert result["status"] == status and result["response"] == ""
+    assert ("denied_actions" in result) == (version == "1.2.13")
+    if version == "1.1.20":
+        assert "auto-denied" in done.stderr and "pwd" in done.stderr
+    tool = [e["step_update"] for e in events if e.get("step_update", {}).get("step_type") == "tool"]
+    error = tool[-1]["tool_info"].get("error") or tool[-1].get("error")
+    assert ("error" in tool[-1]) == (version == "1.1.17")  # 1.1.17: beside tool_info
+    assert error["type"] == "TOOL_ERROR"
+    # Our decoder ends every shape as an error that names the denied command.
+    decoder = StreamJsonDecoder()
+    decoder.note_stderr(done.stderr)
+    items = decoder.receive(done.stdout.encode()) + decoder.end_of_input()
+    outcome = items[-1]
+    assert isinstance(outcome, TurnOutcome) and not outcome.ok
+    assert "pwd" in outcome.error
 
 
 def test_skip_permissions_runs_the_tool(tmp_path: Path) -> None:
@@ -258,8 +308,205 @@ def test_stream_json_input_runs_one_turn_per_line(tmp_path: Path) -> None:
         text=True,
         timeout=30,
     )
-    results = [
-        json.loads(x)["result"] for x in proc.stdout.splitlines() if '"event": "result"' in x
-    ]
+    results = [json.loads(x)["result"] for x in proc.stdout.splitlines() if '"event":"result"' in x]
     assert [r["response"] for r in results] == ["One.", "Two."]
     assert len({r["conversation_id"] for r in results}) == 1
+
+
+# -- the imitated agy version and its output shapes (AGY-FORMATS §2.1, §2.2) ---------------
+
+
+def test_version_is_selectable(tmp_path: Path) -> None:
+    from agy_provider.sim.versions import NEWEST
+
+    assert run_sim(tmp_path / "app", "--version").stdout.strip() == NEWEST
+    old = run_sim(tmp_path / "app", "--version", AGY_SIM_VERSION="1.1.17")
+    assert old.stdout.strip() == "1.1.17"
+    bad = run_sim(tmp_path / "app", "--version", AGY_SIM_VERSION="latest")
+    assert bad.returncode == 1 and "AGY_SIM_VERSION" in bad.stderr
+
+
+def test_new_shapes_compact_json_and_tool_info(tmp_path: Path) -> None:
+    done = run_sim(
+        tmp_path / "app", "-p", "look", "--output-format", "stream-json", scenario="tools"
+    )
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    for line in lines:  # Go's encoding/json: no spaces after separators
+        assert line == json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":"))
+    events = [json.loads(line) for line in lines]
+    assert events[0]["init"]["permission_mode"] == "request-review"
+    tools = [
+        e["step_update"] for e in events if e.get("step_update", {}).get("step_type") == "tool"
+    ]
+    done_tools = [t for t in tools if t["state"] == "DONE"]
+    assert done_tools[0]["tool_info"]["output"] == "README.md\npyproject.toml\nsrc\ntests\n"
+    assert all("output" not in t for t in tools)
+    updates = [e["step_update"] for e in events if e["event"] == "step_update"]
+    for update in updates:
+        if "usage" in update:
+            u = update["usage"]
+            assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"]
+    checkpoint = next(u for u in updates if u["step_type"] == "checkpoint")
+    assert checkpoint["usage"]["input_tokens"] == 35 and "duration_seconds" in checkpoint
+    result = events[-1]["result"]
+    assert "error" not in result  # 1.1.18+: only on failure
+    agents = sum(
+        u["usage"]["input_tokens"]
+        for u in updates
+        if u["step_type"] == "agent_response" and "usage" in u
+    )
+    assert result["usage"]["input_tokens"] == agents + 35  # the title call counts too
+
+
+def test_old_shapes_of_1_1_17(tmp_path: Path) -> None:
+    done = run_sim(
+        tmp_path / "app",
+        "-p",
+        "look",
+        "--output-format",
+        "stream-json",
+        "--dangerously-skip-permissions",
+        scenario="tools",
+        AGY_SIM_VERSION="1.1.17",
+    )
+    events = stream_events(done.stdout)
+    assert events[0]["init"]["permission_mode"] == "bypass-permissions"
+    tools = [
+        e["step_update"] for e in events if e.get("step_update", {}).get("step_type") == "tool"
+    ]
+    finished = [t for t in tools if t["state"] == "DONE"]
+    assert finished and all("output" in t and "output" not in t["tool_info"] for t in finished)
+    checkpoint = next(
+        e["step_update"]
+        for e in events
+        if e.get("step_update", {}).get("step_type") == "checkpoint"
+    )
+    assert "usage" not in checkpoint
+    assert events[-1]["result"]["error"] == ""
+
+
+def test_skip_permissions_is_always_proceed(tmp_path: Path) -> None:
+    done = run_sim(
+        tmp_path / "app", "-p", "pwd", "--output-format", "stream-json",
+        "--dangerously-skip-permissions", scenario="permission",
+    )  # fmt: skip
+    assert stream_events(done.stdout)[0]["init"]["permission_mode"] == "always-proceed"
+
+
+def test_running_totals_across_turns_of_one_process_and_on_resume(tmp_path: Path) -> None:
+    from agy_provider.agy.step import StepUsage, TurnOutcome
+    from agy_provider.agy.streamjson import StreamJsonDecoder
+
+    app = tmp_path / "app"
+    user = json.dumps({"event": "user", "message": {"content": "count"}})
+    proc = subprocess.run(
+        sim_argv("--input-format", "stream-json", "--output-format", "stream-json"),
+        env=sim_env(app, "two-turn"),
+        input=user + "\n" + user + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    events = stream_events(proc.stdout)
+    first, second = [e["result"] for e in events if e["event"] == "result"]
+    # Turn 1: 1000 in + the title's 35; turn 2: 1100 in (AGY-FORMATS §2.2: running totals).
+    assert first["usage"]["input_tokens"] == 1035 and first["num_turns"] == 1
+    assert second["usage"]["input_tokens"] == 1035 + 1100 and second["num_turns"] == 2
+    assert second["duration_seconds"] >= first["duration_seconds"]
+    kinds = [e["step_update"]["step_type"] for e in events if e["event"] == "step_update"]
+    assert "system_message" in kinds  # turn 2 of two-turn has one
+    decoder = StreamJsonDecoder()
+    outcomes = [i for i in decoder.receive(proc.stdout.encode()) if isinstance(i, TurnOutcome)]
+    assert [o.usage for o in outcomes] == [StepUsage(1035, 10), StepUsage(1100, 2, 900)]
+    # A new process resuming the conversation reports the whole conversation again.
+    [db] = databases(app)
+    resumed = run_sim(
+        app, "-p", "more", "--conversation", db.stem, "--output-format", "stream-json",
+        scenario="two-turn",
+    )  # fmt: skip
+    third = stream_events(resumed.stdout)[-1]["result"]
+    assert third["num_turns"] == 3
+    assert third["usage"]["input_tokens"] == 1035 + 1100 + 1100
+    assert third["usage"]["cache_read_tokens"] == 1800
+    assert third["duration_seconds"] > 0
+    fresh = StreamJsonDecoder()
+    [outcome] = [i for i in fresh.receive(resumed.stdout.encode()) if isinstance(i, TurnOutcome)]
+    assert outcome.usage == StepUsage(1100, 2, 900)  # the step sum: earlier total unknown
+
+
+def test_stream_input_needs_stream_output_on_1_2(tmp_path: Path) -> None:
+    user = json.dumps({"event": "user", "message": {"content": [{"type": "text", "text": "hi"}]}})
+    for version, code in (("1.2.13", 2), ("1.1.20", 0)):
+        proc = subprocess.run(
+            sim_argv("--input-format", "stream-json"),
+            env=sim_env(tmp_path / "app", AGY_SIM_VERSION=version),
+            input=user + "\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == code, proc.stderr
+        assert (proc.stdout == "") == (code == 2)
+    bad = subprocess.run(
+        sim_argv("--input-format", "stream-json", "--output-format", "stream-json"),
+        env=sim_env(tmp_path / "app"),
+        input='{"message": {"content": "hi"}}\n',
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    result = stream_events(bad.stdout)[-1]["result"]
+    assert bad.returncode == 1 and result["status"] == "ERROR"
+    assert result["error"] == 'stream input message is missing the "event" field'
+
+
+def test_quota_exhausted_is_a_result_error_with_no_steps(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    done = run_sim(app, "-p", "hi", "--output-format", "stream-json", scenario="quota-exhausted")
+    assert done.returncode == 1
+    events = stream_events(done.stdout)
+    assert [e["event"] for e in events] == ["init", "result"]
+    assert events[-1]["result"]["error"].startswith("Individual quota reached.")
+    single = run_sim(app, "-p", "hi", "--output-format", "json", scenario="quota-exhausted")
+    assert single.returncode == 1 and json.loads(single.stdout)["status"] == "ERROR"
+
+
+def test_error_message_and_subagent_steps(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    quota = run_sim(app, "-p", "hi", "--output-format", "stream-json", scenario="quota-error")
+    updates = [e["step_update"] for e in stream_events(quota.stdout) if e["event"] == "step_update"]
+    [error] = [u for u in updates if u["step_type"] == "error_message"]
+    assert "RESOURCE_EXHAUSTED" in error["error"]["message"]
+    research = run_sim(app, "-p", "research", "--output-format", "stream-json", scenario="subagent")
+    updates = [
+        e["step_update"] for e in stream_events(research.stdout) if e["event"] == "step_update"
+    ]
+    subagent = [u for u in updates if u["step_type"] == "subagent"]
+    assert [u["state"] for u in subagent] == ["ACTIVE", "DONE"]
+    assert subagent[0]["subagent_info"] == subagent[1]["subagent_info"]  # DONE repeats ACTIVE
+    [agent] = subagent[0]["subagent_info"]["subagents"]
+    assert (
+        agent["role"] == "researcher" and agent["initial_prompt"] == "Research the codebase layout"
+    )
+    child = {db.stem for db in databases(app)} - {
+        json.loads(quota.stdout.splitlines()[0])["conversation_id"]
+    }
+    assert agent["conversation_id"] in child
+
+
+def test_models_in_each_versions_format(tmp_path: Path) -> None:
+    names = run_sim(tmp_path / "app", "models", AGY_SIM_VERSION="1.0.16").stdout.splitlines()
+    assert "Gemini 3.8 Flash (High)" in names and not any("\t" in n for n in names)
+    slugs = run_sim(tmp_path / "app", "models", AGY_SIM_VERSION="1.1.20").stdout.splitlines()
+    assert "gemini-3.8-flash-high" in slugs and "Fetching available models..." not in slugs
+
+
+def test_effort_max_only_on_1_2(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    ok = run_sim(app, "-p", "hi", "--model", "gemini-3.8-flash", "--effort", "max")
+    assert ok.returncode == 0, ok.stderr
+    old = run_sim(
+        app, "-p", "hi", "--model", "gemini-3.8-flash", "--effort", "max", AGY_SIM_VERSION="1.1.20"
+    )
+    assert old.returncode != 0 and "max" in old.stderr

@@ -378,7 +378,7 @@ def test_denied_1_2_13_success_with_empty_response_is_an_error() -> None:
     assert "RunCommand" in outcome.error and "rm -rf build" in outcome.error
     assert "Allow it" in outcome.error  # says what to do
     final = assemble(items)
-    assert isinstance(final, ErrorEvent) and "RunCommand" in final.error.error_message
+    assert isinstance(final, ErrorEvent) and "RunCommand" in (final.error.error_message or "")
 
 
 def test_denied_1_1_18_canceled_names_the_reason_from_stderr() -> None:

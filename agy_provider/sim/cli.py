@@ -21,15 +21,16 @@ from typing import Any, NoReturn
 from agy_provider.errors import UsageError
 from agy_provider.sim.control import ServerLink
 from agy_provider.sim.engine import Clock, Conversation, SimCrash, Simulator, TurnResult
-from agy_provider.sim.output import StreamJsonPrinter, emit_line
+from agy_provider.sim.output import StreamJsonPrinter, dumps, emit_line
 from agy_provider.sim.payloads import IdSource
 from agy_provider.sim.scenario import CatalogModel, Scenario, load_scenario
 from agy_provider.sim.state import CONVERSATION_ID, AppState, default_app_dir
+from agy_provider.sim.versions import NEWEST, AgyVersion, sim_version
 
 __all__ = ["VERSION", "main", "parse_go_duration"]
 
-# `agy --version` prints the bare version.
-VERSION = "1.2.3"
+# `agy --version` prints the bare version: the one imitated (`AGY_SIM_VERSION`, default NEWEST).
+VERSION = NEWEST
 # Record mode's fixed clock start (2026-06-22T23:57:36Z) and uuid seed.
 DETERMINISTIC_START = 1_782_172_656.0
 DETERMINISTIC_SEED = 20260622
@@ -63,19 +64,24 @@ def parse_go_duration(text: str) -> float:
     return total
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agy", description="Antigravity CLI (simulated by agy-sim)")
+def _parser(version: AgyVersion) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="agy", description=f"Antigravity CLI {version.text} (simulated by agy-sim)"
+    )
     p.add_argument("-p", "--print", dest="prompt", metavar="PROMPT", help="run one headless turn")
     p.add_argument("--model", help="model slug (see `agy models`)")
-    p.add_argument("--effort", choices=["low", "medium", "high"])
+    p.add_argument("--effort", choices=list(version.efforts))
     p.add_argument("--mode", choices=["accept-edits", "plan"])
     p.add_argument("--dangerously-skip-permissions", action="store_true")
     p.add_argument("--conversation", metavar="UUID", help="resume a conversation")
     p.add_argument("-c", "--continue", dest="continue_", action="store_true")
     p.add_argument("--add-dir", action="append", default=[], metavar="DIR")
-    p.add_argument("--print-timeout", default="5m0s", metavar="DURATION")
-    p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
-    p.add_argument("--input-format", choices=["text", "stream-json"], default="text")
+    p.add_argument("--print-timeout", default=version.default_print_timeout, metavar="DURATION")
+    if version.has_output_formats:  # before 1.1.8 agy had neither flag
+        p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
+        p.add_argument("--input-format", choices=["text", "stream-json"], default="text")
+    else:
+        p.set_defaults(output_format="text", input_format="text")
     p.add_argument("--csrf_token", help=argparse.SUPPRESS)
     p.add_argument("--gemini_dir", help=argparse.SUPPRESS)
     p.add_argument("--log-file")
@@ -105,7 +111,8 @@ def _resolve_model(scenario: Scenario, slug: str | None, effort: str | None) -> 
         _fail(f'--effort is not supported for model "{slug}": it has no effort levels')
     if effort:
         tiered = re.sub(r"-(high|medium|low)$", "", slug)
-        found = scenario.find_model(f"{tiered}-{effort}")
+        # 1.2.x's `max` runs the family's top tier (the catalog lists no -max slugs).
+        found = scenario.find_model(f"{tiered}-{'high' if effort == 'max' else effort}")
         if found is None:
             _fail(f'model "{slug}" does not support effort "{effort}"')
         return found
@@ -120,8 +127,14 @@ def _resolve_model(scenario: Scenario, slug: str | None, effort: str | None) -> 
     return found
 
 
-def _models(scenario: Scenario) -> int:
-    lines = ["Fetching available models..."] + [f"{m.slug}\t{m.name}" for m in scenario.catalog]
+def _models(scenario: Scenario, version: AgyVersion) -> int:
+    """`agy models` in the version's format (AGY-FORMATS §2)."""
+    if version.models_format == "names":  # before 1.1.5: display names, nothing to run
+        lines = [m.name for m in scenario.catalog]
+    elif version.models_format == "slugs":
+        lines = [m.slug for m in scenario.catalog]
+    else:
+        lines = ["Fetching available models..."] + [f"{m.slug}\t{m.name}" for m in scenario.catalog]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -138,9 +151,10 @@ def _stdin_blocks() -> bool:
 class _Session:
     """One agy-sim process: state, simulator, server link, output."""
 
-    def __init__(self, args: argparse.Namespace, scenario: Scenario) -> None:
+    def __init__(self, args: argparse.Namespace, scenario: Scenario, version: AgyVersion) -> None:
         self.args = args
         self.scenario = scenario
+        self.version = version
         self.speed = _speed()
         self.state = AppState(default_app_dir(args.gemini_dir), args.log_file)
         deterministic = args.deterministic or os.environ.get("AGY_SIM_DETERMINISTIC") == "1"
@@ -152,6 +166,7 @@ class _Session:
             clock=clock,
             ids=ids,
             skip_permissions=args.dangerously_skip_permissions,
+            version=version,
         )
         self.link = ServerLink(
             self.sim,
@@ -188,7 +203,11 @@ class _Session:
         args = self.args
         timeout = parse_go_duration(args.print_timeout)
         deadline = time.monotonic() + timeout if timeout > 0 else None
-        printer = StreamJsonPrinter(conversation.id, self.emit) if self.stream else None
+        printer = (
+            StreamJsonPrinter(conversation.id, self.emit, version=self.version)
+            if self.stream
+            else None
+        )
         if printer is not None:
             self.sim.listeners.append(printer)
         self.link.status(conversation.id, True)
@@ -211,11 +230,12 @@ class _Session:
             self.link.status(conversation_id, False)
 
     def init_event(self, conversation: Conversation) -> None:
-        mode = (
-            "bypass-permissions"
-            if self.args.dangerously_skip_permissions
-            else (self.args.mode or "request-review")
-        )
+        if self.args.dangerously_skip_permissions:
+            mode = self.version.skip_permission_mode
+        elif self.sim.strict:
+            mode = "strict"
+        else:
+            mode = self.args.mode or "request-review"
         self.emit(
             {
                 "event": "init",
@@ -229,12 +249,15 @@ class _Session:
         if fmt == "stream-json":
             self.emit({"event": "result", "result": result.to_json()})
         elif fmt == "json":
-            sys.stdout.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+            sys.stdout.write(dumps(result.to_json()) + "\n")
         elif result.response:
             sys.stdout.write(result.response + "\n")
         sys.stdout.flush()
-        if result.status == "ERROR" and result.exit_code:
+        if result.stderr:
+            sys.stderr.write(result.stderr + "\n")
+        elif result.status == "ERROR" and result.exit_code:
             sys.stderr.write(f"Error: {result.error}\n")
+        sys.stderr.flush()
 
     def _crash(self, crash: SimCrash) -> NoReturn:
         sys.stdout.flush()
@@ -245,21 +268,54 @@ class _Session:
 
 
 def _stream_turns(session: _Session, model: CatalogModel) -> int:
-    """`--input-format stream-json`: one turn per stdin `user` event, until EOF."""
+    """`--input-format stream-json`: one turn per stdin `user` event, until EOF.
+
+    `message.content` is a string or a list of text blocks. An event of another kind is ignored
+    with agy's warning on stdout; a line without an `event` ends the session with a result ERROR
+    (1.2.x) or is skipped with an error on stderr (older builds).
+    """
     conversation: Conversation | None = None
     code = 0
     for line in sys.stdin:
+        if not line.strip():
+            continue
         try:
             event = json.loads(line)
-            parts = event["message"]["content"] if event.get("event") == "user" else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            parts = None
-        if not isinstance(parts, list):
-            sys.stderr.write("Error: invalid stream-json input line\n")
+        except ValueError:
+            event = None
+        kind = event.get("event") if isinstance(event, dict) else None
+        message = event.get("message") if isinstance(event, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if kind is not None and kind != "user":
+            sys.stdout.write(f"warning: ignoring unsupported stream input message event {kind!r}\n")
+            sys.stdout.flush()
             continue
-        text = "".join(
-            p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"
-        )
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            text = "".join(
+                p.get("text", "")
+                for p in content
+                if isinstance(p, dict) and p.get("type") == "text"
+            )
+        else:
+            text = None
+        if kind is None or text is None:
+            if not session.version.stream_input_needs_stream_output:
+                sys.stderr.write("Error: invalid stream-json input line\n")
+                continue
+            cid = conversation.id if conversation is not None else ""
+            missing = "event" if kind is None else "message"
+            failure = TurnResult(
+                cid,
+                status="ERROR",
+                error=f'stream input message is missing the "{missing}" field',
+                exit_code=1,
+                num_turns=conversation.turns if conversation is not None else 0,
+                version=session.version,
+            )
+            session.report(failure)
+            return 1
         if conversation is None:
             conversation = session.conversation()
             session.init_event(conversation)
@@ -269,8 +325,14 @@ def _stream_turns(session: _Session, model: CatalogModel) -> int:
     return code
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, version: AgyVersion) -> int:
     scenario = load_scenario()
+    if (
+        args.input_format == "stream-json"
+        and args.output_format != "stream-json"
+        and version.stream_input_needs_stream_output
+    ):
+        _fail("--input-format stream-json requires --output-format stream-json", 2)
     model = _resolve_model(scenario, args.model, args.effort)
     try:
         parse_go_duration(args.print_timeout)
@@ -278,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
         _fail(f'invalid argument "{args.print_timeout}" for "--print-timeout" flag: {exc}')
     if args.conversation is not None and not CONVERSATION_ID.fullmatch(args.conversation):
         _fail(f'invalid conversation id "{args.conversation}"')
-    session = _Session(args, scenario)
+    session = _Session(args, scenario, version)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # Real agy runs every cascade inside its language server, so the server is up before the
     # turn writes its first step; wait for it the same way (bounded, in case it cannot start).
@@ -312,17 +374,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `agy-sim` (and of `python -m agy_provider.sim.cli`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        version = sim_version()
         if argv and argv[0] == "models":
-            return _models(load_scenario())
+            return _models(load_scenario(), version)
         if argv and argv[0] == "record":
             from agy_provider.sim.record import record_main
 
             return record_main(argv[1:])
-        args = _parser().parse_args(argv)
+        args = _parser(version).parse_args(argv)
         if args.version:
-            sys.stdout.write(VERSION + "\n")
+            sys.stdout.write(version.text + "\n")
             return 0
-        return _run(args)
+        return _run(args, version)
     except UsageError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1

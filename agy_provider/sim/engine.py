@@ -23,11 +23,13 @@ from agy_provider.sim.scenario import (
     ErrorSpec,
     PlannerSpec,
     Scenario,
+    StepSpec,
     SubagentSpec,
     SystemMessageSpec,
     ToolSpec,
     Usage,
 )
+from agy_provider.sim.versions import AgyVersion, sim_version
 from agy_provider.sim.writer import ConversationWriter
 
 __all__ = ["Clock", "Conversation", "SimCrash", "Simulator", "StepListener", "TurnResult"]
@@ -35,6 +37,16 @@ __all__ = ["Clock", "Conversation", "SimCrash", "Simulator", "StepListener", "Tu
 ST = pb.STEP_STATUS
 StepListener = Callable[[str, int, Any], None]
 _TITLE_MODEL = CatalogModel("gemini-2.5-flash-lite", "Gemini 2.5 Flash Lite", 50)
+_TITLE_USAGE = Usage(input=35, response=3)
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        a.input + b.input,
+        a.thinking + b.thinking,
+        a.response + b.response,
+        a.cache_read + b.cache_read,
+    )
 
 
 class SimCrash(Exception):
@@ -52,6 +64,15 @@ class _PrintTimeout(Exception):
 
 class _Canceled(Exception):
     pass
+
+
+class _AutoDenied(Exception):
+    """Print mode denied a permission nobody granted: the turn ends the way the version does."""
+
+    def __init__(self, message: str, tool: ToolSpec, action: str) -> None:
+        self.tool = tool
+        self.action = action
+        super().__init__(message)
 
 
 class _TurnFailed(Exception):
@@ -85,21 +106,43 @@ class Clock:
 
 @dataclasses.dataclass
 class Conversation:
-    """One conversation database the simulator writes, and its turn count."""
+    """One conversation database the simulator writes, its turn count and running totals.
+
+    `usage_total` and `duration_total` are what agy ≥ 1.1.18 reports in every `result`: the whole
+    conversation's, read back from the database when a conversation is resumed.
+    """
 
     id: str
     writer: ConversationWriter
     turns: int = 0
     prompts: list[str] = dataclasses.field(default_factory=list)
+    usage_total: Usage = dataclasses.field(default_factory=Usage)
+    duration_total: float = 0.0
 
     @property
     def trajectory_id(self) -> str:
         return self.writer.trajectory_id
 
 
+def usage_json(u: Usage) -> dict[str, int]:
+    """stream-json usage: `total_tokens` = input + output (cached tokens are not added)."""
+    return {
+        "input_tokens": u.input,
+        "output_tokens": u.output,
+        "thinking_tokens": u.thinking,
+        "cache_read_tokens": u.cache_read,
+        "total_tokens": u.input + u.output,
+    }
+
+
 @dataclasses.dataclass
 class TurnResult:
-    """How a turn ended, in stream-json `result` terms."""
+    """How a turn ended, in stream-json `result` terms.
+
+    `usage` and `duration_seconds` are what the version reports: the turn's own (agy ≤ 1.1.17)
+    or the conversation's running totals (1.1.18+). `stderr` is what agy prints there (the
+    reason of a 1.1.18 auto-denial); `denied_actions` the 1.2.x list.
+    """
 
     conversation_id: str
     status: str = "SUCCESS"
@@ -109,27 +152,28 @@ class TurnResult:
     usage: Usage = dataclasses.field(default_factory=Usage)
     exit_code: int = 0
     num_turns: int = 1
+    denied_actions: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    stderr: str = ""
+    version: AgyVersion = dataclasses.field(default_factory=sim_version)
 
     def usage_json(self) -> dict[str, int]:
-        u = self.usage
-        return {
-            "input_tokens": u.input,
-            "output_tokens": u.output,
-            "thinking_tokens": u.thinking,
-            "cache_read_tokens": u.cache_read,
-            "total_tokens": u.input + u.output + u.cache_read,
-        }
+        return usage_json(self.usage)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The `result` object (and the whole `--output-format json` output) of this version."""
+        body: dict[str, Any] = {
             "conversation_id": self.conversation_id,
             "status": self.status,
             "response": self.response,
-            "error": self.error,
-            "duration_seconds": round(self.duration_seconds, 6),
-            "num_turns": self.num_turns,
-            "usage": self.usage_json(),
         }
+        if self.error or not self.version.new_stream_shapes:
+            body["error"] = self.error  # 1.1.18+ omits it unless the turn failed
+        body["duration_seconds"] = round(self.duration_seconds, 6)
+        body["num_turns"] = self.num_turns
+        body["usage"] = self.usage_json()
+        if self.denied_actions:
+            body["denied_actions"] = list(self.denied_actions)
+        return body
 
 
 @dataclasses.dataclass
@@ -141,6 +185,7 @@ class _Turn:
     usage: Usage = dataclasses.field(default_factory=Usage)
     response: str = ""
     denied: str = ""
+    title_usage: Usage = dataclasses.field(default_factory=Usage)
     current: tuple[int, Any] | None = None
     threads: list[threading.Thread] = dataclasses.field(default_factory=list)
 
@@ -150,6 +195,8 @@ class Simulator:
 
     `listeners` are called after every commit with (conversation id, step index, Step).
     `skip_permissions` is `--dangerously-skip-permissions`. `ids` makes uuids reproducible.
+    `version` is the agy imitated (default `AGY_SIM_VERSION`, else the newest); `strict` denies
+    every permission at once, as agy's strict permission settings do.
     """
 
     def __init__(
@@ -162,8 +209,12 @@ class Simulator:
         skip_permissions: bool = False,
         on_commit: Callable[[str], None] | None = None,
         on_conversation: Callable[[Conversation], None] | None = None,
+        version: AgyVersion | None = None,
+        strict: bool | None = None,
     ) -> None:
         self.scenario = scenario
+        self.version = version or sim_version()
+        self.strict = scenario.permission_mode == "strict" if strict is None else strict
         self.dir = conversations_dir
         self.clock = clock or Clock()
         self.ids = ids or IdSource()
@@ -200,7 +251,9 @@ class Simulator:
         )
         conversation = Conversation(cid, writer)
         if not fresh:
-            conversation.turns = self._count_turns(writer)
+            conversation.turns, conversation.usage_total, conversation.duration_total = (
+                self._totals(writer)
+            )
         self.conversations[cid] = conversation
         if self.on_conversation is not None:
             self.on_conversation(conversation)
@@ -211,15 +264,47 @@ class Simulator:
             self.on_commit(conversation_id)
 
     @staticmethod
-    def _count_turns(writer: ConversationWriter) -> int:
+    def _totals(writer: ConversationWriter) -> tuple[int, Usage, float]:
+        """Turns, usage and duration so far, read back from the database (a resumed conversation).
+
+        Usage is every model call recorded on a step (5.9, the checkpoint's title call
+        included); a turn's duration runs from its user step to the last moment it stamped.
+        """
         import sqlite3
 
+        user_type = pb.STEP_TYPE["CORTEX_STEP_TYPE_USER_INPUT"]
+        turns, total, duration = 0, Usage(), 0.0
+        started: float | None = None
+        latest = 0.0
         with sqlite3.connect(f"file:{writer.path}?mode=ro", uri=True) as db:
-            (count,) = db.execute(
-                "SELECT COUNT(*) FROM steps WHERE step_type=?",
-                (pb.STEP_TYPE["CORTEX_STEP_TYPE_USER_INPUT"],),
-            ).fetchone()
-        return int(count)
+            rows = db.execute("SELECT step_type, step_payload FROM steps ORDER BY idx").fetchall()
+        for step_type, payload in rows:
+            step = pb.Step()
+            step.ParseFromString(payload or b"")
+            meta = step.metadata
+            stamps = [
+                t.seconds + t.nanos / 1e9
+                for t in (meta.created_at, meta.completed_at)
+                if t.seconds or t.nanos
+            ]
+            if step_type == user_type:
+                if started is not None:
+                    duration += max(0.0, latest - started)
+                turns += 1
+                started = latest = stamps[0] if stamps else latest
+            if stamps:
+                latest = max([latest, *stamps])
+            if meta.HasField("model_usage"):
+                u = meta.model_usage
+                total = Usage(
+                    total.input + u.input_tokens,
+                    total.thinking + u.thinking_output_tokens,
+                    total.response + (u.output_tokens - u.thinking_output_tokens),
+                    total.cache_read + u.cache_read_tokens,
+                )
+        if started is not None:
+            duration += max(0.0, latest - started)
+        return turns, total, duration
 
     # --- control (other threads) -----------------------------------------------------------
 
@@ -358,13 +443,18 @@ class Simulator:
             )
             factory = StepFactory(self.clock.now, self.ids.uuid(), model)
             turn = _Turn(conversation, factory, model, deadline)
-            result = TurnResult(conversation.id, num_turns=conversation.turns + 1)
+            result = TurnResult(
+                conversation.id, num_turns=conversation.turns + 1, version=self.version
+            )
             spec = self.scenario.turn(conversation.turns)
             conversation.turns += 1
             try:
+                if self.scenario.quota_exhausted:
+                    # agy checks the quota before the turn starts: no step, exit 1 (§2.2).
+                    raise _TurnFailed(self.scenario.quota_exhausted, 1)
                 self._run_steps(turn, prompt, spec.steps)
-                if turn.denied and not turn.response and self.scenario.deny_result == "error":
-                    result.status, result.error = "ERROR", turn.denied
+            except _AutoDenied as denied:
+                self._auto_denied(turn, result, denied)
             except _PrintTimeout:
                 self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
                 turn.response = ""
@@ -384,9 +474,37 @@ class Simulator:
                     self._running, self._cancel = None, False
             conversation.prompts.append(prompt)
             result.response = turn.response if result.status != "ERROR" else ""
-            result.usage = turn.usage
-            result.duration_seconds = time.monotonic() - started
+            usage = turn.usage
+            if self.version.new_stream_shapes:
+                # agy's own side calls (the title) count in the result, on no agent step.
+                usage = _add(usage, turn.title_usage)
+            duration = time.monotonic() - started
+            conversation.usage_total = _add(conversation.usage_total, usage)
+            conversation.duration_total += duration
+            if self.version.new_stream_shapes:
+                result.usage = conversation.usage_total
+                result.duration_seconds = conversation.duration_total
+            else:
+                result.usage, result.duration_seconds = usage, duration
             return result
+
+    def _auto_denied(self, turn: _Turn, result: TurnResult, denied: _AutoDenied) -> None:
+        """End a turn whose permission print mode denied, as the imitated version does (§2.2)."""
+        tool = denied.tool
+        target = str(tool.args.get("CommandLine", tool.args.get("AbsolutePath", tool.name)))
+        turn.response = ""
+        shape = self.version.denial
+        if shape == "error":
+            result.status, result.error, result.exit_code = "ERROR", str(denied), 1
+        elif shape == "canceled":
+            result.status = "CANCELED"
+            result.stderr = (
+                f'Error: permission for {denied.action} "{target}" was auto-denied: print mode '
+                "cannot ask (run with --dangerously-skip-permissions to allow it)"
+            )
+        else:
+            display = "".join(part.capitalize() for part in tool.name.split("_"))
+            result.denied_actions = [{"action": denied.action, "display_name": display}]
 
     def _settle_current(self, turn: _Turn, status: str) -> None:
         if turn.current is None:
@@ -396,7 +514,7 @@ class Simulator:
             turn.factory.move(step, status)
             self._update(turn, index, step)
 
-    def _run_steps(self, turn: _Turn, prompt: str, steps: tuple[Any, ...]) -> None:
+    def _run_steps(self, turn: _Turn, prompt: str, steps: tuple[StepSpec, ...]) -> None:
         f = turn.factory
         first_turn = turn.conversation.turns == 1
         self._append(turn, f.user_input(prompt))
@@ -500,12 +618,19 @@ class Simulator:
         f.move(step, "CORTEX_STEP_STATUS_WAITING")
         f.request_permission(step, tool)
         self._update(turn, index, step)
-        if spec.auto is not None:
-            answer: Mapping[str, Any] | None = {"permission": {"allow": spec.auto == "allow"}}
+        auto_denied = False
+        if self.strict:
+            answer: Mapping[str, Any] | None = None  # strict settings: denied without asking
+        elif spec.auto is not None:
+            answer = {"permission": {"allow": spec.auto == "allow"}}
         else:
             answer = self._await(turn, index, "permission", spec.timeout_ms)
         target = step.requested_interaction.permission.resource.target
-        if answer is None:
+        action = step.requested_interaction.permission.resource.action
+        if answer is None and self.strict:
+            f.complete_interaction(step, turn.conversation.trajectory_id, index, {"timedOut": True})
+            answer, auto_denied = {"permission": {"allow": False}}, True
+        elif answer is None:
             f.complete_interaction(step, turn.conversation.trajectory_id, index, {"timedOut": True})
             if spec.on_timeout == "reask" and reasks < spec.max_reasks:
                 step.error.CopyFrom(
@@ -518,7 +643,7 @@ class Simulator:
                 f.move(step, "CORTEX_STEP_STATUS_ERROR")
                 self._update(turn, index, step)
                 return "reask"
-            answer = {"permission": {"allow": False}}
+            answer, auto_denied = {"permission": {"allow": False}}, True
         else:
             f.complete_interaction(step, turn.conversation.trajectory_id, index, answer)
         grant = step.permissions.permission_grants.add()
@@ -532,6 +657,8 @@ class Simulator:
         f.stamp(step.metadata.completed_at)
         self._update(turn, index, step)
         turn.denied = message
+        if auto_denied:
+            raise _AutoDenied(message, tool, action)
         return "deny"
 
     def _question(self, turn: _Turn, tool: ToolSpec, index: int, step: Any) -> None:
@@ -591,7 +718,8 @@ class Simulator:
 
     def _checkpoint(self, turn: _Turn, prompt: str) -> None:
         f = turn.factory
-        title_usage = f.usage(Usage(input=35, response=3), model=_TITLE_MODEL)
+        turn.title_usage = _TITLE_USAGE
+        title_usage = f.usage(_TITLE_USAGE, model=_TITLE_MODEL)
         gen = turn.conversation.writer.add_generator_metadata(
             f.generator_record(title_usage, _TITLE_MODEL, turn.conversation.writer.step_count)
         )
@@ -602,10 +730,32 @@ class Simulator:
         self._append(turn, step)
 
     def _subagent(self, turn: _Turn, spec: SubagentSpec) -> None:
-        """A child conversation written concurrently with the rest of this turn."""
+        """A child conversation written concurrently with the rest of this turn.
+
+        The parent records the launch as an `invoke_subagent` tool step (a GENERIC row naming
+        the child's conversation in its result), which stream-json prints as a `subagent` step.
+        """
         child = self.open(parent=turn.conversation.id)
         child.turns += 1
         factory = StepFactory(self.clock.now, self.ids.uuid(), turn.model)
+        launch = ToolSpec(
+            name="invoke_subagent",
+            args={
+                "Subagents": [
+                    {"TypeName": spec.type_name, "Role": spec.role, "Prompt": spec.prompt}
+                ]
+            },
+            output=f"Started subagent {spec.role} in conversation {child.id}",
+            tool_action=f"Delegating to {spec.role}",
+            tool_summary="Invoke subagent",
+        )
+        f = turn.factory
+        step = f.tool_step(launch, f.tool_call(launch, self.ids.call_id()))
+        index = self._append(turn, step)
+        f.move(step, "CORTEX_STEP_STATUS_RUNNING")
+        f.stamp(step.metadata.started_at)
+        f.finish_tool(step, launch)
+        self._update(turn, index, step)
 
         def run() -> None:
             child.writer.append(factory.user_input(spec.prompt))
@@ -623,3 +773,6 @@ class Simulator:
         thread = threading.Thread(target=run, name=f"subagent-{child.id}", daemon=True)
         thread.start()
         turn.threads.append(thread)
+        f.move(step, "CORTEX_STEP_STATUS_DONE")
+        f.stamp(step.metadata.completed_at)
+        self._update(turn, index, step)

@@ -169,11 +169,16 @@ class ErrorSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SubagentSpec:
-    """A subagent: another conversation database written while this turn runs."""
+    """A subagent: another conversation database written while this turn runs.
+
+    `role` and `type_name` are what stream-json's `subagent_info` names it by.
+    """
 
     prompt: str
     text: tuple[str, ...]
     chunk_ms: int = 80
+    role: str = "researcher"
+    type_name: str = "research"
 
 
 StepSpec = PlannerSpec | SystemMessageSpec | ErrorSpec | SubagentSpec
@@ -205,7 +210,12 @@ class Faults:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scenario:
-    """A whole scenario. Turn i of a conversation plays `turns[min(i, len(turns) - 1)]`."""
+    """A whole scenario. Turn i of a conversation plays `turns[min(i, len(turns) - 1)]`.
+
+    `permission_mode` "strict" denies every permission at once (agy's strict settings);
+    `quota_exhausted`, when set, is agy's message for a turn refused before it starts (exit 1,
+    no steps). How a print-mode denial ends the turn depends on the agy version imitated.
+    """
 
     name: str
     description: str
@@ -215,7 +225,8 @@ class Scenario:
     catalog: tuple[CatalogModel, ...] = DEFAULT_CATALOG
     cold_start_ms: int = 150
     placeholder_done: bool = False
-    deny_result: str = "error"
+    permission_mode: str = "request-review"
+    quota_exhausted: str = ""
     faults: Faults = Faults()
     server: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -336,7 +347,13 @@ def _step(r: _Reader) -> StepSpec:
             delay_ms=r.num("delay_ms", 400),
         )
     if kind == "subagent":
-        return SubagentSpec(r.text("prompt"), r.strs("text"), r.num("chunk_ms", 80))
+        return SubagentSpec(
+            r.text("prompt"),
+            r.strs("text"),
+            r.num("chunk_ms", 80),
+            r.text("role", "researcher"),
+            r.text("type_name", "research"),
+        )
     placeholder = r.data.get("placeholder_done")
     if placeholder is not None and not isinstance(placeholder, bool):
         raise UsageError(f"scenario: {r.where}.placeholder_done must be a boolean")
@@ -401,7 +418,8 @@ def parse_scenario(data: Any, name: str = "") -> Scenario:
         catalog=catalog,
         cold_start_ms=r.num("cold_start_ms", 150),
         placeholder_done=r.flag("placeholder_done"),
-        deny_result=r.choice("deny_result", ["error", "success"], "error"),
+        permission_mode=r.choice("permission_mode", ["request-review", "strict"], "request-review"),
+        quota_exhausted=r.text("quota_exhausted"),
         faults=_faults(r.obj("faults")),
         server=server,
     )

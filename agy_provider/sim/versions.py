@@ -1,0 +1,108 @@
+"""Which agy the simulator imitates (`AGY_SIM_VERSION`), and what that version's output looks like.
+
+Owns the version → shape table (AGY-FORMATS §2, §2.1, §2.2); the rest of the simulator asks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from agy_provider.errors import UsageError
+
+__all__ = ["NEWEST", "OLDEST", "AgyVersion", "sim_version"]
+
+# The newest agy whose output is verified in the field guide, and the oldest we imitate at all.
+NEWEST = "1.2.13"
+OLDEST = "1.0.10"
+_VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,4})")
+
+Denial = Literal["error", "canceled", "denied_actions"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgyVersion:
+    """One agy version and the output shapes it has. Compare with `at_least("1.1.18")`."""
+
+    text: str
+    number: tuple[int, int, int]
+
+    @classmethod
+    def parse(cls, text: str) -> AgyVersion:
+        """`1.2.13` → AgyVersion; raises `UsageError` for anything else or a version below OLDEST."""
+        match = _VERSION.fullmatch(text.strip().removeprefix("v"))
+        if match is None:
+            raise UsageError(f"AGY_SIM_VERSION must look like {NEWEST}, not {text!r}")
+        number = (int(match[1]), int(match[2]), int(match[3]))
+        version = cls(".".join(map(str, number)), number)
+        if not version.at_least(OLDEST):
+            raise UsageError(f"agy-sim imitates agy {OLDEST} and later, not {text}")
+        return version
+
+    def at_least(self, other: str) -> bool:
+        major, minor, patch = (int(part) for part in other.split("."))
+        return self.number >= (major, minor, patch)
+
+    # -- the shapes -------------------------------------------------------------------------
+
+    @property
+    def has_output_formats(self) -> bool:
+        """`--output-format text|json|stream-json` exists (1.1.8)."""
+        return self.at_least("1.1.8")
+
+    @property
+    def new_stream_shapes(self) -> bool:
+        """1.1.18+: tool outcomes in `tool_info`, running-total `result` usage and duration, no
+        `"error": ""` on success, the checkpoint's own model call (title) on its update."""
+        return self.at_least("1.1.18")
+
+    @property
+    def denial(self) -> Denial:
+        """How a print-mode turn ends when a permission is auto-denied (AGY-FORMATS §2.2).
+
+        `error`: 1.1.17, result ERROR with the permission message. `canceled`: 1.1.18–1.1.x,
+        result CANCELED, exit 0, the reason only on stderr. `denied_actions`: 1.2.x, result
+        SUCCESS with an empty response and `denied_actions`.
+        """
+        if self.at_least("1.2.0"):
+            return "denied_actions"
+        return "canceled" if self.new_stream_shapes else "error"
+
+    @property
+    def skip_permission_mode(self) -> str:
+        """`init.permission_mode` under `--dangerously-skip-permissions`."""
+        return "always-proceed" if self.new_stream_shapes else "bypass-permissions"
+
+    @property
+    def models_format(self) -> Literal["names", "slugs", "tabbed"]:
+        """`agy models`: display names before 1.1.5, bare slugs before 1.1.25, then `slug\\tName`."""
+        if not self.at_least("1.1.5"):
+            return "names"
+        return "tabbed" if self.at_least("1.1.25") else "slugs"
+
+    @property
+    def efforts(self) -> tuple[str, ...]:
+        return (
+            ("low", "medium", "high", "max")
+            if self.at_least("1.2.0")
+            else ("low", "medium", "high")
+        )
+
+    @property
+    def stream_input_needs_stream_output(self) -> bool:
+        """1.2.x refuses `--input-format stream-json` without `--output-format stream-json`."""
+        return self.at_least("1.2.0")
+
+    @property
+    def default_print_timeout(self) -> str:
+        """1.2.x waits forever by default; 1.1.x gives up after five minutes."""
+        return "0s" if self.at_least("1.2.0") else "5m0s"
+
+
+def sim_version(environ: Mapping[str, str] | None = None) -> AgyVersion:
+    """The version named by `AGY_SIM_VERSION`, else NEWEST. Raises `UsageError` for a bad value."""
+    env = os.environ if environ is None else environ
+    return AgyVersion.parse(env.get("AGY_SIM_VERSION") or NEWEST)
