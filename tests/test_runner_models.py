@@ -160,3 +160,40 @@ def test_models_from_agy_sim_and_the_cli(tmp_path: Path) -> None:
     err = io.StringIO()
     assert main(["models", "--agy-bin", str(tmp_path / "nope")], out=io.StringIO(), err=err) == 1
     assert "agy-sim" in err.getvalue()
+
+
+def test_models_of_agy_1_0_are_explained_not_blamed_on_sign_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from live_helpers import agy_sim_path
+
+    from agy_provider.agy.models import display_names_only, list_models
+    from agy_provider.errors import SourceError
+
+    # agy-sim imitating 1.0.16 prints display names only, as agy before 1.1.5 did.
+    monkeypatch.setenv("AGY_SIM_VERSION", "1.0.16")
+    with pytest.raises(SourceError) as caught:
+        list_models(agy_sim_path())
+    message = str(caught.value)
+    assert "display names only" in message and "upgrade agy to ≥1.1.5" in message
+    assert "signed in" not in message
+    # Bare slugs (1.1.5–1.1.24) still parse.
+    monkeypatch.setenv("AGY_SIM_VERSION", "1.1.20")
+    assert "gemini-3.8-flash" in {m.id for m in list_models(agy_sim_path())}
+    # Log lines and the sign-in notice are neither slugs nor display names.
+    assert display_names_only("I1130 12:00:00 x\nYou are not logged into Antigravity\n") == []
+    assert display_names_only("Gemini 3 Flash\nGPT-OSS 120B (Medium)\n") == [
+        "Gemini 3 Flash",
+        "GPT-OSS 120B (Medium)",
+    ]
+
+
+def test_effort_max_is_passed_through() -> None:
+    models = parse_models("gemini-3.1-pro-high\tG (High)\ngemini-3.1-pro-low\tG (Low)\n")
+    assert model_arguments("gemini-3.1-pro", "max", models) == [
+        "--model",
+        "gemini-3.1-pro",
+        "--effort",
+        "max",
+    ]
+    assert model_arguments("claude-sonnet-4-6", "max") == ["--model", "claude-sonnet-4-6"]

@@ -13,10 +13,24 @@ from collections.abc import Iterable, Sequence
 
 from agy_provider.errors import SourceError, UsageError
 
-__all__ = ["AgyModel", "list_models", "model_arguments", "parse_models", "supports_effort"]
+__all__ = [
+    "AgyModel",
+    "display_names_only",
+    "list_models",
+    "model_arguments",
+    "parse_models",
+    "supports_effort",
+]
 
 _SLUG = re.compile(r"[a-z0-9][a-z0-9.\-]*[a-z0-9]")
 _TIERS = ("high", "medium", "low")
+# agy 1.2.x adds a tier above high that no model lists as a slug of its own (AGY-FORMATS §2.2).
+_EXTRA_EFFORTS = ("max",)
+# What agy before 1.1.5 printed instead of slugs: a display name such as `Gemini 3 Flash` or
+# `Claude Sonnet 4.5 (Thinking)`; log lines (`I1130 …`) and notices are told apart by shape.
+_DISPLAY_NAME = re.compile(r"[A-Z][A-Za-z0-9.\-]*(?: [A-Za-z0-9.\-]+)+(?: \([A-Za-z0-9 .\-]+\))?")
+_LOG_LINE = re.compile(r"[IWEF]\d{4} ")
+_NOT_SIGNED_IN = "not logged in"
 _TIER_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<tier>high|medium|low)$")
 _NAME_TIER = re.compile(r"\s*\((High|Medium|Low)\)\s*$")
 # Families agy rejects --effort for (AGY-FORMATS §2).
@@ -99,10 +113,12 @@ def model_arguments(model: str, effort: str, known: Sequence[AgyModel] = ()) -> 
     family = next((m for m in known if m.id == model), None)
     if family is not None and not family.efforts:
         return args
+    if effort in _EXTRA_EFFORTS:
+        return [*args, "--effort", effort]  # agy ≥ 1.2 decides; older builds refuse it clearly
     if family is not None and effort not in family.efforts:
         raise UsageError(f"{model} offers effort {', '.join(family.efforts)}, not {effort}")
     if effort not in _TIERS:
-        raise UsageError(f"effort must be low, medium or high, not {effort!r}")
+        raise UsageError(f"effort must be low, medium, high or max, not {effort!r}")
     return [*args, "--effort", effort]
 
 
@@ -125,6 +141,40 @@ def list_models(binary: str, *, timeout: float = 60.0) -> list[AgyModel]:
         raise SourceError(f"`{binary} models` failed: {exc}") from exc
     models = parse_models(done.stdout)
     if not models:
-        said = (done.stderr or done.stdout).strip()[-500:] or f"exit code {done.returncode}"
-        raise SourceError(f"`{binary} models` listed no models ({said}); is agy signed in?")
+        raise SourceError(_no_models_message(binary, done.stdout, done.stderr, done.returncode))
     return models
+
+
+def display_names_only(output: str) -> list[str]:
+    """The display names an agy before 1.1.5 printed instead of slugs (`Gemini 3 Flash`), if any.
+
+    Empty when the output has slugs, or names nothing at all (log lines and notices only).
+    """
+    if parse_models(output):
+        return []
+    names = []
+    for line in output.splitlines():
+        line = line.strip()
+        if not line or "\t" in line or _LOG_LINE.match(line) or line.endswith(("...", ".")):
+            continue
+        if _NOT_SIGNED_IN in line.lower() or not any(c.isdigit() for c in line):
+            continue
+        if _DISPLAY_NAME.fullmatch(line):
+            names.append(line)
+    return names
+
+
+def _no_models_message(binary: str, stdout: str, stderr: str, returncode: int) -> str:
+    """Why `agy models` gave no slugs, and what to do: an old agy is not a sign-in problem."""
+    names = display_names_only(stdout)
+    if names:
+        shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+        return (
+            f"`{binary} models` printed display names only ({shown}): this agy prints display "
+            "names only; upgrade agy to ≥1.1.5 to list model slugs (or pass a slug you know "
+            "with --model)"
+        )
+    said = (stderr or stdout).strip()[-500:] or f"exit code {returncode}"
+    if _NOT_SIGNED_IN in (stdout + stderr).lower():
+        return f"`{binary} models` listed no models ({said}); sign in by running agy once"
+    return f"`{binary} models` listed no models ({said}); is agy signed in?"
