@@ -7,6 +7,7 @@ folder; expectations come from the scenario files, never from an earlier run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -166,6 +167,54 @@ def test_a_signal_ends_agy_and_its_server_and_the_turn_as_aborted(
         psutil.wait_procs(alive(tree), timeout=0.5)
     assert not alive(tree), [(p.pid, p.cmdline()) for p in alive(tree)]
     assert_no_real_agy_state(tmp_path)
+
+
+def test_sigterm_during_agys_cold_start_ends_the_tree_too(tmp_path: Path) -> None:
+    # The slow scenario takes its time before the first token: signal as soon as agy exists.
+    proc = subprocess.Popen(
+        [AGY_PROVIDER, "chat", "hi", "--agy-bin", "agy-sim", "--format", "events"],
+        env=cli_env(tmp_path, AGY_SIM_SCENARIO="slow", AGY_SIM_SPEED="1"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        cli = psutil.Process(proc.pid)
+        deadline = time.monotonic() + STARTUP
+        tree: list[psutil.Process] = []
+        while time.monotonic() < deadline and not any(
+            " -p " in f" {' '.join(p.cmdline())} " for p in tree
+        ):
+            time.sleep(0.02)
+            with contextlib.suppress(psutil.Error):
+                tree = cli.children(recursive=True)
+        assert tree, "agy-sim never started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=EXIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    last = json.loads(out.splitlines()[-1])
+    assert (last["type"], last["reason"]) == ("error", "aborted")
+    assert "Traceback" not in err
+    tree = [*tree, *_children_of(tree)]
+    deadline = time.monotonic() + EXIT
+    while alive(tree) and time.monotonic() < deadline:
+        psutil.wait_procs(alive(tree), timeout=0.5)
+    assert not alive(tree), [(p.pid, p.cmdline()) for p in alive(tree)]
+
+
+def _children_of(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Whatever the processes started since they were listed (a language server coming up)."""
+    found = []
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            found += proc.children(recursive=True)
+    return found
 
 
 # -- chat --session continues one conversation ----------------------------------------------------
