@@ -215,7 +215,9 @@ def test_provider_errors_are_named_not_stack_traces(runs: dict[str, RunResult]) 
     for name, code in (("rw-quota", "429"), ("rw-badrequest", "400")):
         run = _run(runs, name)
         errors = [s for s in read_steps(run.db) if s.kind is StepKind.ERROR]
-        assert errors and all(s.status is StepStatus.DONE for s in errors), name
+        # One row per failed call: the 429 is retried once (the scenario's retry config).
+        assert len(errors) == (2 if code == "429" else 1), name
+        assert all(s.status is StepStatus.DONE for s in errors), name
         for step in errors:
             assert step.error.startswith(f"Error {code}, Message: "), step.error
             assert "\n" not in step.error and "Details" not in step.error
@@ -235,4 +237,5 @@ def test_subagent_child_is_its_own_conversation(runs: dict[str, RunResult]) -> N
     assert invoke.result is not None
     child = invoke.result.output.removeprefix("child conversation ")
     assert len(child) == 32 and child != run.db.stem
-    assert (run.db.parent / f"{child}.db").exists() or any(run.db.parent.rglob(f"{child}*"))
+    # localharness 0.1.22 gives the child its own brain folder but writes no database for it.
+    assert (run.db.parent / "app" / "brain" / child).is_dir()

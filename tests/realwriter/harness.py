@@ -134,7 +134,11 @@ def _config(s: Scenario, server: ScriptedGemini, storage: Path, workspace: Path,
     retry = types.RetryConfig(
         api_retry=types.ModelAPIRetryConfig(max_retries=1, initial_sleep_duration_ms=10)
     )
+    # The runtime makes folders under $HOME (~/.gemini/antigravity): keep them in the test's tree.
+    home = storage.parent / "home"
+    home.mkdir(exist_ok=True)
     return LocalAgentConfig(
+        env={"HOME": str(home)},
         models=models,
         retry_config=retry,
         save_dir=str(storage),
