@@ -184,15 +184,19 @@ async def run_chat(
     text_out = _Output(out)
     printer = LivePrinter(text_out.write, colour=out.isatty())
     error_printer = LivePrinter(err.write, colour=err.isatty())
-    pm = get_plugin_manager()
-    asker = None
-    if not events and sys.stdin.isatty():
-        asker = TerminalDecisions(input, err.write)
-        pm.register(asker, name="agy-provider-chat-terminal")
     started = asyncio.Event()
-    spinner = asyncio.create_task(_spin(err, started)) if not events and err.isatty() else None
+    spinner: asyncio.Task[None] | None = None
+    asker = None
+    # Signals are ours from here on: loading the plugins can take a moment, and a signal then
+    # must abort the turn too rather than kill this process with agy about to start.
     with _abort_on_signals(abort, err) as received:
+        pm = get_plugin_manager()
         try:
+            if not events and sys.stdin.isatty():
+                asker = TerminalDecisions(input, err.write)
+                pm.register(asker, name="agy-provider-chat-terminal")
+            if not events and err.isatty():
+                spinner = asyncio.create_task(_spin(err, started))
             stream = stream_simple(
                 pi_model,
                 Context(messages=[UserMessage(content=prompt, timestamp=0)]),
