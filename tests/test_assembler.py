@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,18 +29,18 @@ def planner(
     text: str = "",
     thinking: str = "",
     status: StepStatus = StepStatus.GENERATING,
-    **kw: object,
+    **kw: Any,
 ) -> Step:
     return Step(
         index=index, kind=StepKind.ASSISTANT, status=status, text=text, thinking=thinking, **kw
-    )  # type: ignore[arg-type]
+    )
 
 
-def types(events: list) -> list[str]:
+def types(events: list[Any]) -> list[str]:
     return [e.type for e in events]
 
 
-def run(*batches: list[Step], outcome: TurnOutcome | None = None) -> list:
+def run(*batches: list[Step], outcome: TurnOutcome | None = None) -> list[Any]:
     asm = StepAssembler(model="m")
     events = []
     for batch in batches:
@@ -200,7 +202,7 @@ def test_history_and_other_turns_never_join() -> None:
     ended = nothing.feed([history]) + nothing.finish()
     # History is not an answer: a turn with no answer text ends in error (one rule, outcome.py).
     assert types(ended) == ["start", "error"]
-    assert ended[-1].error.error_message == EMPTY_ANSWER
+    assert isinstance(ended[-1], ErrorEvent) and ended[-1].error.error_message == EMPTY_ANSWER
 
 
 # -- property: any interleaving of growing snapshots gives a well-formed event stream -------

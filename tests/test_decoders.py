@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,8 +77,9 @@ def test_empty_planner_placeholder_is_not_final() -> None:
     assert not step.final
 
 
-def rpc(reference: Path, name: str) -> dict:
-    return json.loads((reference / "rpc-steps" / name).read_text())
+def rpc(reference: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((reference / "rpc-steps" / name).read_text())
+    return data
 
 
 def test_every_rpc_step_maps(reference: Path) -> None:

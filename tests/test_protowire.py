@@ -757,7 +757,7 @@ def _repeated_scalars(message: Message, fd: Any) -> list[object]:
     if kind == T.TYPE_STRING:
         return list(message.strings(fd.number))
     if kind == T.TYPE_BYTES:
-        return [bytes(field.value) for field in message.get_all(fd.number)]  # type: ignore[arg-type]
+        return [bytes(field.value) for field in message.get_all(fd.number)]
     if kind in (
         T.TYPE_FIXED32,
         T.TYPE_SFIXED32,
@@ -793,9 +793,9 @@ def _repeated_scalars(message: Message, fd: Any) -> list[object]:
 
 def _same_scalar(fd: Any, ours: object, theirs: object) -> bool:
     if fd.type == T.TYPE_FLOAT:
-        return struct.pack("<f", ours) == struct.pack("<f", theirs)  # type: ignore[arg-type]
+        return struct.pack("<f", ours) == struct.pack("<f", theirs)
     if fd.type == T.TYPE_DOUBLE:
-        return struct.pack("<d", ours) == struct.pack("<d", theirs)  # type: ignore[arg-type]
+        return struct.pack("<d", ours) == struct.pack("<d", theirs)
     return ours == theirs
 
 

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FIXTURES, ROOT
@@ -24,7 +25,7 @@ def run(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def events(path: Path, turn: str = "last") -> list[dict]:
+def events(path: Path, turn: str = "last") -> list[dict[str, Any]]:
     code, out, _ = run("replay", str(path), "--turn", turn)
     assert code == 0
     return [json.loads(line) for line in out.splitlines()]
@@ -75,7 +76,7 @@ def test_poll_stream_and_database_agree(name: str) -> None:
     stream = events(FIXTURES / "rpc" / f"{name}.stream.json", "all")
     database = events(FIXTURES / "db" / f"{name}.db", "all")
 
-    def strip(es: list[dict]) -> list[dict]:
+    def strip(es: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for e in es:
             e = json.loads(json.dumps(e))
@@ -159,6 +160,7 @@ def test_every_command_has_help_and_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert isinstance(commands, dict)
     for name, sub in commands.items():
         assert sub.format_help()
         assert f"agy-provider {name}" in readme, f"README does not show `agy-provider {name}`"

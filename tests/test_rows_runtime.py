@@ -341,7 +341,7 @@ def test_benign_denied_tool_is_visible_and_the_turn_goes_on() -> None:
     events = asm.feed([planner(1, toolCalls=calls), denied, planner(3, "Not allowed.")])
     events += asm.finish()
     assert events[-1].type == "done"
-    message = events[-1].message  # type: ignore[union-attr]
+    message = events[-1].message
     assert [type(b) for b in message.content] == [ThinkingContent, TextContent]
     assert "not run: denied" in message.content[0].thinking  # type: ignore[union-attr]
 
@@ -378,7 +378,7 @@ def test_planner_without_placeholder_grows_from_its_first_chunk() -> None:
     events += asm.feed([planner(1, "Hello", status="GENERATING")])
     events += asm.feed([planner(1, "Hello", status="GENERATING")])
     events += asm.feed([planner(1, "Hello world", status="DONE")])
-    deltas = [e.delta for e in events if e.type == "text_delta"]  # type: ignore[union-attr]
+    deltas = [e.delta for e in events if e.type == "text_delta"]
     assert deltas == ["Hel", "lo", " world"]
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from agy_provider.rpc_client import CSRF_HEADER, SERVICE, ConnectClient, assert_
 from agy_provider.wire.connect import encode_envelope, encode_json_envelope
 
 
-def frames(*messages: dict, end: dict | None = None) -> bytes:
+def frames(*messages: dict[str, Any], end: dict[str, Any] | None = None) -> bytes:
     body = b"".join(encode_json_envelope(m) for m in messages)
     return body + encode_json_envelope(end if end is not None else {}, end_stream=True)
 
@@ -24,7 +25,7 @@ class Chunked(httpx.AsyncByteStream):
     def __init__(self, data: bytes, size: int) -> None:
         self.data, self.size = data, size
 
-    async def __aiter__(self) -> Iterator[bytes]:  # type: ignore[override]
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         for i in range(0, len(self.data), self.size):
             yield self.data[i : i + self.size]
 
@@ -127,7 +128,7 @@ async def test_a_bad_frame_is_skipped_and_the_stream_goes_on() -> None:
 
 async def test_a_stalled_stream_trips_the_watchdog() -> None:
     class Stall(httpx.AsyncByteStream):
-        async def __aiter__(self) -> Iterator[bytes]:  # type: ignore[override]
+        async def __aiter__(self) -> AsyncIterator[bytes]:
             import asyncio
 
             yield encode_json_envelope({"first": True})

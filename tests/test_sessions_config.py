@@ -222,7 +222,7 @@ def test_a_full_disk_keeps_the_old_store_and_warns_once(
     monkeypatch.setattr(os, failing, full)
     with caplog.at_level(logging.WARNING):
         for n in range(3):
-            assert store.put(f"new{n}", SessionRecord(conversation_id=UUID)) is None
+            store.put(f"new{n}", SessionRecord(conversation_id=UUID))  # warns, never raises
     monkeypatch.undo()
     warnings = _store_warnings(caplog)
     assert len(warnings) == 1, warnings

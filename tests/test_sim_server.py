@@ -685,7 +685,8 @@ def test_fault_stream_drop(tmp_path: Path) -> None:
         fake.status(conversation.id, running=False)
         again.update()
         assert again.next() == (0x02, b"{}")
-        stream.close(), again.close()
+        stream.close()
+        again.close()
         conversation.writer.close()
     finally:
         fake.close()
