@@ -1,14 +1,23 @@
-"""Shared fixtures: where ../shared/reference is, and skipping cleanly when it is absent."""
+"""Shared fixtures: where ../shared/reference is, skipping cleanly when it is absent, the opt-in
+soak tests, and Hypothesis settings that hold on a busy machine."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "reference"
 FIXTURES = ROOT / "fixtures"
+
+# Hypothesis's default 200 ms deadline per example is a wall-clock assertion: on a busy machine an
+# example can take longer without anything being wrong. Examples are bounded by count instead.
+settings.register_profile("agy-provider", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "agy-provider"))
 
 
 @pytest.fixture
@@ -16,6 +25,19 @@ def reference() -> Path:
     if not REFERENCE.is_dir():
         pytest.skip("../shared/reference is not beside this checkout")
     return REFERENCE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak tests (many repetitions of a live turn) run only when asked for: `-m soak`, or
+    `AGY_PROVIDER_SOAK=1` beside any other selection."""
+    markexpr = config.getoption("markexpr", "") or ""
+    wanted = os.environ.get("AGY_PROVIDER_SOAK") == "1" or re.search(r"(?<!not )\bsoak\b", markexpr)
+    if wanted:
+        return
+    skip = pytest.mark.skip(reason="soak test: run with -m soak or AGY_PROVIDER_SOAK=1")
+    for item in items:
+        if item.get_closest_marker("soak") is not None:
+            item.add_marker(skip)
 
 
 # End-to-end fixtures (agy-sim as agy, a private state folder, a throwaway observing plugin).

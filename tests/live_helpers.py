@@ -63,6 +63,12 @@ def scenario_planners(name: str, turn: int = 0) -> list[str]:
     return ["".join(s.text) for s in steps if isinstance(s, PlannerSpec)]
 
 
+def scenario_chunks(name: str, planner: int = 0, turn: int = 0) -> list[str]:
+    """The text chunks of one planner (0-based among the turn's planners), as agy-sim writes them."""
+    steps = load_scenario(name).turn(turn).steps
+    return list([s for s in steps if isinstance(s, PlannerSpec)][planner].text)
+
+
 def scenario_error(name: str, turn: int = 0) -> ErrorSpec:
     """The failure a scenario's turn ends in."""
     (error,) = (s for s in load_scenario(name).turn(turn).steps if isinstance(s, ErrorSpec))
@@ -153,7 +159,7 @@ class Recorder:
             self.seen.turns.append(turn)
         # The tree is read at the few events where a new process may have joined it (a scan
         # costs milliseconds; at every delta it would slow the turn it watches).
-        if running and (event.type == "start" or event.type.endswith("_start")):
+        if process is not None and running and event.type.endswith("start"):
             self._remember_tree(process.pid)
 
     def _remember_tree(self, pid: int) -> None:
