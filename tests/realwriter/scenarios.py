@@ -86,6 +86,32 @@ SCENARIOS: list[tuple[Scenario, list[Expect]]] = [
     ),
     (
         Scenario(
+            name="rw-text-and-tool",
+            turns=["Say something, then run a command."],
+            replies=[
+                {
+                    "chunks": [
+                        [{"text": "Planning the command.", "thought": True}],
+                        [{"text": "Let me check."}],
+                        [{"text": " Running it now."}],
+                        [call("run_command", CommandLine="echo text-then-tool", Cwd="{ws}",
+                              WaitMsBeforeAsync=5000)],
+                    ],
+                    "delay": 0.2,
+                },
+                text("It printed text-then-tool.", match="text-then-tool"),
+            ],
+        ),
+        [
+            Expect(
+                text="Let me check. Running it now.It printed text-then-tool.",
+                thinking="Planning the command.",
+                tools=["▸ run_command echo text-then-tool", "exit 0", "text-then-tool"],
+            )
+        ],
+    ),
+    (
+        Scenario(
             name="rw-multiturn",
             turns=["First question?", "Second question?", "Third, after a resume?"],
             replies=[
