@@ -21,7 +21,7 @@ from realwriter.scenarios import SCENARIOS, Expect
 
 from agy_provider.agy.database import iter_generator_rows, open_conversation_db
 from agy_provider.agy.rows import decode_generator_record
-from agy_provider.agy.step import StepKind, StepStatus
+from agy_provider.agy.step import STATUS_TRANSITIONS, StepKind, StepStatus
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.replay import ReplayedTurn, load_recording, replay
 from agy_provider.types import AssistantMessage, TextContent, ThinkingContent
@@ -156,6 +156,36 @@ def test_usage_is_the_providers_usage_metadata(runs: dict[str, RunResult]) -> No
     message = _final(list(_replayed(_run(runs, "rw-streaming"))[0].events))
     # promptTokenCount 120 of which 20 cached; 30 answer + 12 thinking tokens.
     assert (message.usage.input, message.usage.cache_read, message.usage.output) == (100, 20, 42)
+
+
+def _reachable(start: StepStatus) -> set[StepStatus]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in STATUS_TRANSITIONS.get(todo.pop(), frozenset()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_rows_seen_live_have_no_placeholders_and_legal_status_moves(
+    runs: dict[str, RunResult],
+) -> None:
+    """§6: a planner row appears with its first chunk (never empty); statuses only move on."""
+    for name in NAMES:
+        for live in _run(runs, name).live:
+            last: dict[int, StepStatus] = {}
+            for snap in live.snapshots:
+                if snap.kind is StepKind.ASSISTANT:
+                    assert (
+                        snap.text or snap.thinking or snap.stop_reason or snap.requested_tool_calls
+                    ), f"{name}: empty planner row {snap.index} ({snap.status})"
+                before = last.get(snap.index)
+                if before is not None and before is not snap.status:
+                    assert snap.status in _reachable(before), (
+                        f"{name}: step {snap.index} moved {before} -> {snap.status}"
+                    )
+                last[snap.index] = snap.status
 
 
 def test_replay_reports_the_model_that_answered(runs: dict[str, RunResult]) -> None:

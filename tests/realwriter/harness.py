@@ -65,6 +65,7 @@ class LiveTurn:
     events: list[AssistantMessageEvent]
     polls_with_changes: int
     skipped: list[tuple[int, str]]
+    snapshots: list[Step]
 
 
 @dataclasses.dataclass
@@ -208,17 +209,26 @@ async def _follow(db: Path, after: int, done: asyncio.Event, model: str) -> Live
     assembler = StepAssembler(model=model, min_index=after + 1)
     events = assembler.start()
     changed = 0
+    snapshots: list[Step] = []
     try:
         while not done.is_set():
             steps = await _poll(source)
             changed += bool(steps)
+            snapshots.extend(steps)
             events.extend(assembler.feed(steps))
             await source.wait(0.05)
-        events.extend(assembler.feed(await _poll(source, force=True)))
+        steps = await _poll(source, force=True)
+        snapshots.extend(steps)
+        events.extend(assembler.feed(steps))
         events.extend(assembler.finish())
     finally:
         await source.aclose()
-    return LiveTurn(events=events, polls_with_changes=changed, skipped=list(source.skipped))
+    return LiveTurn(
+        events=events,
+        polls_with_changes=changed,
+        skipped=list(source.skipped),
+        snapshots=snapshots,
+    )
 
 
 async def _cancel_when_running(db: Path, tool: str, conv: Any) -> None:
