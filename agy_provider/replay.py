@@ -343,6 +343,11 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
     except DatabaseError as exc:
         cleanup()
         raise UsageError(str(exc).replace(target, path)) from exc
+    # A schema that is not UTF-8 makes sqlite3 raise UnicodeDecodeError (a ValueError), which
+    # database.py does not translate yet (see the report for the fix).
+    except ValueError as exc:
+        cleanup()
+        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
     # A TEXT value that is not UTF-8 would make sqlite3 fail the whole scan: read it with
     # replacement characters, so only that row fails to decode.
     conn.text_factory = lambda data: data.decode("utf-8", "replace")
@@ -367,7 +372,7 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
         (first,) = conn.execute("SELECT MIN(idx) FROM steps").fetchone()
         conversation_id = jsontext.clean_text(read_conversation_id(conn))
         title = _last_title(conn)
-    except (DatabaseError, sqlite3.DatabaseError) as exc:
+    except (DatabaseError, sqlite3.Error, ValueError) as exc:
         close()
         raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
     except BaseException:
@@ -399,7 +404,7 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
                     return
                 # database.py reads each row's integer columns with int(); a row whose columns
                 # hold text, a blob or an infinite real fails there (see the report for the fix).
-                except (DatabaseError, ValueError, TypeError, OverflowError) as exc:
+                except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
                     bad = _next_index(conn, path, last, before)
                     if bad is None:
                         warn(f"steps after {last}: not read, {_reason(exc)}")
@@ -474,7 +479,7 @@ def _next_index(conn: sqlite3.Connection, path: str, after: Any, before: int | N
             "SELECT idx FROM steps WHERE idx > ? AND idx < ? ORDER BY idx LIMIT 1",
             (after, before if before is not None else 2**63 - 1),
         ).fetchone()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.Error, ValueError) as exc:
         raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
     return None if row is None else row[0]
 
@@ -513,7 +518,7 @@ def _generator_slugs(conn: sqlite3.Connection, path: str, warn: Warn) -> dict[st
                 slugs[execution] = slug
     # A malformed table or a non-integer idx (database.py reads it with int()) costs only the
     # model names: replay goes on with the default.
-    except (DatabaseError, ValueError, TypeError, OverflowError) as exc:
+    except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
         warn(f"gen_metadata: not read further, {_reason(exc)}")
     return slugs
 
