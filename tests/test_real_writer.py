@@ -234,6 +234,15 @@ def test_denied_tool_is_a_tool_step_and_the_turn_goes_on(runs: dict[str, RunResu
     assert "denied" in denied[0].error
 
 
+def test_large_command_output_keeps_its_tail(runs: dict[str, RunResult]) -> None:
+    (command,) = [s for s in read_steps(_run(runs, "rw-bigoutput").db) if s.step_type == 21]
+    assert command.result is not None and command.result.exit_code == 0
+    output = command.result.output
+    # §6: the last ~8 KB, after a `<truncated N lines>` line (N is not the count dropped here).
+    assert output.startswith("<truncated ") and output.endswith("19999\r\n20000\r\n")
+    assert 4_000 < len(output) < 16_000
+
+
 def test_cancelled_tool_has_no_exit_code(runs: dict[str, RunResult]) -> None:
     steps = read_steps(_run(runs, "rw-cancel").db)
     (command,) = [s for s in steps if s.step_type == 21]

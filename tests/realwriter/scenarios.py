@@ -149,6 +149,23 @@ SCENARIOS: list[tuple[Scenario, list[Expect]]] = [
     ),
     (
         Scenario(
+            name="rw-bigoutput",
+            turns=["Print many lines."],
+            replies=[
+                tool(call("run_command", CommandLine="seq 1 20000", Cwd="{ws}",
+                          WaitMsBeforeAsync=5000)),
+                text("Printed them.", match="19999"),
+            ],
+        ),
+        [
+            Expect(
+                text="Printed them.",
+                tools=["▸ run_command seq 1 20000", "exit 0", "<truncated", "more lines)"],
+            )
+        ],
+    ),
+    (
+        Scenario(
             name="rw-files",
             turns=["Look around and fix the notes."],
             replies=[
