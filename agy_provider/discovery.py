@@ -25,6 +25,7 @@ from agy_provider.fswatch import FolderWatch, watch_folder
 __all__ = [
     "Binding",
     "BindingSubject",
+    "agy_log_dir",
     "bind_database",
     "conversations_dir",
     "snapshot_stems",
@@ -66,6 +67,11 @@ def conversations_dir(app_data_dir: str = "") -> Path:
     if not root:
         root = os.path.join(os.path.expanduser("~"), ".gemini", "antigravity-cli")
     return Path(root) / "conversations"
+
+
+def agy_log_dir(app_data_dir: str = "") -> Path:
+    """agy's `log/` folder, beside `conversations/` in its state folder."""
+    return conversations_dir(app_data_dir).parent / "log"
 
 
 def snapshot_stems(folder: Path) -> set[str]:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable
 
 import psutil
@@ -16,12 +17,14 @@ import psutil
 from agy_provider.errors import RpcError, TurnError
 from agy_provider.rpc_client import PROBE_TIMEOUT, ConnectClient
 
-__all__ = ["connect_to_language_server", "listening_ports", "prove_ownership"]
+__all__ = ["LogPorts", "connect_to_language_server", "listening_ports", "prove_ownership"]
 
 log = logging.getLogger(__name__)
 
-# How long to wait for the server to answer between polls of the process tree.
+# How long to wait for the server to answer between looks (log, process tree).
 _RETRY = 0.05
+# The process-tree scan backs off from _RETRY to this (the log, when agy writes it, is cheap).
+_SCAN_MAX = 0.8
 
 
 def listening_ports(processes: Iterable[psutil.Process]) -> list[int]:
@@ -82,23 +85,72 @@ async def _probe(ports: list[int], csrf_token: str) -> ConnectClient | None:
     return winner
 
 
+# agy's own log line naming its server's ports (AGY-FORMATS §1).
+_LISTENING = re.compile(rb"Language server listening on random port at (\d+)")
+# The log is read from where the last read stopped; a line longer than this is not agy's.
+_LOG_READ_LIMIT = 1024 * 1024
+
+
+class LogPorts:
+    """The ports agy's log (`--log-file`, ours alone) says its language server listens on.
+
+    Read incrementally from where the last read stopped, so each look costs only what agy
+    appended; this replaces scanning the process tree's sockets whenever agy logs the line.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+        self._tail = b""
+        self.ports: list[int] = []
+
+    def read(self) -> list[int]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read(_LOG_READ_LIMIT)
+        except OSError:
+            return self.ports
+        self._offset += len(data)
+        lines = (self._tail + data).split(b"\n")
+        self._tail = lines.pop()[-_LOG_READ_LIMIT:]
+        for line in lines:
+            match = _LISTENING.search(line)
+            if match and 0 < int(match.group(1)) < 65536 and int(match.group(1)) not in self.ports:
+                self.ports.append(int(match.group(1)))
+        return self.ports
+
+
 async def connect_to_language_server(
     tree: Callable[[], Awaitable[list[psutil.Process]]],
     *,
     csrf_token: str,
     exited: Callable[[], bool],
     timeout: float,
+    log_file: str = "",
 ) -> ConnectClient:
-    """Wait (bounded) until our agy's tree listens and a port answers Heartbeat; return its client.
+    """Wait (bounded) until our agy's server answers Heartbeat; return its client.
 
-    Raises `TurnError` when agy exits or `timeout` passes first, `RpcError` for a CSRF refusal.
+    Where agy's server is: the ports our agy's own log names (`log_file`), else the loopback
+    LISTEN sockets of our agy's process tree — a scan that backs off, since on a busy machine
+    with many turns it is the costliest thing a turn does. Raises `TurnError` when agy exits or
+    `timeout` passes first, `RpcError` for a CSRF refusal.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    logged = LogPorts(log_file) if log_file else None
     tried: set[int] = set()
+    scan_every = _RETRY
+    next_scan = loop.time()
     while True:
-        # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
-        ports = await asyncio.to_thread(listening_ports, await tree())
+        ports: list[int] = []
+        if logged is not None:
+            ports = await asyncio.to_thread(logged.read)
+        if not ports and loop.time() >= next_scan:
+            # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
+            ports = await asyncio.to_thread(listening_ports, await tree())
+            scan_every = min(scan_every * 2, _SCAN_MAX)
+            next_scan = loop.time() + scan_every
         if ports:
             client = await _probe(ports, csrf_token)
             if client is not None:

@@ -69,6 +69,8 @@ class TurnRequest:
     # agy ≥ 1.1.8 states the conversation id on its first stream-json line (AGY-FORMATS §2.1),
     # the one proof of ownership that needs no process scan. "" keeps agy's plain text output.
     output_format: str = "stream-json"
+    # A log file of this run alone: agy names its language server's ports there (rpc turns).
+    log_file: str = ""
 
 
 def find_agy(configured: str = "") -> str:
@@ -138,13 +140,30 @@ def _store_version(key: tuple[str, int, int], version: str) -> None:
 async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
     """`agy --version` (first line), cached by the binary's identity; "" when it cannot be learned.
 
-    The auto-updater is disabled for the call (AGY-FORMATS §2: `--version` may start it).
+    Turns that start together share one question (one process, not one per turn). The
+    auto-updater is disabled for the call (AGY-FORMATS §2: `--version` may start it).
     """
     key = _identity(binary)
-    if key is not None:
-        cached = await asyncio.to_thread(_cached_version, key)
-        if cached is not None:
-            return cached
+    if key is None:
+        return await _ask_version(binary, timeout)
+    cached = await asyncio.to_thread(_cached_version, key)
+    if cached is not None:
+        return cached
+    asking = _asking.get(key)
+    if asking is None or asking.get_loop() is not asyncio.get_running_loop():
+        asking = asyncio.ensure_future(_ask_version(binary, timeout))
+        _asking[key] = asking
+        asking.add_done_callback(lambda _: _asking.pop(key, None))
+    version = await asyncio.shield(asking)
+    if version and _versions.get(key) != version:
+        await asyncio.to_thread(_store_version, key, version)
+    return version
+
+
+_asking: dict[tuple[str, int, int], asyncio.Future[str]] = {}
+
+
+async def _ask_version(binary: str, timeout: float) -> str:
     version = ""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -169,8 +188,6 @@ async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
     except OSError as exc:
         log.info("could not ask %s for its version: %s", binary, exc)
         return ""
-    if key is not None and version:
-        await asyncio.to_thread(_store_version, key, version)
     return version
 
 
@@ -241,6 +258,10 @@ def build_argv(request: TurnRequest) -> list[str]:
             f"print timeout must be a positive number of seconds, not {request.print_timeout!r}"
         )
     argv += ["--print-timeout", go_duration(request.print_timeout)]
+    if request.log_file:
+        if not os.path.isabs(request.log_file) or "\x00" in request.log_file:
+            raise UsageError(f"the log file must be an absolute path, not {request.log_file!r}")
+        argv += ["--log-file", request.log_file]
     if request.csrf_token:
         if not request.csrf_token.isalnum():
             raise UsageError("the CSRF token must be alphanumeric")

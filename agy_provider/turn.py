@@ -23,7 +23,13 @@ from agy_provider.agy.models import model_arguments
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembler import StepAssembler
 from agy_provider.config import Config, load_config
-from agy_provider.discovery import Binding, bind_database, conversations_dir, snapshot_stems
+from agy_provider.discovery import (
+    Binding,
+    agy_log_dir,
+    bind_database,
+    conversations_dir,
+    snapshot_stems,
+)
 from agy_provider.errors import AgyError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.options import SimpleStreamOptions
@@ -244,6 +250,8 @@ class TurnDriver:
         self.backup: EventSource | None = None  # the database reader rpc turns fall back to
         self.source_name = ""
         self.switch_to_backup = False
+        # The preferred source still opening beside the database: (name, source, its open()).
+        self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
         self.version_task: asyncio.Task[str] | None = None
         self._starting: asyncio.Task[None] | None = None
         self._started_at = 0.0
@@ -352,7 +360,15 @@ class TurnDriver:
             self.version_task.cancel()
         if self.process is not None and self.process.returncode is None:
             await self.process.terminate()
-        for source in {id(s): s for s in (self.source, self.backup) if s is not None}.values():
+        sources = [self.source, self.backup]
+        if self._upgrade is not None:  # the preferred source never got its turn
+            _name, pending, opening = self._upgrade
+            self._upgrade = None
+            opening.cancel()
+            with contextlib.suppress(BaseException):
+                await opening
+            sources.append(pending)
+        for source in {id(s): s for s in sources if s is not None}.values():
             with contextlib.suppress(AgyError):
                 await source.aclose()
 
@@ -383,6 +399,13 @@ class TurnDriver:
         binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
         effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
         model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
+        rpc_capable = self.ctx.event_source in ("rpc", "auto")
+        # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
+        log_file = (
+            str(agy_log_dir(config.app_data_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
+            if rpc_capable
+            else ""
+        )
         request = TurnRequest(
             prompt=prompt,
             cwd=self.cwd,
@@ -393,10 +416,9 @@ class TurnDriver:
             conversation_id=conversation_id,
             print_timeout=config.turn_timeout + _PRINT_TIMEOUT_MARGIN,
             # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
-            csrf_token=secrets.token_hex(16)
-            if config.csrf and self.ctx.event_source in ("rpc", "auto")
-            else "",
+            csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
             env={"ANTIGRAVITY_APP_DATA_DIR": config.app_data_dir} if config.app_data_dir else {},
+            log_file=log_file,
         )
         self.assembler.begin_after(min_index + 1)
         return TurnPlan(
@@ -461,19 +483,52 @@ class TurnDriver:
         await self._open_source(plan.source_name)
 
     async def _open_source(self, name: str) -> None:
-        """Open the chosen source; an rpc source that cannot start falls back to the database."""
+        """Open the chosen source. A source other than the database (rpc) is opened beside it:
+        the database streams from the first instant, and the pump moves to the other source
+        once it is up (`_upgrade`). If it never comes up the database finishes the turn."""
         source: EventSource = self.edges.sources()[name].factory(self.ctx)
-        try:
-            await source.open()
-        except AgyError as exc:
-            await source.aclose()
-            if name == "sqlite" or not self._may_fall_back():
+        if name == "sqlite" or not self._may_fall_back():
+            try:
+                await source.open()
+            except BaseException:
+                await source.aclose()
                 raise
-            log.warning("the %s event source could not start (%s); reading the database", name, exc)
-            self.source = await self._open_backup()
-            self.source_name = "sqlite"
+            self.source = source
             return
-        self.source = source
+        opening = asyncio.ensure_future(source.open())
+        try:
+            self.source = await self._open_backup()
+        except AgyError as exc:
+            log.info("the database cannot be read yet (%s); waiting for the %s source", exc, name)
+            try:
+                await opening
+            except BaseException:
+                await source.aclose()
+                raise
+            self.source = source
+            return
+        except BaseException:
+            opening.cancel()
+            await source.aclose()
+            raise
+        self.source_name = "sqlite"
+        self._upgrade = (name, source, opening)
+
+    async def _take_upgrade(self) -> None:
+        """Move to the preferred source once it opened; log and stay on the database if not."""
+        assert self._upgrade is not None
+        name, source, opening = self._upgrade
+        self._upgrade = None
+        try:
+            opening.result()
+        except (AgyError, asyncio.CancelledError) as exc:
+            await source.aclose()
+            log.warning("the %s event source could not start (%s); reading the database", name, exc)
+            return
+        except BaseException:
+            await source.aclose()
+            raise
+        self.source, self.source_name = source, name
 
     def _may_fall_back(self) -> bool:
         # Under `rpc` as under `auto`: a turn agy finishes must not be lost to its server.
@@ -511,6 +566,9 @@ class TurnDriver:
                 if changed:
                     last_progress = loop.time()
                     self.emit(self.assembler.feed(changed))
+                if self._upgrade is not None and self._upgrade[2].done():
+                    await self._take_upgrade()
+                    continue  # read the new source at once (its first snapshot)
                 now = loop.time()
                 if exit_task.done():
                     await self._drain()
@@ -529,8 +587,11 @@ class TurnDriver:
                         "or check agy on its own"
                     )
                 wait_task = asyncio.ensure_future(self.source.wait(1.0))
+                waits: set[asyncio.Future[Any]] = {wait_task, exit_task}
+                if self._upgrade is not None:
+                    waits.add(self._upgrade[2])
                 try:
-                    await asyncio.wait({wait_task, exit_task}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     wait_task.cancel()
         finally:

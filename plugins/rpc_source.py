@@ -106,6 +106,7 @@ class RpcEventSource:
         self.client = await connect_to_language_server(
             process.scan_tree,
             csrf_token=process.request.csrf_token,
+            log_file=process.request.log_file,
             exited=lambda: process.returncode is not None,
             timeout=min(
                 SERVER_TIMEOUT_AUTO if self.turn.event_source == "auto" else SERVER_TIMEOUT,

@@ -185,7 +185,7 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
     }
     return TurnEdges(
         store=SessionStore(tmp_path / "sessions.json"),
-        spawn=lambda request: FakeProcess(request, script),  # type: ignore[arg-type,return-value]
+        spawn=lambda request: FakeProcess(request, script),
         bind=bind,
         sources=lambda: specs,
         find_agy=lambda configured: "/usr/bin/agy",
@@ -290,7 +290,7 @@ async def test_the_next_turn_resumes_even_before_the_session_is_saved(tmp_path: 
         real_put(*args)
         saved.set()
 
-    edges.store.put = slow_put  # type: ignore[method-assign]
+    edges.store.put = slow_put  # type: ignore[method-assign,assignment]
     first = start_turn(edges, session="s", prompt="one")
     await until(lambda: script.sources)
     script.sources[0].enqueue([user(0, "one"), planner(1, "One.")])

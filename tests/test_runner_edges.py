@@ -1,0 +1,88 @@
+"""The runner's edges: what agy's stdout states, its log's ports, and its version asked once per binary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agy_provider import runner
+from agy_provider.language_server import LogPorts
+from agy_provider.runner import StdoutEvents, agy_version
+
+CID = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+
+def test_stdout_events_state_the_id_keep_the_result_and_skip_text() -> None:
+    events = StdoutEvents()
+    lines = [
+        b"Error: authentication required. Run 'antigravity' to log in, then retry.\n",
+        json.dumps({"event": "init", "conversation_id": CID, "init": {}}).encode() + b"\n",
+        json.dumps({"event": "step_update", "step_update": {"conversation_id": "other"}}).encode()
+        + b"\n",
+        json.dumps({"event": "result", "result": {"status": "SUCCESS"}}).encode() + b"\n",
+    ]
+    blob = b"".join(lines)
+    # Split anywhere: the id becomes known exactly once, at the chunk that completes `init`.
+    became_known = [events.feed(blob[i : i + 7]) for i in range(0, len(blob), 7)]
+    assert became_known.count(True) == 1
+    assert events.conversation_id == CID  # the first id stated wins; later ones are steps'
+    assert events.result == {"status": "SUCCESS"}
+    assert b"authentication required" in events.text
+
+
+def test_stdout_events_refuse_an_id_that_could_become_a_flag() -> None:
+    events = StdoutEvents()
+    events.feed(b'{"event":"init","conversation_id":"--rm"}\n')
+    assert events.conversation_id == ""
+
+
+def test_log_ports_reads_only_what_agy_appended(tmp_path: Path) -> None:
+    log = tmp_path / "agy.log"
+    ports = LogPorts(str(log))
+    assert ports.read() == []  # not written yet
+    log.write_bytes(b"I1130 10:00:00.000000 1 server.go:1] Language server listening on random ")
+    assert ports.read() == []  # half a line
+    with log.open("ab") as handle:
+        handle.write(b"port at 40123 for HTTPS (gRPC)\nI1130 x] Language server listening on ")
+        handle.write(b"random port at 40124 for HTTP\n")
+    assert ports.read() == [40123, 40124]
+    assert ports.read() == [40123, 40124]
+
+
+@pytest.fixture
+def counting_agy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A real executable that prints a version and counts how often it was asked."""
+    monkeypatch.setenv("AGY_PROVIDER_SESSIONS", str(tmp_path / "state" / "sessions.json"))
+    monkeypatch.setattr(runner, "_versions", {})
+    counter = tmp_path / "count"
+    binary = tmp_path / "agy"
+    binary.write_text(f'#!/bin/sh\necho x >> "{counter}"\necho 1.2.13\n')
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    return binary, counter
+
+
+async def test_agy_version_is_asked_once_for_many_turns(counting_agy: tuple[Path, Path]) -> None:
+    binary, counter = counting_agy
+    versions = await asyncio.gather(*(agy_version(str(binary)) for _ in range(10)))
+    assert versions == ["1.2.13"] * 10
+    assert counter.read_text().count("x") == 1
+
+
+async def test_agy_version_survives_the_process_and_follows_the_binary(
+    counting_agy: tuple[Path, Path],
+) -> None:
+    binary, counter = counting_agy
+    assert await agy_version(str(binary)) == "1.2.13"
+    runner._versions.clear()  # a new process: only the file remains
+    assert await agy_version(str(binary)) == "1.2.13"
+    assert counter.read_text().count("x") == 1
+    # A new build at the same path (its size or mtime moved) is asked again.
+    binary.write_text(binary.read_text().replace("1.2.13", "1.2.14"))
+    os.utime(binary, ns=(0, binary.stat().st_mtime_ns + 1_000_000_000))
+    assert await agy_version(str(binary)) == "1.2.14"
+    assert counter.read_text().count("x") == 2
