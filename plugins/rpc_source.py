@@ -209,7 +209,12 @@ class RpcEventSource:
         steps: Sequence[Any] = steps_update.get("steps") or []
         indices: Sequence[Any] = steps_update.get("indices") or []
         for position, raw in enumerate(steps):
-            index = int(indices[position]) if position < len(indices) else None
+            try:
+                index = int(indices[position]) if position < len(indices) else None
+            except (TypeError, ValueError):
+                index = None  # the step names its own index too
+            if index is not None and index <= self.min_index:
+                continue  # a resumed conversation's earlier steps, replayed by the first frame
             try:
                 self._put(decode_json_step(raw, index=index))
             except (DecodeError, ValueError, TypeError) as exc:

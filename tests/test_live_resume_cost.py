@@ -1,0 +1,73 @@
+"""A resumed turn costs its new work only: the same rows decoded whatever the conversation's length.
+
+Counts are the measure (rows decoded, rows the light scans returned); the wall clock never is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agy_provider.plugins import sqlite_source
+from live_helpers import MODEL, expect_done, scenario_answer
+
+from agy_provider import discovery
+from agy_provider.agy import rows
+from agy_provider.options import SimpleStreamOptions
+from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+from agy_provider.types import Context, UserMessage
+
+pytestmark = pytest.mark.slow
+
+
+async def resumed_turn_cost(
+    app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier_turns: int
+) -> int:
+    """Resume a conversation of `earlier_turns` turns; return how many rows were decoded."""
+    conversation = str(uuid.uuid4())
+    folder = app / "conversations"
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = write_conversation(folder / f"{conversation}.db", conversation, turns=earlier_turns)
+    writer.close()
+    last = earlier_turns * STEPS_PER_TURN - 1
+    store = SessionStore(tmp_path / f"sessions-{earlier_turns}.json")
+    store.put("resume", SessionRecord(conversation_id=conversation, last_step_index=last))
+    decoded = 0
+    real = rows.decode_step_row
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal decoded
+        decoded += 1
+        return real(*args, **kwargs)
+
+    # Every module that decodes rows on the live path.
+    monkeypatch.setattr(sqlite_source, "decode_step_row", counting)
+    monkeypatch.setattr(discovery, "decode_step_row", counting)
+    stream = stream_simple(
+        MODEL,
+        Context(messages=[UserMessage(content="one more", timestamp=0)]),
+        SimpleStreamOptions(session_id="resume"),
+        store=store,
+        continue_session=True,
+    )
+    events = [event async for event in stream]
+    expect_done(events, await stream.result(), scenario_answer("default"))
+    await wait_for_turns()
+    record = store.get("resume")
+    assert record is not None and record.conversation_id == conversation
+    assert record.last_step_index > last  # the new turn was read and remembered
+    return decoded
+
+
+async def test_a_resumed_turn_decodes_only_its_new_rows(
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = await resumed_turn_cost(live_env, tmp_path, monkeypatch, earlier_turns=3)
+    large = await resumed_turn_cost(live_env, tmp_path, monkeypatch, earlier_turns=1500)
+    # The new turn's rows are decoded a few times each as they grow; none of the 6,000 earlier.
+    assert 0 < small < 100
+    assert large <= small + 5, (small, large)
