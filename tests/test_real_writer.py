@@ -234,6 +234,18 @@ def test_denied_tool_is_a_tool_step_and_the_turn_goes_on(runs: dict[str, RunResu
     assert "denied" in denied[0].error
 
 
+def test_a_retried_invalid_output_does_not_fail_the_turn(runs: dict[str, RunResult]) -> None:
+    steps = read_steps(_run(runs, "rw-invalid-output").db)
+    kinds = [(s.kind, s.status) for s in steps]
+    assert kinds == [
+        (StepKind.USER, StepStatus.DONE),
+        (StepKind.ASSISTANT, StepStatus.DONE),  # empty: no text, only a stop reason
+        (StepKind.ERROR, StepStatus.DONE),  # "Model produced invalid output.", then a retry
+        (StepKind.ASSISTANT, StepStatus.DONE),
+    ]
+    assert not steps[1].final and steps[2].error == "Model produced invalid output."
+
+
 def test_large_command_output_keeps_its_tail(runs: dict[str, RunResult]) -> None:
     (command,) = [s for s in read_steps(_run(runs, "rw-bigoutput").db) if s.step_type == 21]
     assert command.result is not None and command.result.exit_code == 0

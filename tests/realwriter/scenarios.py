@@ -292,6 +292,15 @@ SCENARIOS: list[tuple[Scenario, list[Expect]]] = [
     ),
     (
         Scenario(
+            name="rw-invalid-output",
+            turns=["Answer on the second try."],
+            # An empty reply is "invalid output": the runtime writes an error row and retries.
+            replies=[{"chunks": [[{"text": ""}]]}, text("Second try worked.")],
+        ),
+        [Expect(text="Second try worked.")],
+    ),
+    (
+        Scenario(
             name="rw-quota",
             turns=["Hit the quota."],
             replies=[_ERROR_429, _ERROR_429, _ERROR_429],
