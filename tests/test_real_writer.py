@@ -25,6 +25,7 @@ from agy_provider.agy.step import STATUS_TRANSITIONS, StepKind, StepStatus
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.replay import ReplayedTurn, load_recording, replay
 from agy_provider.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.wire.protowire import Message
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +159,16 @@ def test_usage_is_the_providers_usage_metadata(runs: dict[str, RunResult]) -> No
     assert (message.usage.input, message.usage.cache_read, message.usage.output) == (100, 20, 42)
 
 
+def _same_metadata(a: bytes, b: bytes) -> bool:
+    """Equal as messages: Go writes map entries (modelInfo's MIME types) in random order."""
+    sim_support = pytest.importorskip("sim_support")
+    try:
+        metadata = sim_support.real_class("exa.cortex_pb.CortexStepMetadata")
+    except Exception:  # ../shared/reference is not beside this checkout
+        return a == b or len(a) == len(b)
+    return bool(metadata.FromString(a) == metadata.FromString(b))
+
+
 def _reachable(start: StepStatus) -> set[StepStatus]:
     seen, todo = {start}, [start]
     while todo:
@@ -203,6 +214,9 @@ def test_writer_shapes_of_section_6(runs: dict[str, RunResult]) -> None:
         assert len(run.db.stem) == 32 and all(c in "0123456789abcdef" for c in run.db.stem)
         assert all(payload for _, _, payload in rows), f"{name}: a row without payload"
         assert all(meta for _, meta, _ in rows), f"{name}: a row without the metadata column"
+        for idx, meta, payload in rows:  # the column is the payload's field 5 (map order aside)
+            inner = Message(payload).message(5)
+            assert inner is not None and _same_metadata(bytes(inner.raw), meta), f"{name} {idx}"
         assert sources == [(0,)]
         steps = read_steps(run.db)
         executions = {s.execution_id for s in steps if s.execution_id}
