@@ -103,7 +103,8 @@ async def run(sizes: list[int], cwd: Path, log: live.ProviderLog) -> list[str]:
                 f"  {source:>6} × {n:<2}  all done: {'PASS' if done == n else 'FAIL'} ({done}/{n});  "
                 f"≥ {DELTAS_GOAL} text deltas each: {'PASS' if streamed == n else 'FAIL'} ({streamed}/{n});  "
                 f"lag p99 ≤ {LAG_P99_GOAL_MS:.0f} ms: {'PASS' if p99 <= LAG_P99_GOAL_MS else 'FAIL'} "
-                f"({p99:.2f} ms);  own conversation each: {'PASS' if bound == n else 'FAIL'} ({bound}/{n})"
+                f"({p99:.2f} ms);  a conversation of its own each: {'PASS' if bound == n else 'FAIL'} "
+                f"({bound} distinct in {n} session records)"
             )
     return verdicts
 
