@@ -20,7 +20,7 @@ from realwriter.harness import RunResult, harness_unavailable, read_steps, run_s
 from realwriter.scenarios import SCENARIOS, Expect
 
 from agy_provider.agy.database import iter_generator_rows, open_conversation_db
-from agy_provider.agy.rows import decode_generator_record
+from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import STATUS_TRANSITIONS, StepKind, StepStatus
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.replay import ReplayedTurn, load_recording, replay
@@ -140,6 +140,7 @@ def test_live_sqlite_source_streamed_what_replay_gives(
             if event.type in ("text_delta", "thinking_delta"):
                 deltas[event.content_index] = deltas.get(event.content_index, "") + event.delta
         for index, block in enumerate(streamed.content):
+            assert isinstance(block, TextContent | ThinkingContent), block
             text = block.text if isinstance(block, TextContent) else block.thinking
             assert deltas.get(index, "") == text, f"{name} turn {n} block {index}"
 
@@ -200,8 +201,17 @@ def test_rows_seen_live_have_no_placeholders_and_legal_status_moves(
 
 
 def test_replay_reports_the_model_that_answered(runs: dict[str, RunResult]) -> None:
-    for turn in _replayed(_run(runs, "rw-multiturn")):
+    run = _run(runs, "rw-multiturn")
+    for turn in _replayed(run):
         assert _final(list(turn.events)).model == "rw-multiturn-001"
+    conn = open_conversation_db(run.db, snapshot=True)
+    try:
+        records = [decode_generator_record(data) for _, data in iter_generator_rows(conn)]
+    finally:
+        conn.close()
+    users = [s.index for s in read_steps(run.db) if s.kind is StepKind.USER]
+    bounds = zip(users, [*users[1:], None], strict=True)
+    assert [model_of_turn(records, a, b) for a, b in bounds] == ["rw-multiturn-001"] * 3
 
 
 def test_writer_shapes_of_section_6(runs: dict[str, RunResult]) -> None:

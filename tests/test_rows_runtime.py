@@ -17,8 +17,10 @@ from google.protobuf import json_format
 
 from agy_provider.agy.rows import (
     MAX_REQUESTED_TOOL_CALLS,
+    GeneratorRecord,
     decode_generator_record,
     decode_step_row,
+    model_of_turn,
 )
 from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.assembler import StepAssembler, render_tool_run
@@ -396,9 +398,9 @@ def test_requested_tool_calls_of_a_huge_row_cost_bounded_memory() -> None:
     def payload(count: int) -> bytes:
         calls = [tool_call("run_command", CommandLine=f"echo {n}", Cwd=WS) for n in range(count)]
         body = {"response": "ok", "toolCalls": calls}
-        return step(1, {"type": "CORTEX_STEP_TYPE_PLANNER_RESPONSE",
-                        "status": "CORTEX_STEP_STATUS_DONE", "plannerResponse": body}
-                    ).SerializeToString()
+        message = step(1, {"type": "CORTEX_STEP_TYPE_PLANNER_RESPONSE",
+                           "status": "CORTEX_STEP_STATUS_DONE", "plannerResponse": body})
+        return bytes(message.SerializeToString())
 
     peaks = []
     for count in (12_000, 60_000):  # ~1 MB and ~5 MB
@@ -476,3 +478,16 @@ def test_turns_split_by_user_rows_under_one_execution_id(tmp_path: Path) -> None
     ]
     assert answers == ["First.", "Second."]
     assert [t.message.usage.input for t in turns] == [10, 10]
+
+
+def test_model_of_turn_follows_the_steps_each_call_wrote() -> None:
+    records = [
+        GeneratorRecord(step_indices=(1, 2), execution_id=CID, slug="a-001", name="a"),
+        GeneratorRecord(step_indices=(3,), execution_id=CID, slug="", name="a"),
+        GeneratorRecord(step_indices=(5,), execution_id=CID, slug="b-001", name="b"),
+        GeneratorRecord(step_indices=(), execution_id=CID, slug="c-001", name="c"),
+    ]
+    # One execution id for every turn: only the step indices tell the turns' models apart.
+    assert model_of_turn(records, after=0, before=4) == "a"
+    assert model_of_turn(records, after=4) == "b-001"
+    assert model_of_turn(records, after=5) == ""

@@ -41,6 +41,7 @@ __all__ = [
     "decode_step_row",
     "decode_usage_stats",
     "error_details_text",
+    "model_of_turn",
     "parse_arguments",
 ]
 
@@ -303,6 +304,23 @@ def decode_generator_record(data: bytes) -> GeneratorRecord:
         slug=chat.string(19) if chat is not None else "",
         name=chat.string(21) if chat is not None else "",
     )
+
+
+def model_of_turn(
+    records: Iterable[GeneratorRecord], after: int, before: int | None = None
+) -> str:
+    """The model that answered a turn: the newest record that wrote a step in `(after, before)`.
+
+    `after` is the turn's USER step index; `before` the next turn's (None: to the end). Records
+    that name no steps (field 2) or no model are passed over; "" when no record fits.
+    """
+    model = ""
+    for record in records:
+        if record.model and any(
+            after < i and (before is None or i < before) for i in record.step_indices
+        ):
+            model = record.model
+    return model
 
 
 def _kind_from_type(step_type: int) -> StepKind:

@@ -50,8 +50,8 @@ class ScriptedGemini:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def start(self) -> ScriptedGemini:
         self._thread.start()
