@@ -1,0 +1,55 @@
+"""The host's abort lands in every phase of a real turn (agy-sim), and leaves no process behind.
+
+No wall-clock assertion: an abort during agy's cold start is shown to land *before* agy wrote
+anything (no conversation database exists), which a late abort could not produce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_helpers import agy_processes, expect_error, leftovers, run_turn
+
+from agy_provider.options import AbortSignal
+
+pytestmark = pytest.mark.slow
+
+
+def slow_start_scenario(folder: Path) -> Path:
+    scenario = json.loads(
+        (Path(__file__).parents[1] / "agy_provider/sim/scenarios/default.json").read_text()
+    )
+    scenario["name"] = "slow-start"
+    scenario["cold_start_ms"] = 60_000  # agy signing in, starting its server: a minute
+    path = folder / "slow-start.json"
+    path.write_text(json.dumps(scenario))
+    return path
+
+
+@pytest.mark.parametrize("source", ["sqlite", "rpc"])
+async def test_an_abort_during_the_cold_start_lands_before_agy_writes_anything(
+    live_env: Path, recorder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", str(slow_start_scenario(tmp_path)))
+    monkeypatch.setenv("AGY_SIM_SPEED", "1")
+    monkeypatch.setenv("AGY_EVENT_SOURCE", source)
+    if source == "rpc":
+        monkeypatch.delenv("AGY_SIM_NO_SERVER")
+    signal = AbortSignal()
+
+    async def abort_once_agy_runs() -> None:
+        while not await asyncio.to_thread(agy_processes, live_env):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # agy is now in its cold start
+        signal.abort("test")
+
+    aborter = asyncio.create_task(abort_once_agy_runs())
+    events, message = await asyncio.wait_for(run_turn("hello", signal=signal), 50)
+    await aborter
+    expect_error(events, message, reason="aborted")
+    assert not list((live_env / "conversations").glob("*.db")), "agy got past its cold start"
+    assert leftovers(live_env, recorder) == []
