@@ -24,7 +24,8 @@ __all__ = ["Reply", "ScriptedGemini"]
 # `parts` are Gemini parts: {"text": ...}, {"text": ..., "thought": true}, {"functionCall": {...}}.
 # `match` must occur in the JSON of the request's last content entry; `gate` holds the reply's
 # last chunk until the test opens that gate; `after` holds the whole reply until the reply whose
-# `match` equals it has been sent (so a parent answers only once its subagent has).
+# `match` equals it has been sent, plus `after_delay` seconds (so a parent answers only once its
+# subagent has answered and gone idle).
 Reply = Mapping[str, Any]
 
 _PATH = re.compile(r"^/v1beta/models/([^/:]+):streamGenerateContent")
@@ -140,6 +141,8 @@ class ScriptedGemini:
                 self.end_headers()
                 if reply.get("after"):
                     outer.gate("sent:" + reply["after"]).wait(_GATE_TIMEOUT)
+                    # …and give the other side a moment to act on it (a subagent to go idle).
+                    time.sleep(float(reply.get("after_delay", 0.0)))
                 chunks: list[list[dict[str, Any]]] = list(reply.get("chunks") or [[]])
                 gate = outer.gate(reply["gate"]) if reply.get("gate") else None
                 for n, parts in enumerate(chunks):

@@ -247,7 +247,10 @@ SCENARIOS: list[tuple[Scenario, list[Expect]]] = [
                     )
                 ),
                 text("Child says hi.", match="CHILD-TASK"),
-                text("The helper is on it.", match="invoke_subagent", after="CHILD-TASK"),
+                # Held until the child answered and went idle, so its "gone idle" message
+                # reaches the parent within this turn, not after it.
+                text("The helper is on it.", match="invoke_subagent", after="CHILD-TASK",
+                     after_delay=0.5),
                 text("The helper said hi.", match="Child says hi"),
             ],
         ),
