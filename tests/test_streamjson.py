@@ -788,3 +788,43 @@ def test_replay_takes_plain_text_before_the_first_event(tmp_path: Path) -> None:
     assert final["type"] == "error"
     assert "authentication failed" in final["error"]["errorMessage"]
     assert "log in" in final["error"]["errorMessage"]
+
+
+_pieces = st.lists(
+    st.text(alphabet=st.sampled_from(["a", "é", " ", "\ufffd", "\n", "\u2028", "z"]), max_size=6),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(2, 4), _pieces), min_size=1, max_size=4),
+    response=st.text(alphabet=st.sampled_from(["a", "é", " ", "\ufffd", "z"]), max_size=30),
+    coalesce=st.booleans(),
+)
+def test_snapshots_only_grow_whatever_the_deltas_and_response(
+    steps: list[tuple[int, list[str]]], response: str, coalesce: bool
+) -> None:
+    """Never retract or garble what was shown: every snapshot of a step extends the last one."""
+    decoder = StreamJsonDecoder(coalesce=coalesce)
+    lines = [
+        step(index, "agent_response", "ACTIVE", text_delta=piece)
+        for index, pieces in steps
+        for piece in pieces
+    ]
+    lines.append(line("result", status="SUCCESS", response=response, num_turns=1))
+    items = [i for text in lines for i in decoder.feed_line(text)] + decoder.end_of_input()
+    shown: dict[int, str] = {}
+    for item in items:
+        if isinstance(item, Step):
+            assert item.text.startswith(shown.get(item.index, ""))
+            shown[item.index] = item.text
+    streamed = {
+        index: "".join(p for i, ps in steps if i == index for p in ps) for index, _ in steps
+    }
+    for index, text in streamed.items():
+        final = shown.get(index, "")
+        # Everything streamed is shown, or healed by the response (same text outside U+FFFD).
+        clean = text.split("\ufffd")[0]
+        assert final.startswith(clean)
+        assert final.startswith(text) or "\ufffd" in text  # else healed by the response

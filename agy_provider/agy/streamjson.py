@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
+from agy_provider.agy import streamjson_values as values
 from agy_provider.agy.step import (
     Step,
     StepKind,
@@ -38,6 +39,7 @@ from agy_provider.agy.step import (
     ToolResult,
     TurnOutcome,
 )
+from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
 from agy_provider.errors import DecodeError
 from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
@@ -63,9 +65,6 @@ COALESCE_FROM: Final = 8 * 1024
 # required …"): a few short lines are what agy prints; more is noise that must not pile up.
 _MAX_NOTES: Final = 4
 _MAX_NOTE_CHARS: Final = 500
-# Nested tool parameters deeper than this are summarised: agy's are at most 3 deep, and a hostile
-# capture must not recurse us into a RecursionError.
-_MAX_PARAM_DEPTH: Final = 24
 # Step indices are small non-negative integers in agy; anything outside this is not a step index.
 _MAX_INDEX: Final = 2**31 - 1
 
@@ -89,98 +88,6 @@ _STATES: Mapping[str, StepStatus] = {
 
 _OK_RESULTS = frozenset({"SUCCESS", "OK"})
 _CANCELED_RESULTS = frozenset({"CANCELED", "CANCELLED"})
-_DENIAL_WORDS = ("denied", "permission check failed", "not permitted")
-_REPLACEMENT = "\ufffd"
-
-
-# -- small, total conversions (nothing here raises on odd JSON) ------------------------------
-
-
-def _count(value: Any) -> int:
-    """A token or turn count: a non-negative int from whatever JSON gave (odd values → 0)."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(0, min(value, 2**63 - 1))
-    if isinstance(value, float) and math.isfinite(value):
-        return max(0, min(int(value), 2**63 - 1))
-    return 0
-
-
-def _clean(text: str) -> str:
-    """`text` without lone surrogates (JSON may carry `\\ud800`; no writer can encode it)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text
-
-
-def _text(value: Any) -> str:
-    """A string field; numbers and other scalars become their JSON text, containers ""."""
-    if isinstance(value, str):
-        return _clean(value)
-    if value is None or isinstance(value, dict | list):
-        return ""
-    if isinstance(value, float) and not math.isfinite(value):
-        return ""
-    try:
-        return str(value)
-    except ValueError:  # an int too long to print (sys.get_int_max_str_digits)
-        return ""
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """A JSON value made safe to render: clean strings, finite numbers, bounded depth."""
-    if isinstance(value, str):
-        return _clean(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
-        return str(value)[:40] + "…"
-    if depth >= _MAX_PARAM_DEPTH and isinstance(value, dict | list):
-        return "…"
-    if isinstance(value, dict):
-        return {_clean(str(k)): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v, depth + 1) for v in value]
-    return value
-
-
-def _error_message(value: Any) -> str:
-    """`error` as agy writes it: `{type, message}`, or a bare string (result, 1.1.17)."""
-    if isinstance(value, dict):
-        return _text(value.get("message")) or _text(value.get("type"))
-    return _text(value)
-
-
-def stream_json_usage(value: Any) -> StepUsage | None:
-    """`{input_tokens, output_tokens, cache_read_tokens, …}` → StepUsage; None when absent.
-
-    `input_tokens` is uncached input, `output_tokens` includes thinking; agy's `total_tokens`
-    (input + output) is not read: pi's total is computed from the parts.
-    """
-    if not isinstance(value, dict):
-        return None
-    return StepUsage(
-        input=_count(value.get("input_tokens")),
-        output=_count(value.get("output_tokens")),
-        cache_read=_count(value.get("cache_read_tokens")),
-        cache_write=_count(value.get("cache_write_tokens")),
-    )
-
-
-def subtract_usage(total: StepUsage, previous: StepUsage) -> StepUsage | None:
-    """`total - previous` field by field; None when a field would go negative (not a running total)."""
-    parts = (
-        total.input - previous.input,
-        total.output - previous.output,
-        total.cache_read - previous.cache_read,
-        total.cache_write - previous.cache_write,
-    )
-    if min(parts) < 0:
-        return None
-    return StepUsage(*parts)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -222,7 +129,7 @@ class _StepState:
 
     def append(self, delta: str, *, hold: bool = False) -> None:
         if hold and self.hold_from is None:
-            at = delta.find(_REPLACEMENT)
+            at = delta.find(values.REPLACEMENT)
             if at >= 0:
                 self.hold_from = self.length + at
         self.chunks.append(delta)
@@ -292,7 +199,7 @@ class StreamJsonDecoder:
     def note_stderr(self, text: str) -> None:
         """Lines agy printed on stderr; a `CANCELED` result names the denial they report."""
         for line in text.splitlines():
-            line = _clean(line.strip())
+            line = values.clean(line.strip())
             if line:
                 self._stderr.append(line[:_MAX_NOTE_CHARS])
 
@@ -361,10 +268,10 @@ class StreamJsonDecoder:
                 raise DecodeError("result without an object body")
             self._result(body, items)
         elif kind == "init":
-            self.conversation_id = _text(event.get("conversation_id")) or self.conversation_id
+            self.conversation_id = values.text(event.get("conversation_id")) or self.conversation_id
             init = event.get("init")
             if isinstance(init, Mapping):
-                self.permission_mode = _text(init.get("permission_mode"))
+                self.permission_mode = values.text(init.get("permission_mode"))
         elif kind == "command_result":
             self._command_result(event, items)
         elif kind == "user":
@@ -372,7 +279,7 @@ class StreamJsonDecoder:
         elif kind is None and "status" in event and ("response" in event or "num_turns" in event):
             self._result(event, items)  # --output-format json: one bare result object
         else:
-            raise DecodeError(f"unknown stream-json event {_text(kind)[:80]!r}")
+            raise DecodeError(f"unknown stream-json event {values.text(kind)[:80]!r}")
         return items
 
     def flush(self) -> list[Step]:
@@ -392,7 +299,7 @@ class StreamJsonDecoder:
         """Keep a non-JSON line that reads like agy's own error, for the turn's message."""
         if isinstance(line, bytes):
             line = line.decode("utf-8", "replace")
-        line = _clean(line.strip())
+        line = values.clean(line.strip())
         if line.lower().startswith(("error:", "fatal:")):
             self._notes.append(line[:_MAX_NOTE_CHARS])
 
@@ -405,9 +312,9 @@ class StreamJsonDecoder:
         if not 0 <= raw_index <= _MAX_INDEX:
             raise DecodeError(f"step_update with step_index {raw_index} out of range")
         index = raw_index
-        agent_type = _text(body.get("step_type"))
+        agent_type = values.text(body.get("step_type"))
         kind = _KINDS.get(agent_type, StepKind.UNKNOWN)
-        status = _STATES.get(_text(body.get("state")).upper(), StepStatus.UNSPECIFIED)
+        status = _STATES.get(values.text(body.get("state")).upper(), StepStatus.UNSPECIFIED)
         if kind is StepKind.ASSISTANT and status is StepStatus.RUNNING:
             status = StepStatus.GENERATING
         state = self._states.get(index)
@@ -417,7 +324,7 @@ class StreamJsonDecoder:
             self._states[index] = state
             self._turn.append(index)
         delta = body.get("text_delta")
-        delta = _clean(delta) if isinstance(delta, str) else ""
+        delta = values.clean(delta) if isinstance(delta, str) else ""
         if kind in (StepKind.ASSISTANT, StepKind.TOOL):
             self._release_other_hold(index)
         previous = state.step
@@ -430,7 +337,7 @@ class StreamJsonDecoder:
         ):
             self._agent_usage = usage if self._agent_usage is None else self._agent_usage + usage
         tool, result, tool_error = self._tool(body, agent_type, status, previous)
-        error = tool_error or _error_message(body.get("error"))
+        error = tool_error or values.error_message(body.get("error"))
         step = dataclasses.replace(
             previous,
             kind=kind,
@@ -439,12 +346,12 @@ class StreamJsonDecoder:
             result=result,
             usage=usage or previous.usage,
             error=error or previous.error,
-            conversation_id=_text(body.get("conversation_id"))
+            conversation_id=values.text(body.get("conversation_id"))
             or previous.conversation_id
             or self.conversation_id,
         )
-        if tool is not None and status is StepStatus.ERROR and _is_denial(error):
-            self._denied[index] = _describe_denial(tool, error)
+        if tool is not None and status is StepStatus.ERROR and values.is_denial(error):
+            self._denied[index] = values.describe_denial(tool, error)
         if delta:
             state.append(delta, hold=kind is StepKind.ASSISTANT)
             if state.hold_from is not None and kind is StepKind.ASSISTANT:
@@ -521,29 +428,29 @@ class StreamJsonDecoder:
         level (1.1.17).
         """
         if agent_type == "subagent":
-            return (*_subagent(body, status, previous), "")
+            return (*values.subagent(body, status, previous), "")
         if agent_type != "tool":
             return None, None, ""
         raw_info = body.get("tool_info")
         info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-        name = _text(info.get("name")) or _text(body.get("tool_name")) or "tool"
+        name = values.text(info.get("name")) or values.text(body.get("tool_name")) or "tool"
         params = info.get("parameters")
         if isinstance(params, str):
             try:
                 params = json.loads(params)
             except (ValueError, RecursionError):
                 params = {}
-        arguments = _plain(params) if isinstance(params, dict) else {}
+        arguments = values.plain(params) if isinstance(params, dict) else {}
         if not arguments and previous.tool is not None and previous.tool.arguments:
             arguments = previous.tool.arguments  # a later update without parameters keeps them
         tool = ToolCall(id="", name=name, arguments=arguments)
         if not status.terminal:
             return tool, None, ""
         output_value = info.get("output", body.get("output"))
-        output = _text(output_value) if not isinstance(output_value, dict | list) else ""
+        output = values.text(output_value) if not isinstance(output_value, dict | list) else ""
         if isinstance(output_value, dict | list):
-            output = json.dumps(_plain(output_value), ensure_ascii=False)
-        message = _error_message(info.get("error")) or _error_message(body.get("error"))
+            output = json.dumps(values.plain(output_value), ensure_ascii=False)
+        message = values.error_message(info.get("error")) or values.error_message(body.get("error"))
         failed = status is StepStatus.ERROR or bool(message)
         if failed:
             reason = message or "failed"
@@ -559,12 +466,12 @@ class StreamJsonDecoder:
         body = body if isinstance(body, Mapping) else event
         command = body.get("command")
         command = command if isinstance(command, Mapping) else body
-        name = _text(command.get("name")) or "command"
+        name = values.text(command.get("name")) or "command"
         self._command = name
         data = command.get("data")
-        text = _text(data) if not isinstance(data, dict | list) else ""
+        text = values.text(data) if not isinstance(data, dict | list) else ""
         if isinstance(data, dict | list):
-            text = json.dumps(_plain(data), ensure_ascii=False, indent=2)
+            text = json.dumps(values.plain(data), ensure_ascii=False, indent=2)
         index = max(self._states, default=-1) + 1
         step = Step(
             index=index,
@@ -579,21 +486,21 @@ class StreamJsonDecoder:
         items.append(self._snapshot(state))
 
     def _result(self, body: Mapping[str, Any], items: list[Item]) -> None:
-        self.conversation_id = self.conversation_id or _text(body.get("conversation_id"))
-        status = _text(body.get("status")).upper()
-        response = _text(body.get("response"))
+        self.conversation_id = self.conversation_id or values.text(body.get("conversation_id"))
+        status = values.text(body.get("status")).upper()
+        response = values.text(body.get("response"))
         items.extend(self.flush())
         self._reconcile(response, items)
         total = stream_json_usage(body.get("usage"))
         num_turns = body.get("num_turns")
-        turns = _count(num_turns) if isinstance(num_turns, int | float) else None
+        turns = values.count(num_turns) if isinstance(num_turns, int | float) else None
         if self._command == "" and isinstance(body.get("command"), Mapping):
             self._command_result({"command": body["command"]}, items)
         turn_usage = self._turn_usage(total, turns)
         if total is not None and turns != 0:  # a slash command's zero usage is no running total
             self._previous_total = total
-        denied = _denied_actions(body.get("denied_actions"))
-        outcome = self._outcome(status, _error_message(body.get("error")), response, denied)
+        denied = values.denied_actions(body.get("denied_actions"))
+        outcome = self._outcome(status, values.error_message(body.get("error")), response, denied)
         duration = body.get("duration_seconds")
         self.last_result = StreamJsonResult(
             status=status,
@@ -646,11 +553,13 @@ class StreamJsonDecoder:
                 return TurnOutcome(ok=False, error=f"agy denied {what}. {advice}")
             return TurnOutcome(ok=True)
         if status in _CANCELED_RESULTS:
-            said = [line for line in self._stderr if _is_denial(line)] or list(self._stderr)[-1:]
+            said = [line for line in self._stderr if values.is_denial(line)] or list(self._stderr)[
+                -1:
+            ]
             reason = "; ".join(said)
             if what and reason:
                 message = f"agy canceled the turn: {reason} (denied: {what}). {advice}"
-            elif what or _is_denial(reason):
+            elif what or values.is_denial(reason):
                 message = f"agy canceled the turn: {reason or 'denied ' + what}. {advice}"
             elif reason:
                 message = f"agy canceled the turn: {reason}"
@@ -661,7 +570,7 @@ class StreamJsonDecoder:
                 )
             return TurnOutcome(ok=False, error=message)
         message = error or f"agy ended the turn with status {status or 'unknown'}"
-        if what and not _is_denial(message):
+        if what and not values.is_denial(message):
             message = f"{message} (denied: {what})"
         notes = [n for n in self._notes if n not in message]
         if notes:
@@ -708,7 +617,7 @@ class StreamJsonDecoder:
             tail = None
         if last.hold_from is not None:
             held = last.joined()[last.shown :]
-            if tail is not None and _heals(held, tail):
+            if tail is not None and values.heals(held, tail):
                 self._replace_text(last, own + tail, items)
             else:
                 self._release(agents[-1], items)
@@ -727,105 +636,6 @@ class StreamJsonDecoder:
         state.hold_from = None
         self._held = None
         items.append(self._snapshot(state))
-
-
-# -- module helpers ------------------------------------------------------------------------------
-
-
-def _is_denial(text: str) -> bool:
-    lowered = text.lower()
-    return any(word in lowered for word in _DENIAL_WORDS)
-
-
-def _describe_denial(tool: ToolCall, error: str) -> str:
-    target = next(
-        (str(v) for k, v in tool.arguments.items() if isinstance(v, str) and v and k != "Cwd"),
-        "",
-    )
-    what = f"{tool.name} {target[:120]}".strip()
-    return f"{what} ({error.splitlines()[0][:300]})" if error else what
-
-
-def _denied_actions(value: Any) -> tuple[str, ...]:
-    """`denied_actions: [{action, display_name}]` (1.2.x) → readable names."""
-    if not isinstance(value, list):
-        return ()
-    names = []
-    for entry in value[:50]:
-        if isinstance(entry, Mapping):
-            display, action = _text(entry.get("display_name")), _text(entry.get("action"))
-            name = f"{display} ({action})" if display and action else display or action
-        else:
-            name = _text(entry)
-        if name:
-            names.append(name[:200])
-    return tuple(names)
-
-
-def _subagent(
-    body: Mapping[str, Any], status: StepStatus, previous: Step
-) -> tuple[ToolCall | None, ToolResult | None]:
-    """`subagent_info.subagents[]` → one tool block: role, initial prompt, the child's id."""
-    raw_info = body.get("subagent_info")
-    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-    agents = info.get("subagents")
-    entries = [a for a in agents if isinstance(a, Mapping)] if isinstance(agents, list) else []
-    if not entries:
-        if previous.tool is not None:
-            return previous.tool, previous.result if status.terminal else None
-        return ToolCall(id="", name="subagent"), ToolResult() if status.terminal else None
-    first = entries[0]
-    arguments: dict[str, Any] = {}
-    for key, field in (
-        ("Role", "role"),
-        ("TypeName", "type_name"),
-        ("InitialPrompt", "initial_prompt"),
-        ("ConversationId", "conversation_id"),
-    ):
-        value = _text(first.get(field))
-        if value:
-            arguments[key] = value
-    lines = []
-    for entry in entries[:20]:
-        role = _text(entry.get("role")) or _text(entry.get("type_name")) or "subagent"
-        child = _text(entry.get("conversation_id"))
-        prompt = _text(entry.get("initial_prompt"))
-        lines.append(f"{role}: conversation {child}" if child else role)
-        if prompt:
-            lines.append(f"prompt: {prompt}")
-    tool = ToolCall(id="", name="subagent", arguments=arguments)
-    return tool, ToolResult(output="\n".join(lines)) if status.terminal else None
-
-
-def _heals(held: str, candidate: str) -> bool:
-    """True when `candidate` reads as `held` with each run of U+FFFD replaced by 1–n characters."""
-    pieces: list[str] = []
-    runs: list[int] = []
-    position = 0
-    while True:
-        at = held.find(_REPLACEMENT, position)
-        if at < 0:
-            pieces.append(held[position:])
-            break
-        pieces.append(held[position:at])
-        end = at
-        while end < len(held) and held[end] == _REPLACEMENT:
-            end += 1
-        runs.append(end - at)
-        position = end
-    if not candidate.startswith(pieces[0]):
-        return False
-    cursor = len(pieces[0])
-    for run, piece in zip(runs, pieces[1:], strict=True):
-        for skip in range(1, run + 1):
-            if cursor + skip <= len(candidate) and candidate.startswith(piece, cursor + skip):
-                if _REPLACEMENT in candidate[cursor : cursor + skip]:
-                    return False  # the response is broken in the same place: nothing to heal
-                cursor += skip + len(piece)
-                break
-        else:
-            return False
-    return True
 
 
 def decode_stream_json(
