@@ -14,10 +14,12 @@ import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -326,7 +328,8 @@ class AgyProcess:
     def __init__(self, request: TurnRequest) -> None:
         self.request = request
         self.argv = build_argv(request)
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._exited = asyncio.Event()
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._readers: list[asyncio.Task[None]] = []
@@ -343,43 +346,71 @@ class AgyProcess:
 
     @property
     def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.returncode
+        """agy's exit code once it exited and was reaped, else None."""
+        return self._proc.returncode if self._exited.is_set() and self._proc is not None else None
 
     async def start(self) -> None:
+        """Spawn agy. The fork and exec run in a worker thread (many turns starting at once
+        would stall the event loop otherwise); its pipes and its exit are watched by the loop."""
         env = {**os.environ, **self.request.env}
         env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
         # stdin stays /dev/null (an open pipe makes `agy -p` wait forever) unless the prompt
         # travels through it; then it is written whole and closed at once.
         through_stdin = not prompt_fits_argv(self.request.prompt)
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE if through_stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            self._proc = await asyncio.to_thread(
+                subprocess.Popen,
+                self.argv,
+                stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 cwd=self.request.cwd,
                 env=env,
                 start_new_session=True,
             )
         except OSError as exc:
             raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}") from exc
-        assert self._proc.stdout is not None and self._proc.stderr is not None
+        proc = self._proc
+        assert proc.stdout is not None and proc.stderr is not None
+        self._watch_exit(proc)
         if through_stdin:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(stdin_turn(self.request.prompt))
-            with contextlib.suppress(ConnectionError):
-                await self._proc.stdin.drain()
-            self._proc.stdin.close()
+            assert proc.stdin is not None
+            _write_and_close(proc.stdin, stdin_turn(self.request.prompt))
         stream_json = "stream-json" in self.argv
+        stdout = await _reader(proc.stdout)
+        stderr = await _reader(proc.stderr)
         self._readers = [
             asyncio.create_task(
-                self._read_events(self._proc.stdout)
-                if stream_json
-                else self._drain(self._proc.stdout, self._stdout)
+                self._read_events(stdout) if stream_json else self._drain(stdout, self._stdout)
             ),
-            asyncio.create_task(self._drain(self._proc.stderr, self._stderr)),
+            asyncio.create_task(self._drain(stderr, self._stderr)),
         ]
         await self.scan_tree()
+
+    def _watch_exit(self, proc: subprocess.Popen[bytes]) -> None:
+        """Set `_exited` when agy exits: a pidfd the loop watches (Linux), else a waiting thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            fd = -1
+        if fd >= 0:
+
+            def exited() -> None:
+                loop.remove_reader(fd)
+                os.close(fd)
+                proc.wait()  # it has exited: this only reaps it
+                self._exited.set()
+
+            loop.add_reader(fd, exited)
+            return
+
+        def wait() -> None:
+            proc.wait()
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+                loop.call_soon_threadsafe(self._exited.set)
+
+        threading.Thread(target=wait, name="agy-provider-wait", daemon=True).start()
 
     @staticmethod
     async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
@@ -436,11 +467,11 @@ class AgyProcess:
         if self._proc is None:
             return None
         try:
-            code = await asyncio.wait_for(self._proc.wait(), timeout)
+            await asyncio.wait_for(self._exited.wait(), timeout)
         except TimeoutError:
             return None
         await self._finish_readers()
-        return code
+        return self.returncode
 
     async def _finish_readers(self) -> None:
         if self._readers:
@@ -457,9 +488,9 @@ class AgyProcess:
         while loop.time() < deadline and await asyncio.to_thread(self._any_alive):
             await asyncio.sleep(min(0.02, grace))
         await asyncio.to_thread(self._signal_all, signal.SIGKILL)
-        if self._proc.returncode is None:
+        if not self._exited.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._proc.wait(), 5.0)
+                await asyncio.wait_for(self._exited.wait(), 5.0)
         await self._finish_readers()
         leftovers = await asyncio.to_thread(self.survivors)
         if leftovers:
@@ -474,7 +505,7 @@ class AgyProcess:
         # while the group provably exists (agy unreaped, or a member we know), since Linux only
         # frees a group id for reuse once its last member is gone.
         if self._proc is not None and (
-            self._proc.returncode is None
+            not self._exited.is_set()
             or any(_in_group(p, self._proc.pid) for p in self._known.values())
         ):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -495,6 +526,30 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+async def _reader(pipe: IO[bytes]) -> asyncio.StreamReader:
+    """An asyncio reader of one of agy's pipes."""
+    reader = asyncio.StreamReader(limit=MAX_CAPTURE_BYTES)
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    return reader
+
+
+def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
+    """Write a prompt to agy's stdin from a thread of its own (agy reads it at its own pace,
+    and a large prompt is more than a pipe holds), then close it so agy sees the end."""
+
+    def write() -> None:
+        try:
+            pipe.write(data)
+        except OSError as exc:  # agy exited without reading: its exit says why
+            log.info("agy did not read its prompt: %s", exc)
+        finally:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+    threading.Thread(target=write, name="agy-provider-stdin", daemon=True).start()
 
 
 def _in_group(proc: psutil.Process, pgid: int) -> bool:
