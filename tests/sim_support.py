@@ -37,7 +37,7 @@ def run_sim(
     *args: str,
     scenario: str = "default",
     speed: float = 10,
-    timeout: float = 30,
+    timeout: float = 120,  # only bounds a hang: a busy machine may be many times slower
     cwd: Path | None = None,
     **extra: str,
 ) -> subprocess.CompletedProcess[str]:

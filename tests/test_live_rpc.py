@@ -342,9 +342,11 @@ async def test_csrf_is_enforced_and_used(rpc_env: Path, recorder: Observed) -> N
     )
     try:
         port = await _first_port(other.pid)
-        async with httpx.AsyncClient(verify=False, trust_env=False) as http:
+        async with httpx.AsyncClient(verify=False, trust_env=False, timeout=60) as http:
             url = f"https://127.0.0.1:{port}/exa.language_server_pb.LanguageServerService/Heartbeat"
-            for scheme_url in (url, url.replace("https", "http")):
+            # Plain HTTP first: a TLS port refuses it at once, while a TLS hello sent to a plain
+            # port can wait for the whole client timeout.
+            for scheme_url in (url.replace("https", "http"), url):
                 try:
                     bare = await http.post(
                         scheme_url, json={}, headers={"Connect-Protocol-Version": "1"}
