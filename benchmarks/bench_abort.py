@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
 
@@ -63,7 +64,7 @@ def alive(procs: dict[int, psutil.Process]) -> list[int]:
     return out
 
 
-async def aborted_turn(source: str, phase: str, cwd: Path) -> dict[str, object]:
+async def aborted_turn(source: str, phase: str, cwd: Path) -> dict[str, Any]:
     from agy_provider import AbortSignal, Context, SimpleStreamOptions, UserMessage, stream_simple
 
     me = psutil.Process()
@@ -105,7 +106,7 @@ async def aborted_turn(source: str, phase: str, cwd: Path) -> dict[str, object]:
     background = [asyncio.create_task(tracker())]
     if phase == "cold start":
         background.append(asyncio.create_task(cold_abort()))
-    result: dict[str, object] = {"ok": False, "reason": "", "latency": float("nan")}
+    result: dict[str, Any] = {"ok": False, "reason": "", "latency": float("nan")}
     try:
         async with asyncio.timeout(live.TURN_DEADLINE):
             async for event in stream:
@@ -130,7 +131,7 @@ async def aborted_turn(source: str, phase: str, cwd: Path) -> dict[str, object]:
     result["at_event"] = len(alive(seen))
     await asyncio.sleep(1.0)
     result["after_1s"] = alive(seen)
-    for pid in result["after_1s"]:  # type: ignore[attr-defined]
+    for pid in result["after_1s"]:
         live.end_tree(pid)  # never leave a leftover for the next trial
     return result
 
@@ -177,17 +178,17 @@ async def run(trials: int, cwd: Path, slow: Path, log: live.ProviderLog) -> list
             os.environ.pop("AGY_SIM_SCENARIO", None)
         for source in SOURCES:
             results = [await aborted_turn(source, phase, cwd) for _ in range(trials)]
-            lat = [float(r["latency"]) * 1000 for r in results if r["latency"] == r["latency"]]  # type: ignore[arg-type]
+            lat = [float(r["latency"]) * 1000 for r in results if r["latency"] == r["latency"]]
             reasons = sorted({str(r["reason"]) for r in results})
             aborted = sum(bool(r["ok"]) for r in results)
-            at_event = max(int(r["at_event"]) for r in results)  # type: ignore[call-overload]
-            later = max(len(r["after_1s"]) for r in results)  # type: ignore[arg-type]
+            at_event = max(int(r["at_event"]) for r in results)
+            later = max(len(r["after_1s"]) for r in results)
             worst = max(lat, default=float("nan"))
             print(
                 f"  {phase:<11} {source:<7} abort → final event: median {live.median(lat):6.1f} ms, "
                 f"worst {worst:6.1f} ms; {aborted}/{trials} ended `aborted` (reasons: {', '.join(reasons)}); "
                 f"processes alive at the event {at_event}, 1 s later {later} "
-                f"(of {max(int(r['seen']) for r in results)} seen)"  # type: ignore[call-overload]
+                f"(of {max(int(r['seen']) for r in results)} seen)"
             )
             if log.warnings:
                 print(log.warnings_text("      "))
