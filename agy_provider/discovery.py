@@ -152,7 +152,7 @@ async def bind_database(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    watch = watch_folder(folder, lambda name: name.endswith(".db"))
+    watch = await watch_folder(folder, lambda name: name.endswith(".db"))
     seen_open: set[str] = set()
     try:
         while True:

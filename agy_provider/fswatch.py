@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 try:  # Linux only; elsewhere callers tick on their own.
     import inotify_simple
@@ -21,23 +22,27 @@ __all__ = ["FolderWatch", "watch_folder"]
 log = logging.getLogger(__name__)
 
 
+def _inotify(folder: Path) -> Any:
+    """An inotify descriptor watching `folder` (syscalls that can take milliseconds)."""
+    assert inotify_simple is not None
+    flags = inotify_simple.flags
+    fd = inotify_simple.INotify()
+    try:
+        fd.add_watch(str(folder), flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE)
+    except OSError:
+        fd.close()
+        raise
+    return fd
+
+
 class FolderWatch:
     """inotify on one folder, filtered by name; `wait()` returns True when a change came."""
 
-    def __init__(self, folder: Path, wanted: Callable[[str], bool]) -> None:
-        assert inotify_simple is not None
+    def __init__(self, fd: Any, wanted: Callable[[str], bool]) -> None:
         self._wanted = wanted
         self._changed = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        flags = inotify_simple.flags
-        self._fd = inotify_simple.INotify()
-        try:
-            self._fd.add_watch(
-                str(folder), flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE
-            )
-        except OSError:
-            self._fd.close()
-            raise
+        self._fd = fd
         self._loop.add_reader(self._fd.fileno(), self._on_readable)
 
     def _on_readable(self) -> None:
@@ -60,12 +65,15 @@ class FolderWatch:
         self._fd.close()
 
 
-def watch_folder(folder: Path, wanted: Callable[[str], bool]) -> FolderWatch | None:
-    """A `FolderWatch`, or None where notifications are unavailable (no inotify, no folder)."""
+async def watch_folder(folder: Path, wanted: Callable[[str], bool]) -> FolderWatch | None:
+    """A `FolderWatch`, or None where notifications are unavailable (no inotify, no folder).
+
+    The descriptor is made in a worker thread: on a busy machine its syscalls take milliseconds.
+    """
     if inotify_simple is None:
         return None
     try:
-        return FolderWatch(folder, wanted)
+        return FolderWatch(await asyncio.to_thread(_inotify, folder), wanted)
     except OSError as exc:
         log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
         return None

@@ -59,13 +59,12 @@ async def _heartbeat(base_url: str, csrf_token: str) -> ConnectClient | None:
     return client
 
 
-async def _probe(ports: list[int], csrf_token: str) -> ConnectClient | None:
-    """The first (port, scheme) that answers Heartbeat, all tried at once.
+async def _probe(urls: list[str], csrf_token: str) -> ConnectClient | None:
+    """The first URL that answers Heartbeat, all tried at once.
 
-    Never assume which port is HTTPS: a TLS hello sent to the plain port can hang until its
+    Where the scheme of a port is unknown, a TLS hello sent to the plain port can hang until its
     timeout, so every candidate runs concurrently and the first answer wins.
     """
-    urls = [f"{scheme}://127.0.0.1:{port}" for port in ports for scheme in ("https", "http")]
     tasks = [asyncio.create_task(_heartbeat(url, csrf_token)) for url in urls]
     winner: ConnectClient | None = None
     try:
@@ -85,14 +84,14 @@ async def _probe(ports: list[int], csrf_token: str) -> ConnectClient | None:
     return winner
 
 
-# agy's own log line naming its server's ports (AGY-FORMATS §1).
-_LISTENING = re.compile(rb"Language server listening on random port at (\d+)")
+# agy's own log line naming its server's ports and their schemes (AGY-FORMATS §1).
+_LISTENING = re.compile(rb"Language server listening on random port at (\d+) for (HTTPS|HTTP)\b")
 # The log is read from where the last read stopped; a line longer than this is not agy's.
 _LOG_READ_LIMIT = 1024 * 1024
 
 
 class LogPorts:
-    """The ports agy's log (`--log-file`, ours alone) says its language server listens on.
+    """The URLs agy's log (`--log-file`, ours alone) says its language server listens on.
 
     Read incrementally from where the last read stopped, so each look costs only what agy
     appended; this replaces scanning the process tree's sockets whenever agy logs the line.
@@ -102,23 +101,27 @@ class LogPorts:
         self.path = path
         self._offset = 0
         self._tail = b""
-        self.ports: list[int] = []
+        self.urls: list[str] = []
 
-    def read(self) -> list[int]:
+    def read(self) -> list[str]:
+        """Every URL logged so far, plain HTTP first (no TLS handshake to pay for)."""
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self._offset)
                 data = handle.read(_LOG_READ_LIMIT)
         except OSError:
-            return self.ports
+            return self.urls
         self._offset += len(data)
         lines = (self._tail + data).split(b"\n")
         self._tail = lines.pop()[-_LOG_READ_LIMIT:]
         for line in lines:
             match = _LISTENING.search(line)
-            if match and 0 < int(match.group(1)) < 65536 and int(match.group(1)) not in self.ports:
-                self.ports.append(int(match.group(1)))
-        return self.ports
+            if match and 0 < int(match.group(1)) < 65536:
+                url = f"{match.group(2).decode().lower()}://127.0.0.1:{int(match.group(1))}"
+                if url not in self.urls:
+                    self.urls.append(url)
+        self.urls.sort(key=lambda url: url.startswith("https"))
+        return self.urls
 
 
 async def connect_to_language_server(
@@ -139,30 +142,34 @@ async def connect_to_language_server(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     logged = LogPorts(log_file) if log_file else None
-    tried: set[int] = set()
+    tried: set[str] = set()
     scan_every = _RETRY
     next_scan = loop.time()
     while True:
-        ports: list[int] = []
-        if logged is not None:
-            ports = await asyncio.to_thread(logged.read)
-        if not ports and loop.time() >= next_scan:
+        client = None
+        urls = await asyncio.to_thread(logged.read) if logged is not None else []
+        if urls:
+            # Schemes known: plain HTTP first, TLS only if that does not answer.
+            plain = [u for u in urls if u.startswith("http:")]
+            client = await _probe(plain, csrf_token) if plain else None
+            if client is None:
+                client = await _probe([u for u in urls if u.startswith("https:")], csrf_token)
+        elif loop.time() >= next_scan:
             # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
             ports = await asyncio.to_thread(listening_ports, await tree())
             scan_every = min(scan_every * 2, _SCAN_MAX)
             next_scan = loop.time() + scan_every
-        if ports:
-            client = await _probe(ports, csrf_token)
-            if client is not None:
-                return client
-            tried.update(ports)
+            urls = [f"{scheme}://127.0.0.1:{p}" for p in ports for scheme in ("https", "http")]
+            client = await _probe(urls, csrf_token) if urls else None
+        if client is not None:
+            return client
+        tried.update(urls)
         if exited():
             raise TurnError("agy exited before its language server answered")
         if loop.time() >= deadline:
             seen = ", ".join(map(str, sorted(tried))) or "none"
             raise TurnError(
-                f"agy's language server did not answer within {timeout:.0f}s "
-                f"(loopback ports tried: {seen})"
+                f"agy's language server did not answer within {timeout:.0f}s (tried: {seen})"
             )
         await asyncio.sleep(_RETRY)
 

@@ -166,31 +166,25 @@ _asking: dict[tuple[str, int, int], asyncio.Future[str]] = {}
 
 
 async def _ask_version(binary: str, timeout: float) -> str:
-    version = ""
+    # In a worker thread: a fork on the loop stalls every turn running beside this one.
     try:
-        proc = await asyncio.create_subprocess_exec(
-            binary,
-            "--version",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [binary, "--version"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "AGY_CLI_DISABLE_AUTO_UPDATE": "1"},
             start_new_session=True,
+            timeout=timeout,
         )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-            version = out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
-        except (TimeoutError, asyncio.CancelledError):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise
-    except TimeoutError:
+    except subprocess.TimeoutExpired:
         return ""
     except OSError as exc:
         log.info("could not ask %s for its version: %s", binary, exc)
         return ""
-    return version
+    out = done.stdout or b""
+    return out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
 
 
 def go_duration(seconds: float) -> str:

@@ -94,7 +94,7 @@ class SqliteEventSource:
                 await asyncio.sleep(TICK_ACTIVE)
         # Without notifications the data_version tick alone keeps us correct, just slower.
         stem = self.path.stem
-        self._watch = watch_folder(self.path.parent, lambda name: name.startswith(stem))
+        self._watch = await watch_folder(self.path.parent, lambda name: name.startswith(stem))
 
     async def aclose(self) -> None:
         if self._inflight is not None and not self._inflight.done():

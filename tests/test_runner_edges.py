@@ -50,8 +50,9 @@ def test_log_ports_reads_only_what_agy_appended(tmp_path: Path) -> None:
     with log.open("ab") as handle:
         handle.write(b"port at 40123 for HTTPS (gRPC)\nI1130 x] Language server listening on ")
         handle.write(b"random port at 40124 for HTTP\n")
-    assert ports.read() == [40123, 40124]
-    assert ports.read() == [40123, 40124]
+    expected = ["http://127.0.0.1:40124", "https://127.0.0.1:40123"]  # plain first: no TLS
+    assert ports.read() == expected
+    assert ports.read() == expected
 
 
 @pytest.fixture
