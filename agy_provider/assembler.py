@@ -237,6 +237,16 @@ class StepAssembler:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def turn_start(self) -> int | None:
+        """The index of the turn's USER step, once seen."""
+        return self._turn_start
+
+    def use_model(self, model: str) -> None:
+        """Report `model` (the slug that answered, from agy's records) instead of the one asked."""
+        if model:
+            self._model = model
+
     def begin_after(self, min_index: int) -> None:
         """Take the turn from the first USER step at or after `min_index` (before any feed)."""
         self._min_index = min_index

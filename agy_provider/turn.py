@@ -15,11 +15,14 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 
+from agy_provider.agy.database import newest_generator_rows, open_conversation_db
 from agy_provider.agy.models import model_arguments
+from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembler import StepAssembler
 from agy_provider.config import Config, load_config
@@ -30,7 +33,7 @@ from agy_provider.discovery import (
     conversations_dir,
     snapshot_stems,
 )
-from agy_provider.errors import AgyError, TurnError, UsageError
+from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import EventSourceSpec, event_sources, get_plugin_manager
@@ -78,6 +81,10 @@ _COLD_START = 60.0
 _ABORT_GRACE = 0.1
 _ABORT_CANCEL = 0.05
 _ABORT_LAST_READ = 0.05
+# How long reading the answering model's slug from agy's records may take before settling.
+_MODEL_READ = 0.5
+# At most this many of the newest model-call records are looked at for that slug.
+_MODEL_RECORDS = 64
 # How long the session record waits for agy's version (asked beside the turn) before saving.
 _VERSION_WAIT = 10.0
 
@@ -254,6 +261,7 @@ class TurnDriver:
         self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
         self.version_task: asyncio.Task[str] | None = None
         self._starting: asyncio.Task[None] | None = None
+        self._answered_by = ""  # the model slug agy recorded for this turn
         self._started_at = 0.0
 
     # -- events ------------------------------------------------------------------------------
@@ -690,6 +698,8 @@ class TurnDriver:
 
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
         """Finish the assembler and deliver its final event; returns the `done` message."""
+        if self._answered_by:
+            self.assembler.use_model(self._answered_by)
         events = self.assembler.finish(outcome)
         self.emit(events)
         if not self.stream.done:  # the assembler had already finished: still say what happened
@@ -705,6 +715,13 @@ class TurnDriver:
     async def settle(self, outcome: TurnOutcome) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
         ctx = self.ctx
+        if ctx is not None and ctx.binding is not None and not outcome.aborted:
+            # The model that answered, as agy recorded it (the asked id may be a base or alias).
+            with contextlib.suppress(AgyError, TimeoutError):
+                self._answered_by = await asyncio.wait_for(
+                    asyncio.to_thread(answering_model, ctx.binding.path, self.assembler.turn_start),
+                    _MODEL_READ,
+                )
         key = (str(self.edges.store.path), ctx.session_id if ctx is not None else "")
         # Kept in memory before the final event goes out, so a turn the host starts right
         # after `done` resumes even while the save below is still running.
@@ -753,6 +770,29 @@ class TurnDriver:
             agy_version="",
             history_digest=history_digest(history),
         )
+
+
+def answering_model(path: Path, turn_start: int | None) -> str:
+    """The slug of the model that answered the turn starting at `turn_start`, from the newest
+    `gen_metadata` records back to the first that belongs to an earlier turn ("" if unknown)."""
+    if turn_start is None:
+        return ""
+    conn = open_conversation_db(path)
+    try:
+        for seen, (_idx, blob) in enumerate(newest_generator_rows(conn, path=str(path))):
+            if seen >= _MODEL_RECORDS:
+                return ""  # records that name no steps: do not walk the whole conversation
+            try:
+                record = decode_generator_record(blob)
+            except DecodeError:
+                continue
+            if record.step_indices and max(record.step_indices) <= turn_start:
+                return ""  # an earlier turn's call: this turn recorded none
+            if record.model and model_of_turn([record], after=turn_start):
+                return record.model
+        return ""
+    finally:
+        conn.close()
 
 
 def bare_error(model: Model, message: str) -> AssistantMessage:

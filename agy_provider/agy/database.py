@@ -18,6 +18,7 @@ __all__ = [
     "StepRow",
     "iter_generator_rows",
     "iter_step_rows",
+    "newest_generator_rows",
     "open_conversation_db",
     "read_conversation_id",
     "read_step_rows",
@@ -184,6 +185,24 @@ def iter_generator_rows(conn: sqlite3.Connection, *, path: str = "") -> Iterator
             blob = _blob(data)
             if blob:
                 yield int(idx), blob
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"reading gen_metadata failed: {exc}", path=path) from exc
+
+
+def newest_generator_rows(
+    conn: sqlite3.Connection, *, path: str = ""
+) -> Iterator[tuple[int, bytes]]:
+    """`gen_metadata` rows newest first (a caller stops at the turn it wants, so a long
+    conversation costs only its last model calls)."""
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "gen_metadata" not in tables:
+            return
+        cursor = conn.execute("SELECT idx, data FROM gen_metadata ORDER BY idx DESC")
+        for idx, data in cursor:
+            blob = _blob(data)
+            if blob and isinstance(idx, int):
+                yield idx, blob
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"reading gen_metadata failed: {exc}", path=path) from exc
 
