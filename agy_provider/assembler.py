@@ -215,6 +215,9 @@ class StepAssembler:
         self._min_index = min_index
         self._timestamp = timestamp
         self._turn_start: int | None = turn_start
+        # The turn's newest step so far, and whether agy cancelled or interrupted it.
+        self._last_index = -1
+        self._last_cancelled = False
         self._turn_end: int | None = None
         self._blocks: list[_Block] = []
         self._open: int | None = None
@@ -290,7 +293,11 @@ class StepAssembler:
                 usage = usage + part
         failure = self._failure[1] if self.has_failure() and self._failure is not None else None
         ending = decide_ending(
-            outcome, failure=failure, answered=self.has_text(), truncated=self._stop_length
+            outcome,
+            failure=failure,
+            answered=self.has_text(),
+            truncated=self._stop_length,
+            cancelled=self._last_cancelled,
         )
         content = self._content()
         if ending.reason in ("error", "aborted"):
@@ -344,6 +351,9 @@ class StepAssembler:
             return
         if step.usage is not None:
             self._usage[step.index] = step.usage
+        if step.index >= self._last_index:
+            self._last_index = step.index
+            self._last_cancelled = step.status in (StepStatus.CANCELED, StepStatus.INTERRUPTED)
         kind = step.kind
         if kind is StepKind.ASSISTANT:
             self._grow(step.index, "thinking", "thinking", step.thinking, events)

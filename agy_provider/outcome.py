@@ -10,13 +10,15 @@ from typing import Literal
 
 from agy_provider.agy.step import TurnOutcome
 
-__all__ = ["EMPTY_ANSWER", "Ending", "decide_ending"]
+__all__ = ["CANCELLED", "EMPTY_ANSWER", "Ending", "decide_ending"]
 
 EMPTY_ANSWER = (
     "agy finished without an answer (no text). This happens when a permission was denied in "
     "print mode or --print-timeout expired; try permissions=skip (AGY_PERMISSIONS=skip) or the "
     "rpc event source"
 )
+
+CANCELLED = "agy cancelled the turn before it answered (its last step was cancelled)."
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,14 +30,20 @@ class Ending:
 
 
 def decide_ending(
-    outcome: TurnOutcome, *, failure: str | None, answered: bool, truncated: bool = False
+    outcome: TurnOutcome,
+    *,
+    failure: str | None,
+    answered: bool,
+    truncated: bool = False,
+    cancelled: bool = False,
 ) -> Ending:
     """The turn's ending, in order of precedence:
 
     aborted by the host; failed by the source (agy's exit, stream-json `result`, a deadline);
     an error step or failed planner as the steps' last word (`failure`); no answer text at all
-    (`answered` false: an empty answer is agy failing quietly, AGY-FORMATS §2); else `stop`
-    (`length` when the model hit its output limit).
+    (`answered` false: an empty answer is agy failing quietly, AGY-FORMATS §2 — said as a
+    cancel when the turn's last step was cancelled); else `stop` (`length` when the model hit
+    its output limit).
     """
     if outcome.aborted:
         return Ending("aborted", outcome.error or "The turn was aborted.")
@@ -44,5 +52,5 @@ def decide_ending(
     if failure:
         return Ending("error", failure)
     if not answered:
-        return Ending("error", EMPTY_ANSWER)
+        return Ending("error", CANCELLED if cancelled else EMPTY_ANSWER)
     return Ending("length" if truncated else "stop")

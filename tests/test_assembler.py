@@ -18,7 +18,7 @@ from agy_provider.agy.step import (
 )
 from agy_provider.assembler import StepAssembler
 from agy_provider.events import DoneEvent, ErrorEvent
-from agy_provider.outcome import EMPTY_ANSWER
+from agy_provider.outcome import CANCELLED, EMPTY_ANSWER
 from agy_provider.types import TextContent, ThinkingContent
 
 USER = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE, text="hi")
@@ -263,3 +263,15 @@ def test_event_grammar(batches: list[list[Step]]) -> None:
     pieces = [s.thinking for s in final] + [s.text for s in final]
     assert all(any(block in piece for piece in pieces) for block in built.values())
     assert sum(map(len, built.values())) == sum(map(len, pieces))
+
+
+def test_a_turn_agy_cancelled_says_so_instead_of_blaming_permissions() -> None:
+    asm = StepAssembler(model="m")
+    cancelled_tool = Step(index=1, kind=StepKind.TOOL, status=StepStatus.CANCELED)
+    ended = asm.feed([USER, cancelled_tool]) + asm.finish()
+    assert ended[-1].type == "error"
+    assert ended[-1].error.error_message == CANCELLED
+    # A cancelled step followed by more work is not the turn's ending.
+    later = StepAssembler(model="m")
+    ended = later.feed([USER, cancelled_tool, planner(2, thinking="retry")]) + later.finish()
+    assert ended[-1].error.error_message == EMPTY_ANSWER
