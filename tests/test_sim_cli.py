@@ -29,7 +29,8 @@ def test_print_turn_writes_a_database_and_prints_the_answer(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Hello! I'm Antigravity")
     [db] = databases(app)
-    assert [r[1] for r in rows(db)] == [14, 98, 15, 23]
+    # agy 1.1.18+ writes the checkpoint (the title) right after the user step, no history row.
+    assert [r[1] for r in rows(db)] == [14, 23, 15]
     log = next((app / "log").glob("cli-*.log")).read_text()
     assert f"Created conversation {db.stem}" in log
     last = json.loads((app / "cache" / "last_conversations.json").read_text())
@@ -110,7 +111,7 @@ def test_resume_writes_history_and_no_second_checkpoint(tmp_path: Path) -> None:
     second = run_sim(app, "-p", "again", "--conversation", db.stem, scenario="two-turn")
     assert (first.stdout, second.stdout) == ("One.\n", "Two.\n")
     types = [r[1] for r in rows(db)]
-    assert types == [14, 98, 15, 23, 14, 98, 101, 15]
+    assert types == [14, 23, 15, 14, 98, 101, 15]
     cont = run_sim(app, "-p", "more", "-c", scenario="two-turn")
     assert cont.stdout == "Two.\n" and databases(app) == [db]
 
@@ -349,6 +350,7 @@ def test_new_shapes_compact_json_and_tool_info(tmp_path: Path) -> None:
             assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"]
     checkpoint = next(u for u in updates if u["step_type"] == "checkpoint")
     assert checkpoint["usage"]["input_tokens"] == 35 and "duration_seconds" in checkpoint
+    assert [u["step_index"] for u in updates[:2]] == [0, 1] and updates[1] is checkpoint
     result = events[-1]["result"]
     assert "error" not in result  # 1.1.18+: only on failure
     agents = sum(
@@ -384,6 +386,9 @@ def test_old_shapes_of_1_1_17(tmp_path: Path) -> None:
     )
     assert "usage" not in checkpoint
     assert events[-1]["result"]["error"] == ""
+    steps = [e["step_update"] for e in events if e["event"] == "step_update"]
+    assert steps[-1]["step_type"] == "checkpoint"  # 1.1.17: history at 1, checkpoint last
+    assert 1 not in {u["step_index"] for u in steps}  # the history row is not printed
 
 
 def test_skip_permissions_is_always_proceed(tmp_path: Path) -> None:

@@ -69,12 +69,12 @@ def test_placeholder_first_then_text_grows_in_place(tmp_path: Path) -> None:
     assert len(growing) >= 2 and all(b.startswith(a) for a, b in itertools.pairwise(growing))
     with db:
         cols = db.execute("SELECT step_type, status, metadata FROM steps ORDER BY idx").fetchall()
-        assert [c[0] for c in cols] == [14, 98, 15, 23]
+        assert [c[0] for c in cols] == [14, 23, 15]  # 1.1.18+: the checkpoint right after
         assert all(c[2] is None for c in cols), "the metadata column stays NULL"
         gens = db.execute("SELECT data FROM gen_metadata ORDER BY idx").fetchall()
         assert len(gens) == 2  # the answer's model call and the title's
         record = pb.CortexStepGeneratorMetadata()
-        record.ParseFromString(gens[0][0])
+        record.ParseFromString(gens[1][0])  # gens[0] is the title's
         assert record.chat_model.response_model == "gemini-3.8-flash-medium"
         assert record.chat_model.usage.input_tokens == 17161
         assert record.chat_model.retry_infos[0].usage == record.chat_model.usage
@@ -86,7 +86,7 @@ def test_placeholder_first_then_text_grows_in_place(tmp_path: Path) -> None:
         assert (info.step_index, info.cascade_id) == (index, conversation.id)
         assert info.trajectory_id == conversation.trajectory_id
     checkpoint = pb.Step()
-    checkpoint.ParseFromString(payloads[3][1])
+    checkpoint.ParseFromString(payloads[1][1])
     assert checkpoint.checkpoint.user_intent == "Friendly Greeting"
     db.close()
 

@@ -229,20 +229,20 @@ class _Session:
         finally:
             self.link.status(conversation_id, False)
 
-    def init_event(self, conversation: Conversation) -> None:
+    def init_event(self, conversation: Conversation, model: CatalogModel) -> None:
+        """The first line: the conversation id, and (1.1.18+) the model by display name when
+        `--model` chose one."""
         if self.args.dangerously_skip_permissions:
             mode = self.version.skip_permission_mode
         elif self.sim.strict:
             mode = "strict"
         else:
             mode = self.args.mode or "request-review"
-        self.emit(
-            {
-                "event": "init",
-                "conversation_id": conversation.id,
-                "init": {"cwd": os.getcwd(), "tools": _TOOLS, "permission_mode": mode},
-            }
-        )
+        init: dict[str, Any] = {}
+        if self.args.model and self.version.new_stream_shapes:
+            init["model"] = model.name
+        init.update(cwd=os.getcwd(), tools=_TOOLS, permission_mode=mode)
+        self.emit({"event": "init", "conversation_id": conversation.id, "init": init})
 
     def report(self, result: TurnResult) -> None:
         fmt = self.args.output_format
@@ -318,7 +318,7 @@ def _stream_turns(session: _Session, model: CatalogModel) -> int:
             return 1
         if conversation is None:
             conversation = session.conversation()
-            session.init_event(conversation)
+            session.init_event(conversation, model)
         result = session.run_turn(conversation, text, model)
         session.report(result)
         code = result.exit_code
@@ -357,7 +357,7 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
             sys.stdin.read()
         conversation = session.conversation()
         if session.stream:
-            session.init_event(conversation)
+            session.init_event(conversation, model)
         try:
             result = session.run_turn(conversation, args.prompt, model)
         except SimCrash as crash:

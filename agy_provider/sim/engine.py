@@ -518,8 +518,16 @@ class Simulator:
         f = turn.factory
         first_turn = turn.conversation.turns == 1
         self._append(turn, f.user_input(prompt))
-        history = "" if first_turn else "\n".join(f"USER: {p}" for p in turn.conversation.prompts)
-        self._append(turn, f.history(history))
+        # 1.1.18+ titles a fresh conversation first: its checkpoint is the row right after the
+        # user step (index 1, no history row); older builds write history, then the checkpoint
+        # once the turn is done (AGY-FORMATS §2.2; agy 1.0.10's RPC capture).
+        early_checkpoint = first_turn and self.version.new_stream_shapes
+        if early_checkpoint:
+            self._checkpoint(turn, prompt)
+        else:
+            prompts = turn.conversation.prompts
+            history = "" if first_turn else "\n".join(f"USER: {p}" for p in prompts)
+            self._append(turn, f.history(history))
         for item in steps:
             if isinstance(item, PlannerSpec):
                 self._planner(turn, item)
@@ -529,7 +537,7 @@ class Simulator:
                 self._model_error(turn, item)
             elif isinstance(item, SubagentSpec):
                 self._subagent(turn, item)
-        if first_turn:
+        if first_turn and not early_checkpoint:
             self._checkpoint(turn, prompt)
 
     def _planner(self, turn: _Turn, spec: PlannerSpec) -> None:

@@ -115,7 +115,8 @@ class StreamJsonPrinter:
         update = self._base(index, state, "checkpoint")
         if self.version.new_stream_shapes and state != "ACTIVE":
             update["duration_seconds"] = self._duration(index)
-            if step.metadata.HasField("model_usage"):
+            # 1.1.20 captures show the title call's duration only; 1.2.x adds its usage.
+            if step.metadata.HasField("model_usage") and self.version.at_least("1.2.0"):
                 update["usage"] = self._usage(step.metadata.model_usage)
         return self._once(index, state, update)
 
