@@ -45,8 +45,10 @@ _DIM, _BOLD, _RED, _CYAN, _RESET = "\x1b[2m", "\x1b[1m", "\x1b[31m", "\x1b[36m",
 # tab and newline (ESC starts every escape sequence; BEL, BS and CR rewrite what is shown), DEL,
 # and C1 controls (U+009B is a one-character CSI on terminals that honour 8-bit controls).
 _CONTROLS: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# json.dumps escapes C0 controls itself; with ensure_ascii=False it leaves DEL and C1 raw.
-_JSON_RAW_CONTROLS: Final = re.compile("[\x7f-\x9f]")
+# json.dumps escapes C0 controls itself; with ensure_ascii=False it leaves DEL and C1 raw, and
+# U+2028/U+2029, which are valid JSON but end a line for str.splitlines() and for JavaScript:
+# escaped, each JSON line is one line for every reader.
+_JSON_RAW_CONTROLS: Final = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 
 def _picture(match: re.Match[str]) -> str:
@@ -69,7 +71,7 @@ def printable(text: str) -> str:
 
 
 def _json_line(value: Any) -> str:
-    """Strict JSON in one line: never NaN or Infinity, and DEL/C1 escaped like C0."""
+    """Strict JSON in one line: never NaN or Infinity; DEL, C1, U+2028/U+2029 escaped like C0."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except ValueError:  # a non-finite float in tool arguments: JSON has no spelling for it
