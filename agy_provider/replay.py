@@ -524,38 +524,120 @@ def _generator_slugs(conn: sqlite3.Connection, path: str, warn: Warn) -> dict[st
 
 
 def _load_rpc(path: str, warn: Warn) -> Recording:
-    with _open_regular(path) as handle:
-        data = handle.read()
+    handle = _open_regular(path)
     try:
-        # Strict JSON: NaN, 1e400, 5,000-digit integers, 2,000-deep nesting all end here.
+        data = handle.read()
+        stamp = _stamp(handle)
+        # The steps array is located from the document's structure and each step parsed on its
+        # own: a bad step is one warning, and memory never holds the whole document parsed.
+        spans = jsontext.locate_array(data, "steps")
+    except DecodeError as exc:
+        handle.close()
+        raise UsageError(
+            f"{path} is not an agy conversation database, RPC step capture or stream-json "
+            f"capture (not JSON: {_reason(exc)})"
+        ) from exc
+    except BaseException:
+        handle.close()
+        raise
+    if spans is None:  # an object without a steps array: one step, or a json-format result
+        handle.close()
+        return _load_rpc_object(path, data, warn)
+
+    def read(position: int, start: int, end: int, *, report: Warn) -> Step | None:
+        try:
+            raw = jsontext.loads(data_of(start, end), f"step {position}")
+        except DecodeError as exc:
+            report(f"step {position}: skipped, {_reason(exc)}")
+            return None
+        return _guarded(
+            f"step {position}", functools.partial(decode_json_step, raw, position=position), report
+        )
+
+    loaded = data
+
+    def data_of(start: int, end: int) -> bytes:
+        if loaded:
+            return loaded[start:end]
+        if _stamp(handle) != stamp:
+            raise UsageError(f"{path} changed while it was being replayed")
+        return os.pread(handle.fileno(), end - start, start)
+
+    # Pass 1: decode every step once (each warning said once), keeping only where the newest
+    # step of each index lies, which indexes are user steps, the conversation id and the title.
+    where: dict[int, tuple[int, int, int]] = {}
+    users: set[int] = set()
+    conversation = ""
+    titled = (-1, "")
+    for position, (start, end) in enumerate(spans):
+        step = read(position, start, end, report=warn)
+        if step is None:
+            continue
+        where[step.index] = (position, start, end)
+        if step.kind is StepKind.USER:
+            users.add(step.index)
+        else:
+            users.discard(step.index)
+        conversation = conversation or step.conversation_id
+        if step.kind is StepKind.CHECKPOINT and step.title and step.index >= titled[0]:
+            titled = (step.index, step.title)
+    del spans, data, loaded  # from here steps are read back from the file, a turn at a time
+    loaded = b""
+    order = sorted(where)
+    starts = [n for n, index in enumerate(order) if index in users]
+    if order and not starts:
+        starts = [0]
+    ends = [*starts[1:], len(order)]
+
+    def silent(_text: str) -> None:
+        pass
+
+    def step_at(index: int) -> Step | None:
+        position, start, end = where[index]
+        return read(position, start, end, report=silent)
+
+    def load_turn(turn: int) -> _TurnInput:
+        indexes = order[starts[turn] : ends[turn]]
+        user = step_at(indexes[0]) if indexes and indexes[0] in users else None
+        body = [s for s in map(step_at, indexes[1:] if user else indexes) if s is not None]
+        return _TurnInput(user=user, batches=[body])
+
+    def iter_steps() -> Iterator[Step]:
+        return (s for s in map(step_at, order) if s is not None)
+
+    return Recording(
+        format="rpc",
+        path=path,
+        turn_count=len(starts),
+        load_turn=load_turn,
+        iter_steps=iter_steps,
+        conversation_id=conversation,
+        title=titled[1],
+        close=handle.close,
+    )
+
+
+def _stamp(handle: IO[bytes]) -> tuple[int, int]:
+    info = os.fstat(handle.fileno())
+    return info.st_size, info.st_mtime_ns
+
+
+def _load_rpc_object(path: str, data: bytes, warn: Warn) -> Recording:
+    try:
         document: Any = jsontext.loads(data, "the file")
     except DecodeError as exc:
         raise UsageError(
             f"{path} is not an agy conversation database, RPC step capture or stream-json "
             f"capture ({_reason(exc)})"
         ) from exc
-    del data
-    if isinstance(document, dict) and "num_turns" in document and "steps" not in document:
+    if isinstance(document, dict) and "num_turns" in document:
         return _load_json_result(path, document)
-    if isinstance(document, dict) and "steps" not in document and "type" in document:
-        document = [document]  # a single step object
-    raw_steps = document.get("steps") if isinstance(document, dict) else document
-    if not isinstance(raw_steps, list):
+    if not isinstance(document, dict) or "type" not in document:
         raise UsageError(f'{path} has no steps list (expected {{"steps": [...]}} or a bare list)')
-    latest: dict[int, Step] = {}
-    for position, raw in enumerate(raw_steps):
-        step = _guarded(
-            f"step {position}",
-            functools.partial(decode_json_step, raw, position=position),
-            warn,
-        )
-        if step is not None:
-            latest[step.index] = step
-    del document, raw_steps
-    steps = [latest[i] for i in sorted(latest)]
-    conversation = next((s.conversation_id for s in steps if s.conversation_id), "")
+    step = _guarded("step 0", functools.partial(decode_json_step, document, position=0), warn)
+    steps = [step] if step is not None else []
     turns = _split_turns(steps, lambda _body: DEFAULT_MODEL)
-    return _in_memory("rpc", path, steps, turns, conversation)
+    return _in_memory("rpc", path, steps, turns, step.conversation_id if step else "")
 
 
 def _load_json_result(path: str, document: dict[str, Any]) -> Recording:

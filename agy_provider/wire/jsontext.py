@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from agy_provider.errors import DecodeError
 
-__all__ = ["MAX_DEPTH", "clean", "clean_text", "integer", "loads"]
+__all__ = ["MAX_DEPTH", "clean", "clean_text", "integer", "loads", "locate_array", "value_end"]
 
 # The deepest value agy sends is an RPC step inside a stream update inside a tool's arguments:
 # about a dozen levels. 200 leaves room for any tool argument a model writes, while staying far
@@ -168,3 +168,123 @@ def integer(value: Any, what: str = "value") -> int:
     if not _INT_MIN <= number < _INT_LIMIT:
         raise DecodeError(f"{what} is out of range")
     return number
+
+
+# -- locating the elements of a large document without parsing it whole -------------------------
+
+_STRUCTURE: Final = re.compile(rb'["\[\]{}]')
+# The rest of a string after its opening quote; possessive, so a string that never ends costs one
+# linear scan, not a scan from every later quote.
+_STRING_TAIL: Final = re.compile(rb'(?:[^"\\]|\\.)*+"', re.DOTALL)
+_WHITESPACE: Final = re.compile(rb"[ \t\r\n]*")
+_SCALAR: Final = re.compile(rb"[^,:\[\]{}\s\"]+")
+
+
+def _skip_ws(data: bytes, pos: int) -> int:
+    match = _WHITESPACE.match(data, pos)
+    return match.end() if match else pos
+
+
+def _string_end(data: bytes, pos: int) -> int:
+    match = _STRING_TAIL.match(data, pos + 1)
+    if match is None:
+        raise DecodeError("a string never ends", pos)
+    return match.end()
+
+
+def value_end(data: bytes, pos: int) -> int:
+    """Where the JSON value starting at `pos` ends, from its structure alone.
+
+    Only brackets and strings are followed (iteratively: any depth is fine); what is inside is
+    for `loads` to judge. Raises `DecodeError` when the value never ends.
+    """
+    first = data[pos : pos + 1]
+    if first == b'"':
+        return _string_end(data, pos)
+    if first in (b"[", b"{"):
+        depth = 0
+        while True:
+            match = _STRUCTURE.search(data, pos)
+            if match is None:
+                raise DecodeError("an array or object never ends", pos)
+            char = match.group()
+            if char == b'"':
+                pos = _string_end(data, match.start())
+                continue
+            depth += 1 if char in (b"[", b"{") else -1
+            pos = match.end()
+            if depth == 0:
+                return pos
+    scalar = _SCALAR.match(data, pos)
+    if scalar is None:
+        raise DecodeError("expected a JSON value", pos)
+    return scalar.end()
+
+
+def locate_array(data: bytes, key: str) -> list[tuple[int, int]] | None:
+    """The (start, end) spans of the elements of the document's array: the document itself when
+    it is an array, else its top-level member `key` when that is an array; None for any other
+    object (parse it whole with `loads`).
+
+    Memory stays a few words per element, whatever the document's size; each span can then be
+    parsed on its own with `loads(data[start:end])`. Raises `DecodeError` when the document's
+    structure is broken (unterminated, junk between elements or after the end).
+    """
+    pos = _skip_ws(data, 0)
+    first = data[pos : pos + 1]
+    if first == b"[":
+        spans, end = _elements(data, pos)
+    elif first == b"{":
+        found, end = _member(data, pos, key)
+        if found is None:
+            return None
+        spans = found
+    else:
+        raise DecodeError("not a JSON array or object", pos)
+    if _skip_ws(data, end) != len(data):
+        raise DecodeError("data after the end of the document", end)
+    return spans
+
+
+def _elements(data: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
+    spans: list[tuple[int, int]] = []
+    pos = _skip_ws(data, pos + 1)
+    if data[pos : pos + 1] == b"]":
+        return spans, pos + 1
+    while True:
+        end = value_end(data, pos)
+        spans.append((pos, end))
+        pos = _skip_ws(data, end)
+        separator = data[pos : pos + 1]
+        if separator == b"]":
+            return spans, pos + 1
+        if separator != b",":
+            raise DecodeError("expected , or ] after an array element", pos)
+        pos = _skip_ws(data, pos + 1)
+
+
+def _member(data: bytes, pos: int, key: str) -> tuple[list[tuple[int, int]] | None, int]:
+    found: list[tuple[int, int]] | None = None
+    pos = _skip_ws(data, pos + 1)
+    if data[pos : pos + 1] == b"}":
+        return None, pos + 1
+    while True:
+        if data[pos : pos + 1] != b'"':
+            raise DecodeError("expected a member name", pos)
+        name_end = _string_end(data, pos)
+        name = loads(data[pos:name_end], "a member name", pos)
+        pos = _skip_ws(data, name_end)
+        if data[pos : pos + 1] != b":":
+            raise DecodeError("expected : after a member name", pos)
+        pos = _skip_ws(data, pos + 1)
+        if name == key and data[pos : pos + 1] == b"[":
+            found, end = _elements(data, pos)  # a repeated member: the last one wins, as in JSON
+        else:
+            end = value_end(data, pos)
+        pos = _skip_ws(data, end)
+        separator = data[pos : pos + 1]
+        if separator == b"}":
+            return found, pos + 1
+        if separator != b",":
+            raise DecodeError("expected , or } after an object member", pos)
+        pos = _skip_ws(data, pos + 1)
