@@ -828,3 +828,19 @@ def test_snapshots_only_grow_whatever_the_deltas_and_response(
         clean = text.split("\ufffd")[0]
         assert final.startswith(clean)
         assert final.startswith(text) or "\ufffd" in text  # else healed by the response
+
+
+def test_1_1_9_hook_refusal_then_an_answer_keeps_the_answer() -> None:
+    # agy 1.1.9, a PreToolUse hook answering deny: error_message steps, then an answer, SUCCESS.
+    lines = [
+        '{"event":"step_update","step_update":{"step_index":3,"state":"DONE","step_type":"error_message","duration_seconds":0.62}}',
+        '{"event":"step_update","step_update":{"step_index":6,"state":"DONE","step_type":"error_message","duration_seconds":0.02}}',
+        '{"event":"step_update","step_update":{"step_index":11,"state":"DONE","step_type":"agent_response","text_delta":"DONE\\n"}}',
+        '{"event":"result","result":{"conversation_id":"c1","status":"SUCCESS","response":"DONE\\n"}}',
+    ]
+    items, _ = decode(lines)
+    assert [s.kind for s in items if isinstance(s, Step)][:2] == [StepKind.ERROR, StepKind.ERROR]
+    final = assemble(items)
+    assert (
+        isinstance(final, DoneEvent) and text_of(final) == "DONE\n"
+    )  # the answer is the last word
