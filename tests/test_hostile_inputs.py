@@ -723,3 +723,26 @@ def test_replay_memory_grows_at_most_3x_the_file(
     assert sizes[1] > 3 * sizes[0]
     slope = (peaks[1] - peaks[0]) / (sizes[1] - sizes[0])
     assert slope <= 3.0, f"{slope:.2f} bytes of memory per byte of file ({sizes}, {peaks})"
+
+
+# -- the row decoder's JSON: tool-call arguments inside a protobuf row ---------------------------
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ["[" * 3000, '{"a": NaN}', '{"a": 1e400}', '{"a": "\\ud800"}', '{"a": ' + "9" * 5000 + "}"],
+    ids=["deep", "nan", "huge-float", "lone-surrogate", "5000-digits"],
+)
+def test_row_with_hostile_tool_arguments_decodes_to_a_printable_step(arguments: str) -> None:
+    from agy_provider.agy.rows import decode_step_row
+    from agy_provider.sim import descriptors as pb
+
+    step = pb.Step()
+    step.type = pb.STEP_TYPE["CORTEX_STEP_TYPE_RUN_COMMAND"]
+    step.status = pb.STEP_STATUS["CORTEX_STEP_STATUS_DONE"]
+    step.metadata.tool_call.name = "run_command"
+    step.metadata.tool_call.arguments_json = arguments
+    step.run_command.command_line = "ls"
+    decoded = decode_step_row(0, step.type, step.status, step.SerializeToString())
+    assert decoded.tool is not None
+    printable_json(decoded.to_json())

@@ -26,6 +26,7 @@ from agy_provider.agy.step import (
     ToolResult,
 )
 from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message, iter_fields
 
 __all__ = [
@@ -371,8 +372,10 @@ def parse_arguments(text: str) -> Mapping[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except ValueError:
+        # Strict: NaN/1e400 or a lone surrogate would reach the output, 2,000-deep nesting
+        # would raise RecursionError (see wire/jsontext.py).
+        value = jsontext.loads(text, "tool arguments")
+    except DecodeError:
         return {}
     return value if isinstance(value, dict) else {}
 
