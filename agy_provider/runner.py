@@ -351,8 +351,8 @@ class AgyProcess:
         # stdin stays /dev/null (an open pipe makes `agy -p` wait forever) unless the prompt
         # travels through it; then it is written whole and closed at once.
         through_stdin = not prompt_fits_argv(self.request.prompt)
-        try:
-            self._proc = await asyncio.to_thread(
+        spawn = asyncio.ensure_future(
+            asyncio.to_thread(
                 subprocess.Popen,
                 self.argv,
                 stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
@@ -362,8 +362,15 @@ class AgyProcess:
                 env=env,
                 start_new_session=True,
             )
+        )
+        try:
+            self._proc = await asyncio.shield(spawn)
         except OSError as exc:
             raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}") from exc
+        except asyncio.CancelledError:
+            # The fork goes on in its thread: end whatever process it makes, whenever it does.
+            spawn.add_done_callback(_end_abandoned)
+            raise
         proc = self._proc
         assert proc.stdout is not None and proc.stderr is not None
         self._watch_exit(proc)
@@ -520,6 +527,16 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _end_abandoned(spawn: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """Kill the process group of an agy whose start was abandoned (an abort during the fork)."""
+    if spawn.cancelled() or spawn.exception() is not None:
+        return
+    proc = spawn.result()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own group: start_new_session
+    threading.Thread(target=proc.wait, name="agy-provider-reap", daemon=True).start()
 
 
 async def _reader(pipe: IO[bytes]) -> asyncio.StreamReader:

@@ -346,7 +346,8 @@ class TurnDriver:
         starting = self._starting
         if starting is not None:
             # A spawn interrupted by the abort still produces a process: let it finish (it is a
-            # fork and exec), then end it; one that cannot finish is cancelled, which kills it.
+            # fork and exec), then end it; one that cannot finish in time is cancelled, and the
+            # runner kills whatever process it still makes.
             await asyncio.wait({starting}, timeout=grace)
             if not starting.done():
                 starting.cancel()

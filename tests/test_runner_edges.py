@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
@@ -87,3 +88,41 @@ async def test_agy_version_survives_the_process_and_follows_the_binary(
     os.utime(binary, ns=(0, binary.stat().st_mtime_ns + 1_000_000_000))
     assert await agy_version(str(binary)) == "1.2.14"
     assert counter.read_text().count("x") == 2
+
+
+async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
+    """Cancelled while the fork runs in its thread: the process it makes is killed anyway."""
+    import psutil
+
+    from agy_provider.runner import AgyProcess, TurnRequest
+
+    script = tmp_path / "slow-agy"
+    script.write_text("#!/bin/sh\nexec sleep 300\n")
+    script.chmod(0o755)
+    mark = f"AGY_TEST_ABANDONED={tmp_path.name}"
+    request = TurnRequest(
+        prompt="hi", cwd=str(tmp_path), agy_bin=str(script), env=dict([mark.split("=", 1)])
+    )
+    process = AgyProcess(request)
+    task = asyncio.ensure_future(process.start())
+    await asyncio.sleep(0)  # the fork is submitted to its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                env = proc.environ()
+                if env.get("AGY_TEST_ABANDONED") == tmp_path.name and (
+                    proc.status() != psutil.STATUS_ZOMBIE
+                ):
+                    found.append(proc)
+        return found
+
+    await asyncio.sleep(0.5)  # time for a leaked fork to have exec'd into `sleep 300`
+    leaked = ours()
+    for proc in leaked:
+        proc.kill()
+    assert leaked == []
