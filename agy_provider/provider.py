@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from agy_provider.assembler import StepAssembler
+from agy_provider.host_input import normalise_turn, warn_host_tools
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.sessions import SessionStore
 from agy_provider.stream import AssistantMessageEventStream
@@ -27,9 +28,9 @@ __all__ = [
 
 
 def stream_simple(
-    model: Model,
-    context: Context,
-    options: SimpleStreamOptions | None = None,
+    model: Model | Any,
+    context: Context | Any,
+    options: SimpleStreamOptions | Any = None,
     *,
     cwd: str | None = None,
     agy_bin: str | None = None,
@@ -44,9 +45,20 @@ def stream_simple(
     reason `aborted`, within ~200 ms of the signal, at any phase). With `options.session_id` the
     turn resumes that session's conversation when the host's history matches what the session
     saw; `continue_session=True` resumes it whatever the history (a CLI has none).
+
+    `model`, `context` and `options` may also be what other pi hosts pass (`host_input`): pi's
+    camelCase JSON, another port's pydantic models or dataclasses, options as a mapping or any
+    object, any abort signal. Input that cannot be understood raises `UsageError` here, before
+    a stream exists (as pi-ai throws for a model no provider serves); host adapters whose
+    contract forbids raising (`agy_provider.hosts`) turn it into an `error` event. A turn
+    offering host tools logs one warning naming them: agy cannot call them yet.
     """
+    turn = normalise_turn(model, context, options)
+    model, context, options = turn.model, turn.context, turn.options
+    warn_host_tools(context)
     stream = AssistantMessageEventStream()
-    options = options or SimpleStreamOptions()
+    if turn.abort is not None:
+        turn.abort.attach(stream)
     assembler = StepAssembler(
         model=model.id,
         provider=model.provider or "agy",

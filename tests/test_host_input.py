@@ -1,0 +1,477 @@
+"""What hosts pass is accepted (`host_input`): pi's JSON, other ports' objects, options and abort
+signals of any kind, system messages in the list; anything else is refused by name.
+
+Other ports' objects come from the real packages (the `hosts` extra); each such test skips, saying
+which package is missing, where it is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from host_helpers import slow_start_scenario, until_agy_runs
+from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer
+
+from agy_provider.abort_bridge import bridge_signal
+from agy_provider.errors import UsageError
+from agy_provider.events import ErrorEvent
+from agy_provider.host_input import normalise_turn
+from agy_provider.options import AbortSignal, SimpleStreamOptions
+from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.stream import AssistantMessageEventStream
+from agy_provider.types import (
+    AssistantMessage,
+    Context,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    Tool,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+
+PI_MODEL = {
+    "id": "gemini-3.7-flash",
+    "name": "Gemini 3.7 Flash",
+    "api": "agy",
+    "provider": "agy",
+    "baseUrl": "",
+    "reasoning": True,
+    "input": ["text"],
+    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+    "contextWindow": 1_000_000,
+    "maxTokens": 65_536,
+}
+PI_CONTEXT = {
+    "systemPrompt": "Be brief.",
+    "messages": [
+        {"role": "user", "content": "hi", "timestamp": 1},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "greet"},
+                {"type": "text", "text": "Hello."},
+                {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "a_b"}},
+            ],
+            "api": "x",
+            "provider": "y",
+            "model": "z",
+            "usage": {
+                "input": 1,
+                "output": 2,
+                "cacheRead": 0,
+                "cacheWrite": 0,
+                "totalTokens": 3,
+                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+            },
+            "stopReason": "toolUse",
+            "timestamp": 2,
+        },
+        {
+            "role": "toolResult",
+            "toolCallId": "c1",
+            "toolName": "read",
+            "content": [{"type": "text", "text": "file"}],
+            "isError": False,
+            "timestamp": 3,
+        },
+        {"role": "user", "content": [{"type": "text", "text": "and now?"}], "timestamp": 4},
+    ],
+    "tools": [{"name": "read", "description": "Read a file", "parameters": {"type": "object"}}],
+}
+
+
+def expected_context() -> Context:
+    return Context(
+        system_prompt="Be brief.",
+        messages=[
+            UserMessage(content="hi", timestamp=1),
+            AssistantMessage(
+                content=[
+                    ThinkingContent("greet"),
+                    TextContent("Hello."),
+                    ToolCall("c1", "read", {"path": "a_b"}),
+                ],
+                api="x",
+                provider="y",
+                model="z",
+                usage=Usage(input=1, output=2, total_tokens=3),
+                stop_reason="toolUse",
+                timestamp=2,
+            ),
+            ToolResultMessage(
+                tool_call_id="c1",
+                tool_name="read",
+                content=[TextContent("file")],
+                timestamp=3,
+            ),
+            UserMessage(content=[TextContent("and now?")], timestamp=4),
+        ],
+        tools=[Tool("read", "Read a file", {"type": "object"})],
+    )
+
+
+# --- pi's JSON and other ports' objects ------------------------------------------------------------
+
+
+def test_pi_json_dicts_become_our_types() -> None:
+    turn = normalise_turn(PI_MODEL, PI_CONTEXT, {"sessionId": "s1", "reasoning": "high"})
+    assert turn.model == MODEL
+    assert turn.context == expected_context()
+    assert turn.options.session_id == "s1" and turn.options.reasoning == "high"
+    assert turn.abort is None
+
+
+def test_snake_case_json_and_typeddicts_are_the_same() -> None:
+    class UserDict(TypedDict):
+        role: str
+        content: str
+        timestamp: int
+
+    user: UserDict = {"role": "user", "content": "hi", "timestamp": 1}
+    result = {
+        "role": "toolResult",
+        "tool_call_id": "c1",
+        "tool_name": "read",
+        "content": [{"type": "text", "text": "file"}],
+        "is_error": True,
+    }
+    turn = normalise_turn(
+        {"id": "gemini-3.7-flash"},
+        {"system_prompt": "s", "messages": [user, result, user]},
+        {"session_id": "s2", "max_tokens": 10.0},
+    )
+    assert turn.context.system_prompt == "s"
+    tool_result = turn.context.messages[1]
+    assert isinstance(tool_result, ToolResultMessage)
+    assert tool_result.tool_call_id == "c1" and tool_result.is_error and tool_result.timestamp == 0
+    assert turn.options.session_id == "s2" and turn.options.max_tokens == 10
+    # A bare model needs only its id; the rest takes agy's defaults.
+    assert turn.model.id == "gemini-3.7-flash" and turn.model.provider == "agy"
+
+
+def test_a_model_id_string_is_a_model() -> None:
+    turn = normalise_turn("gemini-3.7-pro", {"messages": [{"role": "user", "content": "x"}]})
+    assert turn.model.id == "gemini-3.7-pro" and turn.model.name == "gemini-3.7-pro"
+
+
+def test_our_own_types_pass_through_unchanged() -> None:
+    context = expected_context()
+    options = SimpleStreamOptions(session_id="s")
+    turn = normalise_turn(MODEL, context, options)
+    assert turn.model is MODEL and turn.context is context and turn.options is options
+
+
+def test_plain_dataclasses_and_objects_are_read_through_their_fields() -> None:
+    @dataclasses.dataclass
+    class Block:
+        text: str
+        type: str = "text"
+
+    @dataclasses.dataclass
+    class Message:
+        content: list[Block]
+        role: str = "user"
+
+    class Options:
+        def __init__(self) -> None:
+            self.sessionId = "s3"
+            self.reasoning = "off"
+
+    turn = normalise_turn(MODEL, {"messages": [Message([Block("hey")])]}, Options())
+    assert turn.context.messages == (UserMessage(content=[TextContent("hey")], timestamp=0),)
+    assert turn.options.session_id == "s3" and turn.options.reasoning is None
+
+
+def test_pi_ai_python_objects_and_its_transcript() -> None:
+    pi_types = pytest.importorskip(
+        "pi_ai.types", reason="pi-ai-python is not installed (extra `hosts`)"
+    )
+    transcript = pytest.importorskip("pi_ai.utils.transcript")
+    context = pi_types.Context(
+        messages=[pi_types.UserMessage("hi")],
+        system_prompt="Be brief.",
+        tools=[pi_types.Tool("read", "Read a file", {"type": "object"})],
+    )
+    turn = normalise_turn(pi_types.Model(id="m", api="agy", provider="agy"), context)
+    assert turn.context.system_prompt == "Be brief."
+    assert turn.context.tools == (Tool("read", "Read a file", {"type": "object"}),)
+    # pi-ai-python hands providers a TranscriptContext: the prompt and tools as a system message.
+    folded = normalise_turn("m", transcript.normalize_context(context)).context
+    assert folded.system_prompt == "Be brief." and folded.tools == turn.context.tools
+    assert [m.content for m in folded.messages] == ["hi"]
+
+
+def test_pi_agent_core_pydantic_objects() -> None:
+    core = pytest.importorskip(
+        "pi_agent_core", reason="pi-agent-core is not installed (extra `hosts`)"
+    )
+    context = core.AgentContext(
+        system_prompt="sys",
+        messages=[
+            core.UserMessage(
+                content=[
+                    core.TextContent(text="hi"),
+                    core.ImageContent(media_type="image/png", data="AA"),
+                ]
+            ),
+            core.AssistantMessage(content=[core.TextContent(text="yo")], stop_reason="stop"),
+        ],
+    )
+    cancel = asyncio.Event()
+    options = core.SimpleStreamOptions(session_id="s4", reasoning="low", cancel_event=cancel)
+    turn = normalise_turn(core.Model(api="agy", provider="agy", id="m"), context, options)
+    user = turn.context.messages[0]
+    assert isinstance(user, UserMessage) and not isinstance(user.content, str)
+    assert user.content[1] == ImageContent("AA", "image/png")
+    assert turn.options.session_id == "s4" and turn.options.reasoning == "low"
+    assert turn.abort is not None and turn.options.signal is turn.abort.signal
+
+
+def test_pi_agents_py_dataclasses() -> None:
+    types = pytest.importorskip(
+        "pi_agents.ai.types", reason="pi-agents-py is not installed (extra `hosts`)"
+    )
+    context = types.Context(
+        system_prompt="sys",
+        messages=[
+            types.UserMessage(content="hi"),
+            types.AssistantMessage(content=[types.TextContent(text="yo")]),
+        ],
+        tools=[types.Tool(name="ls", description="list")],
+    )
+    turn = normalise_turn(
+        types.Model(id="m", api="agy", provider="agy"),
+        context,
+        types.SimpleStreamOptions(session_id="s5"),
+    )
+    assert [type(m).__name__ for m in turn.context.messages] == ["UserMessage", "AssistantMessage"]
+    assert turn.context.tools == (Tool("ls", "list", {}),)
+    assert turn.options.session_id == "s5"
+
+
+def test_system_messages_in_the_list_fold_into_the_system_prompt() -> None:
+    turn = normalise_turn(
+        MODEL,
+        {
+            "systemPrompt": "first",
+            "messages": [
+                {"role": "system", "content": "second"},
+                {"role": "user", "content": "hi"},
+                {"role": "developer", "content": [{"type": "text", "text": "third"}]},
+                {"role": "system", "content": "", "sections": {"style": "fourth", "gone": None}},
+                {"role": "user", "content": "again"},
+            ],
+        },
+    )
+    assert turn.context.system_prompt == "first\n\nsecond\n\nthird\n\nfourth"
+    assert [m.role for m in turn.context.messages] == ["user", "user"]
+
+
+# --- refusals name the field -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "context", "options", "names"),
+    [
+        (42, {"messages": []}, None, "model"),
+        ({"name": "no id"}, {"messages": []}, None, "model.id"),
+        ({"id": "m", "contextWindow": "big"}, {"messages": []}, None, "model.contextWindow"),
+        (MODEL, None, None, "context"),
+        (MODEL, {"messages": "hi"}, None, "context.messages"),
+        (
+            MODEL,
+            {"messages": [{"role": "user", "content": "a"}, {"role": "robot"}]},
+            None,
+            "context.messages[1].role",
+        ),
+        (MODEL, {"messages": [{"role": "user", "content": 5}]}, None, "context.messages[0]"),
+        (MODEL, {"messages": [], "tools": [{"description": "x"}]}, None, "context.tools[0].name"),
+        (MODEL, {"messages": []}, {"signal": object()}, "options.signal"),
+        (MODEL, {"messages": []}, {"reasoning": "extreme"}, "options.reasoning"),
+        (MODEL, {"messages": []}, {"sessionId": 7}, "options.session_id"),
+        (MODEL, {"messages": []}, "fast", "options"),
+    ],
+)
+def test_anything_else_is_a_usage_error_naming_the_field(
+    model: Any, context: Any, options: Any, names: str
+) -> None:
+    with pytest.raises(UsageError) as raised:
+        normalise_turn(model, context, options)
+    assert str(raised.value).startswith(names + ":"), str(raised.value)
+    assert "expected" in str(raised.value) or "must" in str(raised.value)
+
+
+def test_stream_simple_raises_before_a_stream_exists_for_misuse() -> None:
+    # Synchronously, with no loop needed: nothing was started, nothing needs cleaning up.
+    with pytest.raises(UsageError, match=r"^model:"):
+        stream_simple(3.5, {"messages": []})
+
+
+# --- abort signals -------------------------------------------------------------------------------
+
+
+class FlagSignal:
+    """A host's own signal with nothing but an `aborted` flag."""
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self.reason = "host reason"
+
+
+def pi_ai_signal() -> tuple[Any, Any]:
+    abort = pytest.importorskip(
+        "pi_ai.abort", reason="pi-ai-python is not installed (extra `hosts`)"
+    )
+    controller = abort.AbortController()
+    return controller.signal, controller.abort
+
+
+def pi_agent_loop_signal() -> tuple[Any, Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("pi_agent_loop") is None:
+        pytest.skip("pi-agent-loop is not importable here (it installs beside pi-ai-client)")
+    from pi_agent_loop.abort import AbortController  # type: ignore[import-not-found,unused-ignore]
+
+    controller = AbortController()
+    return controller.signal, controller.abort
+
+
+def _kinds() -> dict[str, Any]:
+    def ours() -> tuple[Any, Any]:
+        signal = AbortSignal()
+        return signal, signal.abort
+
+    def asyncio_event() -> tuple[Any, Any]:
+        event = asyncio.Event()
+        return event, event.set
+
+    def threading_event() -> tuple[Any, Any]:
+        event = threading.Event()
+        return event, event.set
+
+    def flag() -> tuple[Any, Any]:
+        signal = FlagSignal()
+        return signal, lambda: setattr(signal, "aborted", True)
+
+    return {
+        "ours": ours,
+        "asyncio.Event": asyncio_event,
+        "threading.Event": threading_event,
+        "aborted flag": flag,
+        "pi-ai-python": pi_ai_signal,
+        "pi-agent-loop": pi_agent_loop_signal,
+    }
+
+
+@pytest.mark.parametrize("kind", list(_kinds()))
+async def test_every_kind_of_signal_aborts_ours_and_lets_go_when_the_turn_ends(kind: str) -> None:
+    host_signal, raise_it = _kinds()[kind]()
+    bridge = bridge_signal(host_signal)
+    assert bridge is not None and not bridge.signal.aborted
+    stream = AssistantMessageEventStream()
+    bridge.attach(stream)
+    threading.Thread(
+        target=raise_it, daemon=True
+    ).start() if kind == "threading.Event" else raise_it()
+    await asyncio.wait_for(bridge.signal.wait(), 30)  # a hang bound only
+    assert bridge.signal.aborted
+
+    if kind == "ours":
+        return  # the host's signal is ours: nothing to let go of
+    # A turn whose stream ends first: the bridge lets go, and a later abort no longer reaches it.
+    host_signal, raise_it = _kinds()[kind]()
+    bridge = bridge_signal(host_signal)
+    assert bridge is not None
+    stream = AssistantMessageEventStream()
+    bridge.attach(stream)
+    stream.end()
+    for _ in range(600):  # a hang bound only: the watcher sees the end within its interval
+        await asyncio.sleep(0.05)
+        if not [t for t in threading.enumerate() if t.name == "agy-provider abort watcher"]:
+            break
+    assert not [t for t in threading.enumerate() if t.name == "agy-provider abort watcher"]
+    raise_it()
+    await asyncio.sleep(0.2)
+    assert not bridge.signal.aborted
+
+
+async def test_an_already_raised_signal_aborts_at_once() -> None:
+    event = threading.Event()
+    event.set()
+    bridge = bridge_signal(event)
+    assert bridge is not None and bridge.signal.aborted
+
+
+# --- live turns on agy-sim ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_turn_from_pi_json_answers(live_env: Path) -> None:
+    context = {"messages": [{"role": "user", "content": "hello", "timestamp": 0}]}
+    stream = stream_simple(PI_MODEL, context, {"sessionId": "json-1"})
+    events = [event async for event in stream]
+    message = await stream.result()
+    await wait_for_turns()
+    expect_done(events, message, scenario_answer("default"))
+    assert leftovers(live_env) == []
+
+
+@pytest.mark.slow
+async def test_host_tools_get_one_warning_naming_them(
+    live_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    context = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "tools": [
+            {"name": "read_file", "description": "Read", "parameters": {}},
+            {"name": "web_search", "description": "Search", "parameters": {}},
+        ],
+    }
+    with caplog.at_level(logging.WARNING):
+        stream = stream_simple(MODEL, context)
+        events = [event async for event in stream]
+        message = await stream.result()
+        await wait_for_turns()
+    expect_done(events, message, scenario_answer("default"))
+    about_tools = [r for r in caplog.records if "read_file" in r.getMessage()]
+    assert len(about_tools) == 1, [r.getMessage() for r in caplog.records]
+    text = about_tools[0].getMessage()
+    assert about_tools[0].levelno == logging.WARNING
+    assert "web_search" in text and "cannot call" in text
+    # A turn without tools says nothing about tools.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        stream = stream_simple(MODEL, {"messages": [{"role": "user", "content": "hi"}]})
+        await stream.result()
+        await wait_for_turns()
+    assert not [r for r in caplog.records if "host tool" in r.getMessage()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["asyncio.Event", "threading.Event", "aborted flag"])
+async def test_a_foreign_signal_aborts_a_running_turn(
+    live_env: Path, recorder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", str(slow_start_scenario(tmp_path)))
+    host_signal, raise_it = _kinds()[kind]()
+    stream = stream_simple(
+        MODEL, {"messages": [{"role": "user", "content": "hi"}]}, {"signal": host_signal}
+    )
+    await until_agy_runs(live_env)
+    raise_it()
+    events = [event async for event in stream]
+    message = await asyncio.wait_for(stream.result(), 60)
+    await wait_for_turns()
+    last = expect_error(events, message, reason="aborted")
+    assert isinstance(last, ErrorEvent)
+    assert leftovers(live_env, recorder) == []
