@@ -83,6 +83,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ch.set_defaults(run=_chat)
 
+    ask = commands.add_parser(
+        "ask",
+        help="hand one task to agy: the answer on stdout, progress on stderr",
+        description=(
+            "AskAntigravity from the command line: run PROMPT as one agy turn and print agy's "
+            "answer on stdout, its progress (thinking, each tool run) on stderr. Exit 1 with agy's "
+            "own error when the turn fails. Refuses to run inside an agy turn."
+        ),
+    )
+    ask.add_argument("prompt", metavar="PROMPT")
+    ask.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
+    ask.add_argument(
+        "--model", default="", help="flash, pro, sonnet, opus or a slug (default: config)"
+    )
+    ask.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    ask.add_argument(
+        "--mode",
+        choices=("plan", "accept-edits", "default"),
+        default=None,
+        help="plan: no changes; accept-edits: edit files without asking (default: config)",
+    )
+    ask.add_argument("--conversation", default=None, help="an agy conversation id to continue")
+    ask.add_argument(
+        "--timeout", type=float, default=None, help="seconds the turn may take (default: config)"
+    )
+    ask.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
+    ask.add_argument(
+        "--json", action="store_true", help="print the result (answer, model, usage …) as JSON"
+    )
+    ask.set_defaults(run=_ask)
+
     models = commands.add_parser(
         "models", help="list the models agy offers (`agy models`), tiers folded into efforts"
     )
@@ -193,6 +224,31 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if result.message is None or result.message.stop_reason in ("error", "aborted"):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+
+    from agy_provider.ask import ask_command
+    from agy_provider.config import load_config
+
+    agy_bin = args.agy_bin or load_config().agy_bin
+    with _simulator_state(agy_bin, err):
+        return asyncio.run(
+            ask_command(
+                args.prompt,
+                cwd=args.cwd,
+                model=args.model,
+                thinking=args.thinking,
+                mode=args.mode,
+                conversation=args.conversation,
+                timeout=args.timeout,
+                agy_bin=args.agy_bin,
+                as_json=args.json,
+                out=out,
+                err=err,
+            )
+        )
 
 
 def _models(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
