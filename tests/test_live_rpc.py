@@ -31,6 +31,7 @@ from live_helpers import (
     run_turn,
     scenario_answer,
     scenario_chunks,
+    scenario_error,
     scenario_planners,
     terminal,
 )
@@ -160,7 +161,10 @@ async def test_both_sources_give_identical_events(
         if source == "sqlite":
             monkeypatch.setenv("AGY_SIM_NO_SERVER", "1")
         events, message = await run_turn("hello")
-        if scenario in FAILING:
+        if scenario == "quota-error":
+            expect_error(events, message)
+            assert scenario_error(scenario).user_message in (message.error_message or "")
+        elif scenario in FAILING:
             expect_error(events, message)
         else:
             expect_done(events, message, scenario_answer(scenario))
