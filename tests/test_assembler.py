@@ -274,4 +274,4 @@ def test_a_turn_agy_cancelled_says_so_instead_of_blaming_permissions() -> None:
     # A cancelled step followed by more work is not the turn's ending.
     later = StepAssembler(model="m")
     ended = later.feed([USER, cancelled_tool, planner(2, thinking="retry")]) + later.finish()
-    assert ended[-1].error.error_message == EMPTY_ANSWER
+    assert isinstance(ended[-1], ErrorEvent) and ended[-1].error.error_message == EMPTY_ANSWER
