@@ -1,0 +1,300 @@
+"""The `llm` plugin (entry-point group `llm`): agy's models in Simon Willison's `llm` CLI.
+
+Registers `agy` (the configured default) and `agy/<model>` for every model `agy models` lists
+(read from the catalog kept per binary, so llm's listing of models on every run rarely spawns
+agy), with the options `thinking` and `mode`. Text and reasoning stream; agy's own tool runs are
+logged as server-executed tool calls and results; one llm conversation is one agy conversation
+(sessions keyed by llm's conversation id); input and output tokens go to llm's log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any, Literal
+
+import llm
+from llm.parts import StreamEvent
+from pydantic import Field
+
+# agy_provider is imported inside functions: llm imports every plugin on every run, and a run
+# that never uses agy should not pay for the provider (asyncio, psutil, httpx).
+
+__all__ = ["AgyAsyncModel", "AgySyncModel", "register_models"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ID = "agy"
+MODEL_PREFIX = "agy/"
+
+
+class AgyOptions(llm.Options):
+    """The options `llm -o` takes for agy's models."""
+
+    thinking: Literal["low", "medium", "high"] | None = Field(
+        default=None,
+        description="How hard the model thinks (agy's --effort), for models with effort levels",
+    )
+    mode: Literal["default", "plan", "accept-edits"] | None = Field(
+        default=None,
+        description="plan: agy plans without changing files; accept-edits: agy edits files "
+        "without asking; default: agy's request-review (the configured mode when unset)",
+    )
+
+
+@llm.hookimpl
+def register_models(register: Any) -> None:
+    """`agy`, then `agy/<model>` for each model agy lists, with `agy/flash` … as aliases."""
+    catalog = _catalog()
+    register(AgySyncModel(DEFAULT_MODEL_ID, ""), AgyAsyncModel(DEFAULT_MODEL_ID, ""))
+    if not catalog:
+        return
+    from agy_provider.errors import UsageError
+    from agy_provider.model_catalog import ALIASES, resolve_model
+
+    aliases: dict[str, list[str]] = {}
+    for word in ALIASES:
+        try:
+            aliases.setdefault(resolve_model(word, catalog), []).append(MODEL_PREFIX + word)
+        except UsageError:
+            continue  # agy lists no model of that family
+    for model in catalog:
+        model_id = MODEL_PREFIX + model.id
+        register(
+            AgySyncModel(model_id, model.id, model.efforts),
+            AgyAsyncModel(model_id, model.id, model.efforts),
+            aliases=aliases.get(model.id, []),
+        )
+
+
+def _catalog() -> list[Any]:
+    """agy's models from the kept catalog ([] when agy is missing or lists none: said at debug
+    level, since llm asks on every run; `llm -m agy` then fails saying why)."""
+    from agy_provider.config import load_config
+    from agy_provider.errors import AgyError
+    from agy_provider.model_catalog import cached_models
+    from agy_provider.runner import find_agy
+
+    try:
+        return cached_models(find_agy(load_config().agy_bin))
+    except AgyError as exc:
+        log.debug("agy's models are not listed in llm: %s", exc)
+        return []
+
+
+class _AgyModelBase:
+    """What the sync and async models share: identity, options and how a prompt becomes a turn."""
+
+    model_id: str
+    can_stream = True
+    supports_tools = False  # host tools reach agy only through the MCP bridge (not yet)
+    supports_schema = False
+
+    def __init__(self, model_id: str, agy_id: str, efforts: Sequence[str] = ()) -> None:
+        self.model_id = model_id
+        self.agy_id = agy_id
+        self.efforts = tuple(efforts)
+
+    def __str__(self) -> str:
+        efforts = f" (thinking: {', '.join(self.efforts)})" if self.efforts else ""
+        return f"agy: {self.model_id}{efforts}"
+
+    def _turn(self, prompt: llm.Prompt, conversation: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """pi's model, context, options and `stream_simple`'s keywords for this prompt."""
+        from agy_provider.ask import turn_edges
+        from agy_provider.options import SimpleStreamOptions
+        from agy_provider.types import Model
+
+        options = prompt.options
+        thinking = getattr(options, "thinking", None)
+        mode = getattr(options, "mode", None)
+        model = Model(
+            id=self.agy_id or "agy",
+            name=self.agy_id or "agy",
+            api="agy",
+            provider="agy",
+            base_url="",
+            reasoning=True,
+            context_window=1_000_000,
+            max_tokens=65_536,
+        )
+        conversation_id = getattr(conversation, "id", None)
+        session = f"llm:{conversation_id}" if conversation_id else None
+        kwargs: dict[str, Any] = {
+            "cwd": os.getcwd(),
+            # llm's conversation id names the agy conversation: `llm -c` always continues it,
+            # sending only the new prompt (llm's own history is the same conversation).
+            "continue_session": session is not None,
+        }
+        if mode is not None:
+            kwargs["edges"] = turn_edges(mode=mode)
+        return (
+            model,
+            _context(prompt),
+            SimpleStreamOptions(session_id=session, reasoning=thinking),
+            kwargs,
+        )
+
+
+def _context(prompt: llm.Prompt) -> Any:
+    """llm's messages (system, user, assistant text) as pi's context; the newest is the user's."""
+    from agy_provider.types import AssistantMessage, Context, TextContent, UserMessage
+
+    system: list[str] = []
+    messages: list[Any] = []
+    for message in prompt.messages:
+        text = "".join(getattr(part, "text", "") for part in message.parts if _is_text(part))
+        if message.role == "system":
+            system.append(text)
+        elif message.role == "user" and text:
+            messages.append(UserMessage(content=text, timestamp=0))
+        elif message.role == "assistant" and text:
+            messages.append(
+                AssistantMessage(
+                    content=[TextContent(text=text)],
+                    api="agy",
+                    provider="agy",
+                    model="agy",
+                    stop_reason="stop",
+                    timestamp=0,
+                )
+            )
+    if not messages or not isinstance(messages[-1], UserMessage):
+        messages.append(UserMessage(content=prompt.prompt or "", timestamp=0))
+    return Context(system_prompt="\n\n".join(s for s in system if s) or None, messages=messages)
+
+
+def _is_text(part: Any) -> bool:
+    from llm.parts import TextPart
+
+    return isinstance(part, TextPart)
+
+
+class EventsToLlm:
+    """pi events → llm `StreamEvent`s. Thinking becomes reasoning; a tool run agy made becomes
+    a server-executed tool call and, once it settled, its result — and stays in the reasoning
+    too, so `llm` shows it live (llm prints only text and reasoning as they stream)."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[int, str] = {}
+        self._reasoning_ends_line = True
+        self.message: Any = None
+
+    def feed(self, event: Any) -> list[StreamEvent]:
+        from agy_provider.tool_runs import is_tool_run, parse_tool_run
+
+        kind = event.type
+        index = getattr(event, "content_index", -1)
+        out: list[StreamEvent] = []
+        if kind == "text_delta":
+            out.append(StreamEvent(type="text", chunk=event.delta))
+        elif kind == "thinking_delta":
+            if index not in self._kinds:
+                self._kinds[index] = "tool" if is_tool_run(event.delta) else "thinking"
+                run = parse_tool_run(event.delta) if self._kinds[index] == "tool" else None
+                if not self._reasoning_ends_line:  # each block on a line of its own
+                    out.append(StreamEvent(type="reasoning", chunk="\n"))
+                if run is not None:
+                    call_id = f"agy-tool-{index}"
+                    out.append(_tool_event("tool_call_name", run.name, call_id))
+                    out.append(
+                        _tool_event(
+                            "tool_call_args", json.dumps({"argument": run.argument}), call_id
+                        )
+                    )
+            out.append(StreamEvent(type="reasoning", chunk=event.delta))
+            self._reasoning_ends_line = event.delta.endswith("\n")
+        elif kind == "thinking_end" and self._kinds.get(index) == "tool":
+            run = parse_tool_run(event.content)
+            if run is not None:
+                result = _tool_event("tool_result", run.output, f"agy-tool-{index}")
+                result.tool_name = run.name
+                out.append(result)
+        elif kind == "done":
+            self.message = event.message
+        elif kind == "error":
+            self.message = event.error
+        return out
+
+
+def _tool_event(kind: str, chunk: str, call_id: str) -> StreamEvent:
+    return StreamEvent(type=kind, chunk=chunk, tool_call_id=call_id, server_executed=True)
+
+
+def _finish(response: Any, message: Any) -> None:
+    """Usage and the answering model into llm's log; a failed turn raises llm's ModelError."""
+    if message is None:
+        raise llm.ModelError("agy's turn ended without a final event")
+    usage = message.usage
+    details = {"cache_read_tokens": usage.cache_read} if usage.cache_read else None
+    # llm counts all input the model read (as its OpenAI models do); cached input is in details.
+    response.set_usage(input=usage.input + usage.cache_read, output=usage.output, details=details)
+    if message.model and message.model not in ("agy", DEFAULT_MODEL_ID):
+        response.set_resolved_model(message.model)
+    if message.stop_reason in ("error", "aborted"):
+        raise llm.ModelError(f"agy: {message.error_message or 'the turn failed'}")
+
+
+class AgySyncModel(_AgyModelBase, llm.Model):
+    """An agy model for `llm -m`: one agy turn per prompt, through `agy_provider.sync`."""
+
+    class Options(AgyOptions):
+        pass
+
+    def execute(
+        self,
+        prompt: llm.Prompt,
+        stream: bool,
+        response: llm.Response,
+        conversation: llm.Conversation | None,
+    ) -> Iterator[StreamEvent]:
+        from agy_provider.sync import iter_events
+
+        model, context, options, kwargs = self._turn(prompt, conversation)
+        mapper = EventsToLlm()
+        events = iter_events(model, context, options, **kwargs)
+        try:
+            for event in events:
+                yield from mapper.feed(event)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a caller that stopped reading aborts the turn; no agy is left behind
+        _finish(response, mapper.message)
+
+
+class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
+    """The same model for llm's async API (`llm --async`, `llm.get_async_model`)."""
+
+    class Options(AgyOptions):
+        pass
+
+    async def execute(
+        self,
+        prompt: llm.Prompt,
+        stream: bool,
+        response: llm.AsyncResponse,
+        conversation: llm.AsyncConversation | None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        from agy_provider.options import AbortSignal
+        from agy_provider.provider import stream_simple, wait_for_turns
+
+        model, context, options, kwargs = self._turn(prompt, conversation)
+        abort = AbortSignal()
+        options = dataclasses.replace(options, signal=abort)
+        mapper = EventsToLlm()
+        finished = False
+        try:
+            async for event in stream_simple(model, context, options, **kwargs):
+                for item in mapper.feed(event):
+                    yield item
+            finished = True
+        finally:
+            if not finished:
+                abort.abort("llm stopped reading the response")
+        # agy is stopped and the session saved after the final event: llm closes its loop next.
+        await wait_for_turns()
+        _finish(response, mapper.message)
