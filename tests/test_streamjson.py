@@ -844,3 +844,16 @@ def test_1_1_9_hook_refusal_then_an_answer_keeps_the_answer() -> None:
     assert (
         isinstance(final, DoneEvent) and text_of(final) == "DONE\n"
     )  # the answer is the last word
+
+
+def test_a_step_index_too_long_to_print_is_skipped_not_a_crash() -> None:
+    # Found by the fuzz target: an index of 4,301 digits cannot even be formatted into a message.
+    decoder = StreamJsonDecoder()
+    with pytest.raises(DecodeError, match="out of range"):
+        decoder.feed({"event": "step_update", "step_update": {"step_index": 10**4301 - 1}})
+    # As text the number is refused by the JSON layer: a skipped line, not a crash.
+    items, text_decoder = decode(
+        ['{"event":"step_update","step_update":{"step_index":' + "9" * 4301 + "}}"]
+    )
+    assert not any(isinstance(i, Step) for i in items)
+    assert text_decoder.skipped_reasons  # type: ignore[attr-defined]

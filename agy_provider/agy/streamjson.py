@@ -310,7 +310,9 @@ class StreamJsonDecoder:
         if isinstance(raw_index, bool) or not isinstance(raw_index, int):
             raise DecodeError("step_update without a numeric step_index")
         if not 0 <= raw_index <= _MAX_INDEX:
-            raise DecodeError(f"step_update with step_index {raw_index} out of range")
+            # Never format the number itself: one of over 4,300 digits cannot become a string.
+            sign = "negative" if raw_index < 0 else f"above {_MAX_INDEX}"
+            raise DecodeError(f"step_update with a step_index out of range ({sign})")
         index = raw_index
         agent_type = values.text(body.get("step_type"))
         kind = _KINDS.get(agent_type, StepKind.UNKNOWN)
