@@ -26,7 +26,7 @@ from live_helpers import (
 )
 
 from agy_provider.errors import UsageError
-from agy_provider.events import AssistantMessageEvent
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.sessions import SessionStore
 from agy_provider.sync import complete, iter_events
 from agy_provider.types import Context, UserMessage
@@ -66,8 +66,8 @@ def test_iter_events_streams_the_turn_and_ends_with_agy_gone(live_env: Path) -> 
     events = list(iter_events(MODEL, Context(messages=[UserMessage(content="hi", timestamp=0)])))
     assert leftovers(live_env) == []
     final = events[-1]
-    assert final.type == "done"
-    expect_done(events, final.message, scenario_answer("default"))  # type: ignore[union-attr]
+    assert isinstance(final, DoneEvent)
+    expect_done(events, final.message, scenario_answer("default"))
 
 
 def test_a_two_prompt_conversation_is_one_agy_conversation(
@@ -194,5 +194,7 @@ def test_a_failed_turn_is_its_error_event_not_an_exception(
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", "quota-error")
     events = list(iter_events(MODEL, HELLO))
-    expect_error(events, events[-1].error)  # type: ignore[union-attr]
+    final = events[-1]
+    assert isinstance(final, ErrorEvent)
+    expect_error(events, final.error)
     assert leftovers(live_env) == []
