@@ -548,9 +548,7 @@ def ask_antigravity_sync(
     KeyboardInterrupt (or any exception in `on_progress`) aborts the turn and leaves no agy
     running before it propagates.
     """
-    import importlib
-
-    iter_events = importlib.import_module("agy_provider.sync").iter_events
+    from agy_provider.sync import iter_events
 
     started = time.monotonic()
     plan = _plan(
