@@ -343,9 +343,10 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
     except DatabaseError as exc:
         cleanup()
         raise UsageError(str(exc).replace(target, path)) from exc
-    # A schema that is not UTF-8 makes sqlite3 raise UnicodeDecodeError (a ValueError), which
-    # database.py does not translate yet (see the report for the fix).
-    except ValueError as exc:
+    # A schema that is not UTF-8 makes sqlite3 raise UnicodeDecodeError (a ValueError), and a
+    # malformed schema page can fail after the first check: database.py does not translate
+    # those yet (see the report for the fix).
+    except (sqlite3.Error, ValueError) as exc:
         cleanup()
         raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
     # A TEXT value that is not UTF-8 would make sqlite3 fail the whole scan: read it with

@@ -66,13 +66,15 @@ def batch(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
 COUNTS: Counter[str] = Counter()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _record_counts() -> Iterator[None]:
+@pytest.fixture(autouse=True)
+def _record_counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With AGY_FUZZ_COUNTS set, append each target's input count as it ends."""
+    COUNTS.clear()
     yield
     target = os.environ.get("AGY_FUZZ_COUNTS")
     if target and COUNTS:
         with open(target, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(dict(COUNTS)) + "\n")
+            handle.write(json.dumps({"test": request.node.name, **COUNTS}) + "\n")
 
 
 def counted(name: str, inputs: int = 1) -> None:
