@@ -1,0 +1,127 @@
+"""What every host adapter shares: agy's model catalog as pi models, and a turn whose misuse
+errors arrive as an `error` event (host stream contracts forbid raising).
+
+Private to `agy_provider.hosts`; each host module converts these values to its own types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agy_provider.agy.models import AgyModel, list_models
+from agy_provider.config import load_config
+from agy_provider.errors import AgyError, UsageError
+from agy_provider.events import AssistantMessageEvent, ErrorEvent
+from agy_provider.host_input import normalise_turn
+from agy_provider.options import AbortSignal
+from agy_provider.provider import stream_simple
+from agy_provider.runner import find_agy
+from agy_provider.types import AssistantMessage, Model
+
+__all__ = ["DEFAULT_MODEL_ID", "PROVIDER_ID", "agy_catalog", "host_events", "pi_models", "refusal"]
+
+PROVIDER_ID = "agy"
+# The model id that means "agy's configured default" (the `model` setting, else agy's own).
+DEFAULT_MODEL_ID = "default"
+
+
+def agy_catalog(agy_bin: str | None = None) -> list[AgyModel]:
+    """The models `agy models` lists (tiered families folded into bases with efforts).
+
+    Raises `SourceError` when agy cannot be found or lists nothing (with what to do).
+    """
+    return list_models(find_agy(agy_bin or load_config().agy_bin))
+
+
+def pi_models(catalog: list[AgyModel]) -> list[Model]:
+    """agy's models as pi `Model`s of provider `agy`, after the configured default (`default`).
+
+    agy does not state context windows or output limits, so those stay 0 (unknown); it runs on
+    a subscription, so costs are zero.
+    """
+    default = Model(
+        id=DEFAULT_MODEL_ID,
+        name="agy's configured model",
+        api=PROVIDER_ID,
+        provider=PROVIDER_ID,
+        base_url="",
+        reasoning=True,
+        context_window=0,
+        max_tokens=0,
+    )
+    return [
+        default,
+        *(
+            Model(
+                id=m.id,
+                name=m.name,
+                api=PROVIDER_ID,
+                provider=PROVIDER_ID,
+                base_url="",
+                reasoning=m.reasoning,
+                context_window=0,
+                max_tokens=0,
+            )
+            for m in catalog
+        ),
+    ]
+
+
+async def host_events(
+    model: Any, context: Any, options: Any, **kwargs: Any
+) -> AsyncIterator[AssistantMessageEvent]:
+    """The turn's pi events, for a host that forwards them into its own stream.
+
+    Input `stream_simple` refuses is one `error` event instead (host stream contracts forbid
+    raising). The host's abort signal ends the turn `aborted`; so does the host closing or
+    cancelling its stream early (agy is never left running for a reader that went away).
+    """
+    try:
+        turn = normalise_turn(model, context, options)
+    except UsageError as exc:
+        yield refusal(model, exc)
+        return
+    stop = AbortSignal()
+    stream = stream_simple(
+        turn.model, turn.context, dataclasses.replace(turn.options, signal=stop), **kwargs
+    )
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    host_signal = turn.options.signal
+    follow = None if host_signal is None else asyncio.ensure_future(_follow(host_signal, stop))
+    try:
+        async for event in stream:
+            yield event
+    finally:
+        if follow is not None:
+            follow.cancel()
+        if not stream.done:
+            stop.abort("the host stopped reading the turn")
+
+
+async def _follow(host_signal: AbortSignal, stop: AbortSignal) -> None:
+    await host_signal.wait()
+    stop.abort(host_signal.reason)
+
+
+def refusal(model: Any, exc: AgyError) -> ErrorEvent:
+    """The `error` event for a turn that could not start."""
+    model_id = model if isinstance(model, str) else getattr(model, "id", None)
+    if model_id is None and isinstance(model, dict):
+        model_id = model.get("id")
+    return ErrorEvent(
+        reason="error",
+        error=AssistantMessage(
+            content=(),
+            api=PROVIDER_ID,
+            provider=PROVIDER_ID,
+            model=str(model_id or ""),
+            stop_reason="error",
+            error_message=f"agy-provider could not start the turn: {exc}",
+            timestamp=int(time.time() * 1000),
+        ),
+    )
