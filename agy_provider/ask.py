@@ -60,6 +60,7 @@ TURN_ENV = "AGY_PROVIDER_TURN"
 # Process names of agy itself (and of the simulator that stands in for it): an ancestor by one of
 # these names means this process is one of agy's tool runs, whoever started agy.
 _AGY_PROCESS_NAMES = frozenset({"agy", "agy-sim"})
+_SIMULATOR = "agy-sim"
 
 Thinking: TypeAlias = Literal["low", "medium", "high"]
 Mode: TypeAlias = Literal["default", "plan", "accept-edits"]
@@ -212,10 +213,19 @@ class _MemoryStore(SessionStore):
 
 
 def turn_edges(
-    *, mode: str | None = None, timeout: float | None = None, store: SessionStore | None = None
+    *,
+    mode: str | None = None,
+    timeout: float | None = None,
+    store: SessionStore | None = None,
+    agy_bin: str | None = None,
 ) -> Any:
     """`TurnEdges` whose settings are the configured ones with this turn's `mode` and
-    `timeout` (the turn deadline, seconds) in place; bad values raise `UsageError` by name."""
+    `timeout` (the turn deadline, seconds) in place; bad values raise `UsageError` by name.
+
+    With the simulator as agy (`agy_bin`, else the configured binary, named `agy-sim`) and no
+    state folder chosen, the turn looks for agy-sim's conversations in the simulator's own folder,
+    where agy-sim writes them (as `agy-provider chat` does).
+    """
     from agy_provider.turn import TurnEdges
 
     overrides: dict[str, Any] = {}
@@ -223,12 +233,18 @@ def turn_edges(
         overrides["mode"] = mode
     if timeout is not None:
         overrides["turn_timeout"] = float(timeout)
-    if overrides:
-        dataclasses.replace(load_config(), **overrides)  # refuse bad values now, by name
 
     def config() -> Config:
-        return dataclasses.replace(load_config(), **overrides)
+        settings = dataclasses.replace(load_config(), **overrides)
+        binary = agy_bin or settings.agy_bin
+        chosen = settings.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR")
+        if os.path.basename(binary) == _SIMULATOR and not chosen:
+            from agy_provider.sim.state import simulator_state_dir
 
+            settings = dataclasses.replace(settings, app_data_dir=str(simulator_state_dir()))
+        return settings
+
+    config()  # refuse bad values now, by name
     edges = TurnEdges(config=config)
     if store is not None:
         edges.store = store
@@ -293,7 +309,7 @@ def _plan(
     from agy_provider.model_catalog import cached_models, resolve_model
     from agy_provider.runner import find_agy
 
-    edges = turn_edges(mode=mode, timeout=timeout, store=_MemoryStore())
+    edges = turn_edges(mode=mode, timeout=timeout, store=_MemoryStore(), agy_bin=agy_bin)
     config: Config = edges.config()
     binary = find_agy(agy_bin or config.agy_bin)
     slug = resolve_model(model, cached_models(binary)) if model.strip() else ""

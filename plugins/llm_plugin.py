@@ -128,9 +128,8 @@ class _AgyModelBase:
             # llm's conversation id names the agy conversation: `llm -c` always continues it,
             # sending only the new prompt (llm's own history is the same conversation).
             "continue_session": session is not None,
+            "edges": turn_edges(mode=mode),
         }
-        if mode is not None:
-            kwargs["edges"] = turn_edges(mode=mode)
         return (
             model,
             _context(prompt),

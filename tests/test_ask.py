@@ -425,3 +425,20 @@ def test_the_cli_fails_with_agys_error_and_refuses_inside_agy(live_env: Path) ->
     assert nested.returncode == 2
     assert "refuses to run inside an agy turn" in nested.stderr
     assert leftovers(live_env) == []
+
+
+@pytest.mark.slow
+async def test_with_agy_sim_and_no_state_folder_the_simulators_own_folder_is_used(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """agy-sim writes into its own folder when none is chosen; the turn must look there too."""
+    monkeypatch.delenv("AGY_APP_DATA_DIR")
+    monkeypatch.delenv("ANTIGRAVITY_APP_DATA_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("AGY_BIN", "agy-sim")
+    result = await ask_antigravity("hi")
+    sim_state = tmp_path / "xdg" / "agy-provider" / "sim-state"
+    assert result.ok, result.error
+    assert result.answer == scenario_answer("default")
+    assert _conversations(sim_state) == [result.conversation_id]
+    assert leftovers(sim_state) == []
