@@ -312,7 +312,13 @@ def _plan(
     edges = turn_edges(mode=mode, timeout=timeout, store=_MemoryStore(), agy_bin=agy_bin)
     config: Config = edges.config()
     binary = find_agy(agy_bin or config.agy_bin)
-    slug = resolve_model(model, cached_models(binary)) if model.strip() else ""
+    slug = ""
+    if model.strip():
+        from agy_provider.agy.models import model_arguments
+
+        catalog = cached_models(binary)
+        slug = resolve_model(model, catalog)
+        model_arguments(slug, thinking or "", catalog)  # an effort the model lacks: UsageError
     session_id = f"ask-{uuid.uuid4().hex}"
     if conversation is not None:
         if not valid_conversation_id(conversation):

@@ -111,6 +111,11 @@ class _AgyModelBase:
         options = prompt.options
         thinking = getattr(options, "thinking", None)
         mode = getattr(options, "mode", None)
+        if thinking and self.efforts and thinking not in self.efforts:
+            # agy would refuse the --effort after starting; say which ones the model has.
+            raise ValueError(
+                f"{self.model_id} offers thinking {', '.join(self.efforts)}, not {thinking}"
+            )
         model = Model(
             id=self.agy_id or "agy",
             name=self.agy_id or "agy",

@@ -292,6 +292,15 @@ async def test_ask_continues_a_conversation(
 
 
 @pytest.mark.slow
+async def test_a_thinking_level_the_model_lacks_is_refused_before_agy_starts(
+    live_env: Path,
+) -> None:
+    with pytest.raises(UsageError, match=r"gemini-3\.1-pro offers effort high, low, not medium"):
+        await ask_antigravity("hi", model="pro", thinking="medium")
+    assert _conversations(live_env) == []
+
+
+@pytest.mark.slow
 async def test_a_failed_turn_comes_back_with_agys_own_error(
     live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

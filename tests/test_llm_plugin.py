@@ -151,6 +151,9 @@ def test_a_failed_turn_is_llms_error_with_agys_words(
     assert load_scenario("quota-exhausted").quota_exhausted in done.stderr
     bad = run_llm(llm_env, "-m", "agy", "-o", "mode", "yolo", "hi")
     assert bad.returncode != 0 and "mode" in bad.stderr
+    lacking = run_llm(llm_env, "-m", "agy/pro", "-o", "thinking", "medium", "hi")
+    assert lacking.returncode == 1
+    assert "agy/gemini-3.1-pro offers thinking high, low, not medium" in lacking.stderr
     assert leftovers(live_env) == []
 
 
