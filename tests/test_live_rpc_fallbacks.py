@@ -18,7 +18,7 @@ def rpc_live(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return live_env
 
 
-@pytest.mark.parametrize("trial", range(3))
+@pytest.mark.parametrize("trial", range(2))
 async def test_a_locked_database_under_rpc_completes_exactly(
     rpc_live: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, trial: int
 ) -> None:
