@@ -532,7 +532,14 @@ class TurnDriver:
             opening.result()
         except (AgyError, asyncio.CancelledError) as exc:
             await source.aclose()
-            log.warning("the %s event source could not start (%s); reading the database", name, exc)
+            # A quick turn can end before agy's server is found: expected, not worth a warning.
+            finished = self.process is not None and self.process.returncode is not None
+            log.log(
+                logging.INFO if finished else logging.WARNING,
+                "the %s event source could not start (%s); reading the database",
+                name,
+                exc,
+            )
             return
         except BaseException:
             await source.aclose()
