@@ -23,7 +23,7 @@ from pydantic import Field
 # agy_provider is imported inside functions: llm imports every plugin on every run, and a run
 # that never uses agy should not pay for the provider (asyncio, psutil, httpx).
 
-__all__ = ["AgyAsyncModel", "AgySyncModel", "register_models"]
+__all__ = ["AgyAsyncModel", "AgySyncModel", "EventsToLlm", "locate_agy", "register_models"]
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,29 @@ def _catalog() -> list[Any]:
     from agy_provider.config import load_config
     from agy_provider.errors import AgyError
     from agy_provider.model_catalog import cached_models
-    from agy_provider.runner import find_agy
 
     try:
-        return cached_models(find_agy(load_config().agy_bin))
+        binary = locate_agy(load_config().agy_bin)
+        if binary is None:
+            log.debug("agy's models are not listed in llm: no agy binary was found")
+            return []
+        return cached_models(binary)
     except AgyError as exc:
         log.debug("agy's models are not listed in llm: %s", exc)
         return []
+
+
+def locate_agy(configured: str) -> str | None:
+    """Where `runner.find_agy` finds agy (the configured path or name, on PATH, then beside this
+    Python), without importing the runner: llm lists models on every run, and the runner (psutil,
+    asyncio) would almost double what every `llm` command costs to start."""
+    candidate = configured or "agy"
+    if os.sep in candidate:
+        return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+    import shutil
+    import sys
+
+    return shutil.which(candidate) or shutil.which(candidate, path=os.path.dirname(sys.executable))
 
 
 class _AgyModelBase:
