@@ -33,6 +33,7 @@ from agy_provider.ask import (
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.model_catalog import cached_models, catalog_path, resolve_model
 from agy_provider.options import AbortSignal
+from agy_provider.provider import wait_for_turns
 from agy_provider.sim.scenario import DEFAULT_CATALOG, load_scenario
 from agy_provider.tool_runs import parse_tool_run
 from agy_provider.types import TextContent, ToolCall
@@ -329,6 +330,28 @@ async def test_an_abort_ends_the_turn_and_agy(
 
     result = await ask_antigravity("hi", on_progress=progress, signal=signal)
     assert result.status == "aborted"
+    assert leftovers(live_env, recorder) == []
+
+
+@pytest.mark.slow
+async def test_cancelling_the_call_aborts_the_turn(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "hang")
+    running = asyncio.Event()
+
+    def progress(elapsed: float, step: str) -> None:
+        if step == "thinking":
+            running.set()
+
+    task = asyncio.ensure_future(ask_antigravity("hi", on_progress=progress))
+    await asyncio.wait_for(running.wait(), 120)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for_turns()  # the turn ends agy's tree on its way out
+    ends = [getattr(e, "reason", "") for e, _ in recorder.events if e.type in ("done", "error")]
+    assert ends == ["aborted"]
     assert leftovers(live_env, recorder) == []
 
 
