@@ -180,10 +180,11 @@ def nested_turn_reason(env: Mapping[str, str] | None = None) -> str:
         return ""
     for proc in ancestors:
         try:
-            name = proc.name()
+            # The kernel's name, and the program as started (a wrapper may exec under another).
+            names = {proc.name(), *(os.path.basename(arg) for arg in proc.cmdline()[:1])}
         except psutil.Error:
             continue
-        if name in _AGY_PROCESS_NAMES:
+        for name in sorted(names & _AGY_PROCESS_NAMES):
             return f"its ancestor process {proc.pid} is {name}"
     return ""
 
