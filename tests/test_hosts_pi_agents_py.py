@@ -1,0 +1,85 @@
+"""agy for pi-agents-py, with the real `pi_agents` (extra `hosts`) on agy-sim: a turn routed by its
+API registry, a two-prompt `Agent` (one agy conversation through `stream_fn(session_id=...)`,
+since its Agent forwards no session id).
+
+No abort test through the host: pi-agents-py 0.58.3's `Agent.abort()` sets an event it never
+creates and its loop hands the stream function no signal, so nothing can reach the turn (README,
+"Hosts")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_helpers import conversations
+from live_helpers import agy_sim_path, leftovers, scenario_answer
+
+from agy_provider.agy.models import list_models
+from agy_provider.provider import wait_for_turns
+
+pytest.importorskip("pi_agents", reason="pi-agents-py is not installed (pip install -e '.[hosts]')")
+from pi_agents.agent.agent import Agent  # noqa: E402
+from pi_agents.ai import stream as pi_stream  # noqa: E402
+from pi_agents.ai import types as pi  # noqa: E402
+
+from agy_provider.hosts.pi_agents_py import model, models, register, stream_fn, unregister  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def registered() -> Iterator[None]:
+    register()
+    yield
+    unregister()
+
+
+def text_of(message: Any) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+def test_models_are_agys(live_env: Path) -> None:
+    assert [m.id for m in models()] == ["default", *(m.id for m in list_models(agy_sim_path()))]
+    assert all(m.api == "agy" for m in models())
+
+
+async def test_a_turn_routed_by_the_api_registry(live_env: Path, registered: None) -> None:
+    context = pi.Context(system_prompt="Be brief.", messages=[pi.UserMessage(content="hello")])
+    stream = pi_stream.stream_simple(model("gemini-3.7-flash"), context, pi.SimpleStreamOptions())
+    kinds = [event["type"] async for event in stream]
+    message = await stream.result()
+    await wait_for_turns()
+    assert kinds[0] == "start" and kinds[-1] == "done" and "text_delta" in kinds
+    assert isinstance(message, pi.AssistantMessage) and message.stop_reason == "stop"
+    assert text_of(message) == scenario_answer("default")
+    assert leftovers(live_env) == []
+
+
+async def test_unregister_removes_the_route(live_env: Path) -> None:
+    register()
+    unregister()
+    with pytest.raises(ValueError, match="agy"):
+        pi_stream.stream_simple(model(), pi.Context(messages=[pi.UserMessage(content="hi")]))
+
+
+async def test_a_two_prompt_agent_is_one_agy_conversation(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
+    agent = Agent(
+        {
+            "initial_state": {"model": model("gemini-3.7-flash")},
+            "stream_fn": stream_fn(session_id="pi-agents-py"),
+        }
+    )
+    await agent.prompt("count with me")
+    first = [text_of(m) for m in agent.state.messages if m.role == "assistant"]
+    await agent.prompt("next")
+    await wait_for_turns()
+    second = [text_of(m) for m in agent.state.messages if m.role == "assistant"]
+    assert agent.state.error is None
+    assert first[-1] == scenario_answer("two-turn", 0) and second[-1] == scenario_answer("two-turn", 1)
+    assert len(conversations(live_env)) == 1
+    assert leftovers(live_env) == []
