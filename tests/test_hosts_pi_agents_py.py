@@ -20,11 +20,11 @@ from agy_provider.agy.models import list_models
 from agy_provider.provider import wait_for_turns
 
 pytest.importorskip("pi_agents", reason="pi-agents-py is not installed (pip install -e '.[hosts]')")
-from pi_agents.agent.agent import Agent  # noqa: E402
-from pi_agents.ai import stream as pi_stream  # noqa: E402
-from pi_agents.ai import types as pi  # noqa: E402
+from pi_agents.agent.agent import Agent
+from pi_agents.ai import stream as pi_stream
+from pi_agents.ai import types as pi
 
-from agy_provider.hosts.pi_agents_py import model, models, register, stream_fn, unregister  # noqa: E402
+from agy_provider.hosts.pi_agents_py import model, models, register, stream_fn, unregister
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +80,8 @@ async def test_a_two_prompt_agent_is_one_agy_conversation(
     await wait_for_turns()
     second = [text_of(m) for m in agent.state.messages if m.role == "assistant"]
     assert agent.state.error is None
-    assert first[-1] == scenario_answer("two-turn", 0) and second[-1] == scenario_answer("two-turn", 1)
+    assert first[-1] == scenario_answer("two-turn", 0) and second[-1] == scenario_answer(
+        "two-turn", 1
+    )
     assert len(conversations(live_env)) == 1
     assert leftovers(live_env) == []

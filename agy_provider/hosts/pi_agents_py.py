@@ -34,14 +34,18 @@ SOURCE_ID = "agy_provider"
 
 def model(model_id: str = DEFAULT_MODEL_ID) -> Any:
     """pi-agents-py's `Model` for an agy model (`default`: agy's configured model)."""
-    return pi.Model(id=model_id, name=model_id, api=PROVIDER_ID, provider=PROVIDER_ID, input=["text"])
+    return pi.Model(
+        id=model_id, name=model_id, api=PROVIDER_ID, provider=PROVIDER_ID, input=["text"]
+    )
 
 
 def models(agy_bin: str | None = None) -> list[Any]:
     """Every model `agy models` lists, after `default`. Raises `SourceError` when agy cannot."""
     listed = [model()]
     for found in agy_catalog(agy_bin):
-        listed.append(dataclasses.replace(model(found.id), name=found.name, reasoning=found.reasoning))
+        listed.append(
+            dataclasses.replace(model(found.id), name=found.name, reasoning=found.reasoning)
+        )
     return listed
 
 
@@ -106,7 +110,9 @@ def _message(message: AssistantMessage) -> Any:
                 )
             )
         elif isinstance(block, ToolCall):
-            content.append(pi.ToolCall(id=block.id, name=block.name, arguments=dict(block.arguments)))
+            content.append(
+                pi.ToolCall(id=block.id, name=block.name, arguments=dict(block.arguments))
+            )
     usage = message.usage
     return pi.AssistantMessage(
         content=content,
