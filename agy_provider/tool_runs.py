@@ -22,8 +22,9 @@ _FAILED = ("failed: ", "not run: ")
 class ToolRun:
     """One tool run agy made: the tool's name, its key argument as shown, and what came back.
 
-    `output` is the result's lines without the block's two-space indent; `exit_code` is set for
-    commands; `failed` when the tool failed, was refused (`not run`) or was cancelled.
+    `output` is the result's lines without the block's two-space indent (a failure, refusal or
+    cancel says so on its first line); `exit_code` is set for commands, and then not repeated in
+    `output`; `failed` when the tool failed, exited non-zero, was refused or was cancelled.
     """
 
     name: str
@@ -31,6 +32,13 @@ class ToolRun:
     output: str = ""
     exit_code: int | None = None
     failed: bool = False
+
+    @property
+    def result(self) -> str:
+        """What came back, as a person reads it: a non-zero exit code first, then the output."""
+        if self.exit_code:
+            return f"exit {self.exit_code}\n{self.output}".rstrip("\n")
+        return self.output
 
     @property
     def header(self) -> str:
@@ -65,10 +73,7 @@ def parse_tool_run(text: str) -> ToolRun | None:
             exit_code = int(exit_match.group(1))
             failed = exit_code != 0
             lines = lines[1:]
-        elif first == "canceled":
-            failed = True
-            lines = lines[1:]
-        elif first.startswith(_FAILED):
+        elif first == "canceled" or first.startswith(_FAILED):
             failed = True
     return ToolRun(
         name=name.strip(),

@@ -230,7 +230,7 @@ class EventsToLlm:
         elif kind == "thinking_end" and self._kinds.get(index) == "tool":
             run = parse_tool_run(event.content)
             if run is not None:
-                result = _tool_event("tool_result", run.output, f"agy-tool-{index}")
+                result = _tool_event("tool_result", run.result, f"agy-tool-{index}")
                 result.tool_name = run.name
                 out.append(result)
         elif kind == "done":

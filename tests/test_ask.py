@@ -20,6 +20,9 @@ import pytest
 from live_helpers import Observed, agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import collapse_tiers
+from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.step import ToolCall as StepToolCall
+from agy_provider.agy.step import ToolResult as StepToolResult
 from agy_provider.ask import (
     ASK_TOOL_NAME,
     TURN_ENV,
@@ -30,6 +33,7 @@ from agy_provider.ask import (
     nested_turn_reason,
     run_ask_tool,
 )
+from agy_provider.assembler import render_tool_run
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.model_catalog import cached_models, catalog_path, resolve_model
 from agy_provider.options import AbortSignal
@@ -206,8 +210,14 @@ def test_tool_runs_read_back_from_the_assemblers_lines() -> None:
     assert run is not None
     assert (run.name, run.argument, run.exit_code, run.failed) == ("run_command", "ls -1", 0, False)
     assert run.output == "README.md\nsrc"
-    failed = parse_tool_run("▸ run_command false\n  exit 1\n")
-    assert failed is not None and failed.failed and failed.output == ""
+    failed = parse_tool_run("▸ run_command false\n  exit 1\n  boom\n")
+    assert failed is not None and failed.failed and failed.exit_code == 1
+    assert (failed.output, failed.result) == ("boom", "exit 1\nboom")
+    assert run.result == run.output  # exit 0 is not repeated
+    canceled = parse_tool_run("▸ run_command sleep 9\n  canceled\n")
+    assert canceled is not None and canceled.failed and canceled.result == "canceled"
+    refused = parse_tool_run("▸ run_command rm -rf /\n  not run: denied by policy\n")
+    assert refused is not None and refused.failed and refused.output == "not run: denied by policy"
     started = parse_tool_run("▸ view_file /tmp/a\n")
     assert started is not None and (started.name, started.argument) == ("view_file", "/tmp/a")
     assert parse_tool_run("Let me think.") is None
@@ -474,3 +484,29 @@ async def test_with_agy_sim_and_no_state_folder_the_simulators_own_folder_is_use
     assert result.answer == scenario_answer("default")
     assert _conversations(sim_state) == [result.conversation_id]
     assert leftovers(sim_state) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "result", "expected"),
+    [
+        (StepStatus.DONE, StepToolResult(output="a\nb\n", exit_code=0), ("a\nb", 0, False)),
+        (StepStatus.DONE, StepToolResult(output="boom\n", exit_code=2), ("boom", 2, True)),
+        (StepStatus.RUNNING, None, ("", None, False)),
+        (StepStatus.CANCELED, None, ("canceled", None, True)),
+    ],
+)
+def test_tool_runs_read_back_what_the_assembler_renders(
+    status: StepStatus, result: StepToolResult | None, expected: tuple[str, int | None, bool]
+) -> None:
+    """The reader and `assembler.render_tool_run` must keep to one format."""
+    step = Step(
+        index=4,
+        kind=StepKind.TOOL,
+        status=status,
+        tool=StepToolCall(id="t1", name="run_command", arguments={"CommandLine": "ls -1 src"}),
+        result=result,
+    )
+    run = parse_tool_run(render_tool_run(step))
+    assert run is not None
+    assert (run.name, run.argument) == ("run_command", "ls -1 src")
+    assert (run.output, run.exit_code, run.failed) == expected
