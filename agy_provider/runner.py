@@ -348,6 +348,9 @@ class AgyProcess:
         would stall the event loop otherwise); its pipes and its exit are watched by the loop."""
         env = {**os.environ, **self.request.env}
         env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
+        # Marks everything agy runs as inside an agy-provider turn (AskAntigravity refuses to
+        # recurse into another agy from there).
+        env["AGY_PROVIDER_TURN"] = "1"
         # stdin stays /dev/null (an open pipe makes `agy -p` wait forever) unless the prompt
         # travels through it; then it is written whole and closed at once.
         through_stdin = not prompt_fits_argv(self.request.prompt)

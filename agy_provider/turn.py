@@ -151,6 +151,7 @@ class TurnPlan:
     """What `prepare` decided: settings, session, prompt, source and agy's command line."""
 
     config: Config
+    state_dir: str  # agy's state folder ("" = agy's default), where its databases appear
     session_id: str
     resume: bool
     conversation_id: str
@@ -158,6 +159,18 @@ class TurnPlan:
     prompt: str
     source_name: str
     request: TurnRequest
+
+
+def _state_dir(config: Config, binary: str) -> str:
+    """The state folder agy writes and we watch, told to agy explicitly whenever it is not agy's
+    default: the configured one, `ANTIGRAVITY_APP_DATA_DIR`, or — for the bundled simulator —
+    the simulator's own folder (agy-sim never writes into the real agy's state by default)."""
+    chosen = config.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
+    if not chosen and os.path.basename(binary) == "agy-sim":
+        from agy_provider.sim.state import simulator_state_dir
+
+        chosen = str(simulator_state_dir())
+    return chosen
 
 
 def _text_of(message: Message) -> str:
@@ -408,10 +421,11 @@ class TurnDriver:
         binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
         effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
         model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
+        state_dir = _state_dir(config, binary)
         rpc_capable = self.ctx.event_source in ("rpc", "auto")
         # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
         log_file = (
-            str(agy_log_dir(config.app_data_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
+            str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
             if rpc_capable
             else ""
         )
@@ -426,12 +440,13 @@ class TurnDriver:
             print_timeout=config.turn_timeout + _PRINT_TIMEOUT_MARGIN,
             # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
             csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
-            env={"ANTIGRAVITY_APP_DATA_DIR": config.app_data_dir} if config.app_data_dir else {},
+            env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
             log_file=log_file,
         )
         self.assembler.begin_after(min_index + 1)
         return TurnPlan(
             config=config,
+            state_dir=state_dir,
             session_id=session_id,
             resume=resume,
             conversation_id=conversation_id,
@@ -462,7 +477,7 @@ class TurnDriver:
 
     async def launch(self, plan: TurnPlan) -> None:
         assert self.ctx is not None
-        folder = conversations_dir(plan.config.app_data_dir)
+        folder = conversations_dir(plan.state_dir)
         before = await asyncio.to_thread(snapshot_stems, folder)
         process = self.edges.spawn(plan.request)
         self.process = self.ctx.process = process

@@ -126,3 +126,16 @@ async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
     for proc in leaked:
         proc.kill()
     assert leaked == []
+
+
+async def test_agy_and_everything_it_runs_know_they_are_inside_a_turn(tmp_path: Path) -> None:
+    from agy_provider.runner import AgyProcess, TurnRequest
+
+    seen = tmp_path / "seen"
+    script = tmp_path / "agy"
+    script.write_text(f'#!/bin/sh\necho "$AGY_PROVIDER_TURN" > "{seen}"\n')
+    script.chmod(0o755)
+    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=str(script)))
+    await process.start()
+    assert await process.wait(30) == 0
+    assert seen.read_text().strip() == "1"  # AskAntigravity refuses to recurse on this
