@@ -54,6 +54,8 @@ settings.register_profile(
     suppress_health_check=list(HealthCheck),
 )
 FUZZ = settings.get_profile("fuzz-long" if LONG else "fuzz-default")
+# A long run takes as long as it takes: the suite's per-test timeout (a hang guard) is lifted.
+pytestmark = [pytest.mark.timeout(0)] if LONG else []
 # Each example feeds a batch of inputs to its decoder: hypothesis's per-example bookkeeping is
 # then paid once per batch, which is what makes a run of a million inputs affordable.
 BATCH = int(os.environ.get("AGY_FUZZ_BATCH", "8" if LONG else "2"))
