@@ -18,11 +18,15 @@ from typing import IO, Any, Final
 
 from agy_provider.agy.database import (
     StepRow,
+    first_step_index,
     iter_generator_rows,
     iter_step_rows,
+    newest_checkpoint_rows,
+    next_step_index,
     open_conversation_db,
     read_conversation_id,
     step_columns,
+    user_step_indices,
 )
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
@@ -361,16 +365,9 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
         columns = step_columns(conn)
         if "idx" not in columns or "step_payload" not in columns:
             raise UsageError(f"{path}: the steps table lacks idx or step_payload")
-        # The step_type column mirrors payload field 1; a saved file has no torn rows. Only
-        # integer indexes are rows of agy's (a hostile file may store anything in a column).
-        users = [
-            r[0]
-            for r in conn.execute(
-                "SELECT idx FROM steps WHERE step_type = 14 AND typeof(idx) = 'integer' "
-                "ORDER BY idx"
-            )
-        ]
-        (first,) = conn.execute("SELECT MIN(idx) FROM steps").fetchone()
+        # The step_type column mirrors payload field 1; a saved file has no torn rows.
+        users = user_step_indices(conn)
+        first = first_step_index(conn)
         conversation_id = jsontext.clean_text(read_conversation_id(conn))
         title = _last_title(conn)
     except (DatabaseError, sqlite3.Error, ValueError) as exc:
@@ -476,21 +473,14 @@ def _private_copy(path: str) -> tuple[str, str]:
 def _next_index(conn: sqlite3.Connection, path: str, after: Any, before: int | None) -> Any:
     """The raw idx of the first row past `after` (the row a failed read stopped at), or None."""
     try:
-        row = conn.execute(
-            "SELECT idx FROM steps WHERE idx > ? AND idx < ? ORDER BY idx LIMIT 1",
-            (after, before if before is not None else 2**63 - 1),
-        ).fetchone()
+        return next_step_index(conn, after, before)
     except (sqlite3.Error, ValueError) as exc:
         raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
-    return None if row is None else row[0]
 
 
 def _last_title(conn: sqlite3.Connection) -> str:
     """The newest checkpoint's title (AGY-FORMATS §3.3: 30.4), "" when there is none."""
-    for idx, step_type, status, payload in conn.execute(
-        "SELECT idx, step_type, status, step_payload FROM steps WHERE step_type = 23 "
-        "AND typeof(idx) = 'integer' AND typeof(status) = 'integer' ORDER BY idx DESC LIMIT 3"
-    ):
+    for idx, step_type, status, payload in newest_checkpoint_rows(conn):
         if not isinstance(payload, bytes | None):
             continue
         try:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from agy_provider.agy.database import (
+    data_version,
     open_conversation_db,
+    read_snapshot,
     read_step_rows,
     scan_step_signatures,
 )
@@ -149,7 +151,7 @@ class SqliteEventSource:
         if conn is None:
             raise RuntimeError("read() before open()")
         try:
-            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            version = data_version(conn)
             if version == self._data_version and not force:
                 if time.monotonic() >= self._settle_until:
                     self._idle_ticks += 1  # settling after a notification is not idleness
@@ -170,13 +172,10 @@ class SqliteEventSource:
 
     def _read_changes(self, conn: sqlite3.Connection) -> list[Step]:
         """One read transaction: a light scan, then payloads of the rows that changed."""
-        conn.execute("BEGIN")
-        try:
+        with read_snapshot(conn):
             light = scan_step_signatures(conn, after=self._max_seen, also=sorted(self._pending))
             wanted = [row[0] for row in light if self._pending.get(row[0]) != row[1:]]
             rows = read_step_rows(conn, wanted)
-        finally:
-            conn.execute("COMMIT")
         self.last_read = (len(light), len(rows))
         steps: list[Step] = []
         for row in rows:

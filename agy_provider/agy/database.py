@@ -5,25 +5,33 @@ Never writes: a `file:…?mode=ro` URI plus `PRAGMA query_only=1`; `immutable=1`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agy_provider.errors import DatabaseError
 
 __all__ = [
     "STEP_COLUMNS",
     "StepRow",
+    "data_version",
+    "first_step_index",
     "iter_generator_rows",
     "iter_step_rows",
+    "newest_checkpoint_rows",
     "newest_generator_rows",
+    "next_step_index",
     "open_conversation_db",
     "read_conversation_id",
+    "read_snapshot",
     "read_step_rows",
     "scan_step_signatures",
     "step_columns",
+    "user_step_indices",
 ]
 
 # The columns we know (newer builds add some: select by name, never `*`).
@@ -141,6 +149,55 @@ def iter_step_rows(
             )
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"reading steps failed: {exc}", path=path) from exc
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """`PRAGMA data_version`: moves only when *another* connection committed (agy wrote)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One explicit read transaction: every query inside sees the same committed state."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def user_step_indices(conn: sqlite3.Connection) -> list[int]:
+    """Indices of the USER_INPUT rows (type 14), in order: where replay splits turns.
+
+    Only integer indexes are rows of agy's (a hostile file may store anything in a column).
+    """
+    cursor = conn.execute(
+        "SELECT idx FROM steps WHERE step_type = 14 AND typeof(idx) = 'integer' ORDER BY idx"
+    )
+    return [row[0] for row in cursor]
+
+
+def first_step_index(conn: sqlite3.Connection) -> Any:
+    """The lowest idx in `steps` (None when empty), as stored."""
+    return conn.execute("SELECT MIN(idx) FROM steps").fetchone()[0]
+
+
+def next_step_index(conn: sqlite3.Connection, after: Any, before: int | None = None) -> Any:
+    """The idx of the first row past `after` and below `before`, as stored, or None."""
+    row = conn.execute(
+        "SELECT idx FROM steps WHERE idx > ? AND idx < ? ORDER BY idx LIMIT 1",
+        (after, before if before is not None else 2**63 - 1),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def newest_checkpoint_rows(conn: sqlite3.Connection, limit: int = 3) -> list[tuple[Any, ...]]:
+    """`(idx, step_type, status, step_payload)` of the newest CHECKPOINT rows (type 23)."""
+    return conn.execute(
+        "SELECT idx, step_type, status, step_payload FROM steps WHERE step_type = 23 "
+        "AND typeof(idx) = 'integer' AND typeof(status) = 'integer' ORDER BY idx DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
 
 
 def scan_step_signatures(
