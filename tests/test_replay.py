@@ -164,3 +164,29 @@ def test_every_command_has_help_and_is_in_the_readme() -> None:
     for name, sub in commands.items():
         assert sub.format_help()
         assert f"agy-provider {name}" in readme, f"README does not show `agy-provider {name}`"
+
+
+def test_stream_json_after_plain_text_lines_replays_with_a_warning_each(tmp_path: Path) -> None:
+    # agy prints sign-in errors and notices on stdout before its first event (AGY-FORMATS §2.2).
+    capture = tmp_path / "capture.ndjson"
+    notes = b"Error: authentication required. Run 'antigravity' to log in, then retry.\nnotice\n"
+    capture.write_bytes(notes + (FIXTURES / "stream-json" / "simple-thinking.ndjson").read_bytes())
+    code, out, err = run("replay", str(capture))
+    assert code == 0
+    assert [line.split(":")[1].strip() for line in err.splitlines()] == ["line 1", "line 2"]
+    assert json.loads(out.splitlines()[-1])["type"] == "done"
+
+
+@pytest.mark.parametrize("name", ["two-turn.ndjson", "two-turn.poll.json", "two-turn.db"])
+def test_turns_load_in_any_order(name: str) -> None:
+    from agy_provider.replay import load_recording
+
+    folder = {"ndjson": "stream-json", "json": "rpc", "db": "db"}[name.rsplit(".", 1)[1]]
+    with load_recording(FIXTURES / folder / name) as recording:
+        assert recording.turn_count == 2
+        answers = []
+        for position in (1, 0, 1):
+            turn = recording.turn(position)  # a stream-json turn is read lazily: drain it now
+            answers.append("".join(s.text for batch in turn.batches for s in batch if s.final))
+        assert answers[0] == answers[2] != answers[1]
+        assert answers[0] and answers[1]
