@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step
@@ -748,3 +750,43 @@ def test_row_with_hostile_tool_arguments_decodes_to_a_printable_step(arguments: 
     decoded = decode_step_row(0, step.type, step.status, step.SerializeToString())
     assert decoded.tool is not None
     printable_json(decoded.to_json())
+
+
+# -- locating a capture's steps without parsing it whole agrees with parsing it whole ------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_json_values, max_size=5),
+    st.dictionaries(st.sampled_from(["a", "steps", "x"]), _json_values, max_size=3),
+    st.booleans(),
+    st.sampled_from(["", " ", "\n\t", "  \r\n"]),
+)
+def test_locate_array_agrees_with_a_full_parse(
+    steps: list[Any], extra: dict[str, Any], bare: bool, space: str
+) -> None:
+    document: Any = steps if bare else {**extra, "steps": steps}
+    data = json.dumps(document, indent=len(space) or None, ensure_ascii=bool(space)).encode()
+    spans = jsontext.locate_array(space.encode() + data + space.encode(), "steps")
+    assert spans is not None
+    shifted = space.encode() + data
+    assert [json.loads(shifted[s:e]) for s, e in spans] == steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60) | st.text(max_size=40).map(str.encode))
+def test_locate_array_on_any_bytes_is_spans_none_or_decode_error(data: bytes) -> None:
+    try:
+        spans = jsontext.locate_array(data, "steps")
+    except DecodeError:
+        return
+    for start, end in spans or []:
+        assert 0 <= start < end <= len(data)
