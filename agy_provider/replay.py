@@ -376,7 +376,11 @@ def _load_sqlite(path: str, warn: Warn) -> Recording:
     except BaseException:
         close()
         raise
-    slugs = _generator_slugs(conn, path, warn)
+    try:
+        slugs = _generator_slugs(conn, path, warn)
+    except BaseException:  # an interrupt: still remove the private copy
+        close()
+        raise
 
     def decode(row: StepRow) -> Step:
         return decode_step_row(
