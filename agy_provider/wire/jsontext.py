@@ -12,6 +12,7 @@ text); `clean` does the same for a value someone else parsed (httpx's `response.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -62,13 +63,41 @@ def loads(data: bytes | str, what: str = "JSON", offset: int | None = None) -> A
     # nesting like "[[[[…" overflows the parser's stack and must not escape as a RecursionError.
     except (ValueError, RecursionError) as exc:
         raise DecodeError(f"{what} is not valid JSON: {_brief(exc)}", offset) from exc
-    brackets = text.count("[") + text.count("{")
-    if brackets <= MAX_DEPTH and not _SURROGATE_ESCAPE.search(text):
-        return value  # the common case: shallow by construction and no escapes to repair
     try:
-        return clean(value)
+        if _SURROGATE_ESCAPE.search(text):
+            return clean(value)  # copies, repairing strings; checks depth on the way
+        # Bounded nesting, cheapest proof first: few brackets at all; else the bracket depth of
+        # the raw text (an over-estimate: brackets inside strings count too); else a walk.
+        if text.count("[") + text.count("{") > MAX_DEPTH:
+            raw = data if isinstance(data, bytes) else text.encode("utf-8", "surrogatepass")
+            if _bracket_depth(raw) > MAX_DEPTH:
+                _check_depth(value)
     except DecodeError as exc:
         raise DecodeError(f"{what}: {exc}", offset) from exc
+    return value
+
+
+# Bracket bytes become +1 (opening) and -1 (closing, 0xff as a signed byte); every other byte is
+# deleted first. The running sum's maximum is then computed in C, with no Python step per byte.
+_BRACKET_STEPS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def _bracket_depth(raw: bytes) -> int:
+    steps = raw.translate(None, _NOT_BRACKETS).translate(_BRACKET_STEPS)
+    return max(itertools.accumulate(memoryview(steps).cast("b")), default=0)
+
+
+def _check_depth(value: Any) -> None:
+    """Raise `DecodeError` if containers nest deeper than `MAX_DEPTH` (iteratively; no copy)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise DecodeError(f"JSON nests deeper than {MAX_DEPTH} levels")
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
 
 
 def clean(value: Any) -> Any:
