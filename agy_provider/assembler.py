@@ -11,6 +11,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
+from agy_provider.diffs import (
+    EDIT_TOOLS,
+    BaselineProvider,
+    EditLedger,
+    edit_diff,
+    edit_target,
+    looks_like_diff,
+    render_recorded_diff,
+)
 from agy_provider.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -77,11 +86,13 @@ def usage_to_pi(usage: StepUsage) -> Usage:
     )
 
 
-def render_tool_run(step: Step) -> str:
+def render_tool_run(step: Step, edits: EditLedger | None = None) -> str:
     """A tool run as readable lines: `▸ tool key-argument`, then its result once it settled.
 
     The header never changes once written, and the result is only appended when the step is
-    final, so successive renders of one step only ever grow.
+    final, so successive renders of one step only ever grow. Edits show as unified diffs
+    (`agy_provider.diffs`): `edits` is the turn's ledger (old texts from HEAD or the turn's
+    earlier edits, each step rendered once); without it a diff is made from the call alone.
     """
     tool = step.tool
     if tool is None:
@@ -90,15 +101,16 @@ def render_tool_run(step: Step) -> str:
     if not step.status.terminal:
         return lines[0] + "\n"
     result = step.result
-    recorded = result is not None and bool(result.output)
     if step.step_type == 17:
         # Refused before it ran (a policy denial in Google's runtime): say so, with who refused.
         lines.append(f"  not run: {step.error or 'refused'}")
         return "\n".join(lines) + "\n"
-    if not (recorded and name_is_edit(tool.name)):
-        # agy stores no diffs: the call's own arguments show the edit. Google's runtime records
-        # the diff itself (code action 10.2.1.2), which then stands in for them.
-        lines.extend(_edit_lines(tool.name, tool.arguments))
+    output = result.output if result is not None else ""
+    if name_is_edit(tool.name):
+        recorded = bool(output) and looks_like_diff(output)
+        lines.extend("  " + line for line in _edit_lines(step, edits, recorded=recorded))
+        if recorded:
+            output = ""  # shown above as the diff
     if step.status is StepStatus.CANCELED:
         lines.append("  canceled")
     elif result is not None:
@@ -106,22 +118,20 @@ def render_tool_run(step: Step) -> str:
             lines.append(f"  exit {result.exit_code}")
         elif result.is_error:
             lines.append(f"  failed: {result.output or step.error or 'error'}".rstrip())
-        if result.output and not (result.is_error and result.exit_code is None):
-            lines.extend("  " + line for line in _clip(result.output))
+        if output and not (result.is_error and result.exit_code is None):
+            lines.extend("  " + line for line in _clip(output))
     elif step.error:
         lines.append(f"  failed: {step.error}")
     return "\n".join(lines) + "\n"
 
 
-# Tools whose run is an edit of a file (agy's names, and Google's runtime's code-action alias).
-_EDIT_TOOLS = frozenset(
-    {"replace_file_content", "multi_replace_file_content", "write_to_file", "code_action"}
-)
-
-
 def name_is_edit(name: str) -> bool:
     """True for tools that edit files, whose result is best shown as a diff."""
     return name in _EDIT_TOOLS
+
+
+# Tools whose run is an edit of a file (agy's names, and Google's runtime's code-action alias).
+_EDIT_TOOLS = EDIT_TOOLS
 
 
 def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
@@ -144,26 +154,29 @@ def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
     return str(summary) if summary else ""
 
 
-def _edit_lines(name: str, arguments: Mapping[str, Any]) -> list[str]:
-    """Edits as diff lines from the call's own arguments (agy stores no diffs, AGY-FORMATS §3.5)."""
-    pairs: list[tuple[str, str]] = []
-    if name == "replace_file_content":
-        pairs.append(
-            (str(arguments.get("TargetContent", "")), str(arguments.get("ReplacementContent", "")))
-        )
-    elif name == "multi_replace_file_content":
-        for chunk in arguments.get("ReplacementChunks") or ():
-            if isinstance(chunk, dict):
-                pairs.append(
-                    (str(chunk.get("TargetContent", "")), str(chunk.get("ReplacementContent", "")))
-                )
-    elif name == "write_to_file":
-        pairs.append(("", str(arguments.get("CodeContent", ""))))
-    lines: list[str] = []
-    for old, new in pairs:
-        lines.extend("  - " + line for line in _clip(old) if old)
-        lines.extend("  + " + line for line in _clip(new) if new)
-    return lines
+def _edit_lines(step: Step, edits: EditLedger | None, *, recorded: bool) -> list[str]:
+    """An edit as unified-diff lines (unindented).
+
+    Google's runtime records the diff itself (code action 10.2.1.2), which then stands in for
+    the arguments; agy stores none (AGY-FORMATS §3.5), so its edits are diffed from the call's
+    arguments against the old text. A failed edit changed nothing: it is shown from its call
+    alone and leaves the turn's idea of the file as it was.
+    """
+    assert step.tool is not None
+    name, arguments = step.tool.name, step.tool.arguments
+    if recorded:
+        assert step.result is not None
+        if edits is not None:
+            edits.forget_text(edit_target(arguments))
+        return render_recorded_diff(step.result.output)
+    if name == "code_action":
+        return []  # a code action without its diff has no call arguments to show it from
+    failed = step.status is not StepStatus.DONE or (
+        step.result is not None and step.result.is_error
+    )
+    if edits is None or failed:
+        return list(edit_diff(name, arguments).lines)
+    return list(edits.render(step.index, name, arguments))
 
 
 def _subagent_label(spec: object) -> str:
@@ -195,7 +208,8 @@ class StepAssembler:
     step. Steps outside it, and history steps, never start or join it. Per step index the
     assembler remembers what it emitted and emits only growth; re-fed or shorter snapshots emit
     nothing. With `track_partial=False` events carry an empty `partial` (cheaper; for
-    consumers that drop it).
+    consumers that drop it). `baselines` answers an edited file's old text for its diff; it
+    must answer at once (see `diffs.GitBaselines`): without it edits are diffed from the call.
     """
 
     def __init__(
@@ -208,6 +222,7 @@ class StepAssembler:
         turn_start: int | None = None,
         timestamp: int = 0,
         track_partial: bool = True,
+        baselines: BaselineProvider | None = None,
     ) -> None:
         self._model = model
         self._api = api
@@ -233,6 +248,10 @@ class StepAssembler:
         # lines) that never read `partial`, this skips rebuilding the message per delta.
         self._track_partial = track_partial
         self.title = ""
+        # Where edits' old texts come from (diffs.GitBaselines on the live path and in replay);
+        # the ledger carries each file's text from one edit of the turn to the next.
+        self.baselines = baselines
+        self._edits = EditLedger(baselines)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -364,7 +383,7 @@ class StepAssembler:
                 self._answered(step.index)
                 self._stop_length = step.stop_reason == "max_tokens"
         elif kind is StepKind.TOOL:
-            self._grow(step.index, "tool", "thinking", render_tool_run(step), events)
+            self._grow(step.index, "tool", "thinking", render_tool_run(step, self._edits), events)
         elif kind is StepKind.ERROR:
             self._fail(step.index, step.error or "agy reported an error.")
         elif kind is StepKind.CHECKPOINT:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from agy_provider.assembler import StepAssembler
+from agy_provider.diffs import GitBaselines
 from agy_provider.host_input import normalise_turn, warn_host_tools
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.sessions import SessionStore
@@ -64,6 +65,7 @@ def stream_simple(
         provider=model.provider or "agy",
         api=model.api or "agy",
         timestamp=int(time.time() * 1000),
+        baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
     )
     for event in assembler.start():
         stream.push(event)

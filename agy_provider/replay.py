@@ -33,6 +33,7 @@ from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step, StepKind, TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder, decode_stream_json
 from agy_provider.assembler import StepAssembler
+from agy_provider.diffs import BaselineProvider
 from agy_provider.errors import DatabaseError, DecodeError, FramingError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.types import AssistantMessage
@@ -280,11 +281,17 @@ def select_turns(count: int, turn: str) -> range:
 
 
 def replay(
-    recording: Recording, turn: str = "last", *, partials: bool = True
+    recording: Recording,
+    turn: str = "last",
+    *,
+    partials: bool = True,
+    baselines: BaselineProvider | None = None,
 ) -> Iterator[ReplayedTurn]:
     """Assemble the selected turns into pi events, exactly as a live turn would have.
 
     `partials=False` leaves each event's `partial` empty (faster, for output that drops it).
+    `baselines` gives edited files' old texts for their diffs (`diffs.GitBaselines` with
+    `blocking=True` reads HEAD); without it edits are diffed from their calls alone.
     """
     for position in select_turns(recording.turn_count, turn):
         inputs = recording.turn(position)
@@ -294,6 +301,7 @@ def replay(
             turn_start=start,
             timestamp=inputs.user.created_at_ms if inputs.user is not None else 0,
             track_partial=partials,
+            baselines=baselines,
         )
         events: list[AssistantMessageEvent] = assembler.start()
         steps: dict[int, Step] = {}

@@ -276,6 +276,7 @@ class TurnDriver:
         self._starting: asyncio.Task[None] | None = None
         self._answered_by = ""  # the model slug agy recorded for this turn
         self._started_at = 0.0
+        self._observer_failed = False  # an observe_event hook raised (logged once per turn)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -284,7 +285,12 @@ class TurnDriver:
             if not isinstance(event, StartEvent):
                 self.stream.push(event)
             if self.ctx is not None:
-                self.pm.hook.observe_event(event=event, turn=self.ctx)
+                try:
+                    self.pm.hook.observe_event(event=event, turn=self.ctx)
+                except Exception:  # an observer's bug must not cost the host its events
+                    if not self._observer_failed:
+                        self._observer_failed = True
+                        log.exception("an observe_event hook failed (at %s); ignored", event.type)
 
     # -- the whole turn ----------------------------------------------------------------------
 
@@ -596,7 +602,7 @@ class TurnDriver:
                     changed = await self._poll()
                 if changed:
                     last_progress = loop.time()
-                    self.emit(self.assembler.feed(changed))
+                    await self._feed(changed)
                 if self._upgrade is not None and self._upgrade[2].done():
                     await self._take_upgrade()
                     continue  # read the new source at once (its first snapshot)
@@ -628,6 +634,14 @@ class TurnDriver:
         finally:
             if not exit_task.done():
                 exit_task.cancel()
+
+    async def _feed(self, steps: list[Step]) -> None:
+        """Feed the assembler, first reading (in a worker thread) the old texts of files these
+        steps edited, so their diffs need no I/O on the loop (`diffs.GitBaselines`)."""
+        prefetch = getattr(self.assembler.baselines, "prefetch", None)
+        if prefetch is not None:
+            await prefetch(steps)
+        self.emit(self.assembler.feed(steps))
 
     async def _poll(self) -> list[Step]:
         """The source's changes; a failing rpc source is replaced by the database."""
@@ -666,7 +680,7 @@ class TurnDriver:
             # What the stream delivered before agy exited; its server went with it, so a
             # failure to reach it now is expected and the database below has the rest.
             with contextlib.suppress(AgyError):
-                self.emit(self.assembler.feed(await self.source.poll()))
+                await self._feed(await self.source.poll())
             try:
                 self.source = await self._open_backup()
             except AgyError as exc:
@@ -681,7 +695,7 @@ class TurnDriver:
                 log.warning("last read failed: %s", exc)
                 return
             if changed:
-                self.emit(self.assembler.feed(changed))
+                await self._feed(changed)
                 quiet = 0
             else:
                 quiet += 1
