@@ -68,6 +68,7 @@ class SqliteEventSource:
         self._max_seen = min_index
         self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
         self._inflight: asyncio.Future[list[Step]] | None = None
+        self._unclaimed: list[Step] = []  # what a cancelled poll's read took, for the next poll
         self._watch: FolderWatch | None = None
         self._idle_ticks = 0
         self._settle_until = 0.0
@@ -142,8 +143,22 @@ class SqliteEventSource:
             raise RuntimeError("poll() before open()")
         if self._inflight is not None and not self._inflight.done():
             await asyncio.wait([self._inflight])  # one read at a time on one connection
-        self._inflight = asyncio.ensure_future(asyncio.to_thread(self.read, force=force))
-        return await asyncio.shield(self._inflight)
+        self._inflight = inflight = asyncio.ensure_future(asyncio.to_thread(self.read, force=force))
+        try:
+            fresh = await asyncio.shield(inflight)
+        except asyncio.CancelledError:
+            # The read moved past the rows it took: the next poll hands them over.
+            inflight.add_done_callback(self._keep_unclaimed)
+            raise
+        kept, self._unclaimed = self._unclaimed, []
+        if not kept:
+            return fresh
+        newest = {step.index: step for step in [*kept, *fresh]}
+        return [newest[index] for index in sorted(newest)]
+
+    def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
+        if not read.cancelled() and read.exception() is None:
+            self._unclaimed.extend(read.result())
 
     def read(self, *, force: bool = False) -> list[Step]:
         """`poll` without the thread hop (for callers already off the event loop)."""
