@@ -121,14 +121,17 @@ class RpcEventSource:
         self._spawn(self._run())
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self.client is not None:
-            await self.client.aclose()
-            self.client = None
+        try:
+            # Their cancellations and failures are results here; a cancellation of the caller
+            # (the host's abort while we close) still propagates.
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            client, self.client = self.client, None
+            if client is not None:
+                await client.aclose()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -189,8 +192,11 @@ class RpcEventSource:
         answer = await self.client.call(
             "GetCascadeTrajectorySteps", {"cascadeId": self.conversation_id, "stepOffset": offset}
         )
+        listed = answer.get("steps") or []
+        if not isinstance(listed, list):  # a source failure (the turn hands over), not a crash
+            raise RpcError("internal", "GetCascadeTrajectorySteps answered steps that are no list")
         steps = []
-        for position, raw in enumerate(answer.get("steps") or []):
+        for position, raw in enumerate(listed):
             try:
                 steps.append(decode_json_step(raw, position=offset + position))
             except DecodeError as exc:
@@ -205,9 +211,17 @@ class RpcEventSource:
 
     def _take_update(self, message: Mapping[str, Any]) -> None:
         update = message.get("update") or {}
-        steps_update = (update.get("mainTrajectoryUpdate") or {}).get("stepsUpdate") or {}
-        steps: Sequence[Any] = steps_update.get("steps") or []
-        indices: Sequence[Any] = steps_update.get("indices") or []
+        trajectory = update.get("mainTrajectoryUpdate") if isinstance(update, Mapping) else None
+        steps_update = trajectory.get("stepsUpdate") if isinstance(trajectory, Mapping) else None
+        steps: Sequence[Any] = (
+            steps_update.get("steps") or [] if isinstance(steps_update, Mapping) else []
+        )
+        indices: Sequence[Any] = (
+            steps_update.get("indices") or [] if isinstance(steps_update, Mapping) else []
+        )
+        if not isinstance(steps, list) or not isinstance(indices, list):
+            log.warning("an update frame of an unexpected shape was skipped")
+            return
         for position, raw in enumerate(steps):
             try:
                 index = int(indices[position]) if position < len(indices) else None
