@@ -1,0 +1,160 @@
+"""Regression tests from a review of the live engine: each failed before its fix.
+
+Fakes of the turn's edges come from `test_turn_driver`; sources are the real ones against real
+databases (the simulator's writer) or a scripted server transport. No wall-clock assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from agy_provider.plugins.rpc_source import RpcEventSource
+from agy_provider.plugins.sqlite_source import SqliteEventSource
+from test_turn_driver import (
+    HANG,
+    Script,
+    collect,
+    edges_for,
+    planner,
+    start_turn,
+    until,
+    user,
+)
+
+from agy_provider.agy.step import StepStatus
+from agy_provider.config import Config
+from agy_provider.discovery import Binding
+from agy_provider.errors import RpcError
+from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.hookspecs import hookimpl
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.provider import wait_for_turns
+from agy_provider.rpc_client import ConnectClient
+from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
+from agy_provider.turn import TurnContext
+
+# -- an observer that raises must not cost the host its final event -------------------------
+
+
+class _BrokenObserver:
+    """A third-party `observe_event` with a bug: raises on one kind of event."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    @hookimpl
+    def observe_event(self, event: AssistantMessageEvent, turn: Any) -> None:
+        if event.type == self.kind:
+            raise RuntimeError(f"observer bug on {event.type}")
+
+
+async def test_an_observer_that_raises_never_costs_the_final_event(tmp_path: Path) -> None:
+    pm = get_plugin_manager()
+    pm.register(_BrokenObserver("text_end"), name="test-broken-observer")
+    try:
+        script = Script()
+        stream = start_turn(edges_for(script, tmp_path))
+        await until(lambda: script.sources)
+        script.sources[0].enqueue([user(0), planner(1, "Hello", StepStatus.GENERATING)])
+        await until(lambda: not script.sources[0].queue)
+        script.processes[0].exit(0)
+        events = await collect(stream)  # hung forever before: `done` was never pushed
+        assert isinstance(events[-1], (DoneEvent, ErrorEvent))
+        assert sum(isinstance(e, (DoneEvent, ErrorEvent)) for e in events) == 1
+        await wait_for_turns()
+    finally:
+        pm.unregister(name="test-broken-observer")
+
+
+# -- the sqlite source: a cancelled poll must not lose what it read -------------------------
+
+
+async def test_a_cancelled_sqlite_poll_keeps_its_rows_for_the_next_one(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    answer = writer.append(planner_step("what agy wrote before the abort", ""))
+    source = SqliteEventSource(db, min_index=STEPS_PER_TURN - 1)
+    await source.open()
+    try:
+        polling = asyncio.ensure_future(source.poll())
+        await asyncio.sleep(0)  # the read is in its worker thread now
+        polling.cancel()  # an abort lands while the read runs
+        await asyncio.gather(polling, return_exceptions=True)
+        # The abort's last read (forced): it must still see the row the cancelled read took.
+        steps = await asyncio.wait_for(source.poll(force=True), HANG)
+        assert [s.index for s in steps] == [answer]
+        assert steps[0].text == "what agy wrote before the abort"
+    finally:
+        await source.aclose()
+        writer.close()
+
+
+# -- the rpc source: agy's frames of an unexpected shape are skipped, never fatal -----------
+
+
+def _rpc_source() -> RpcEventSource:
+    turn = TurnContext(
+        session_id="",
+        prompt="hi",
+        cwd=".",
+        config=Config(),
+        event_source="rpc",
+        permissions="default",
+        binding=Binding(path=Path("unused.db"), conversation_id=str(uuid.uuid4())),
+    )
+    return RpcEventSource(turn)
+
+
+def test_an_update_frame_of_another_shape_is_skipped() -> None:
+    source = _rpc_source()
+    for frame in (
+        {"update": ["not", "an", "object"]},
+        {"update": {"mainTrajectoryUpdate": "text"}},
+        {"update": {"mainTrajectoryUpdate": {"stepsUpdate": 7}}},
+        {"update": {"mainTrajectoryUpdate": {"stepsUpdate": {"steps": 7, "indices": 3}}}},
+    ):
+        source._take_update(frame)  # raised AttributeError/TypeError, killing the stream task
+    assert source._latest == {}
+
+
+async def test_a_snapshot_whose_steps_are_no_list_is_a_source_failure() -> None:
+    # A TypeError here escaped `open()` (the turn failed "unexpectedly" instead of reading the
+    # database) and killed the stream task silently.
+    source = _rpc_source()
+    source.client = ConnectClient(
+        "http://127.0.0.1:1",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"steps": 5})),
+    )
+    try:
+        with pytest.raises(RpcError):
+            await source._reconcile()
+    finally:
+        await source.aclose()
+
+
+async def test_closing_the_rpc_source_does_not_swallow_the_callers_cancellation() -> None:
+    source = _rpc_source()
+    release = asyncio.Event()
+
+    async def slow_to_stop() -> None:  # a stream whose connection takes a moment to close
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await release.wait()
+            raise
+
+    source._spawn(slow_to_stop())
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(source.aclose())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    closing.cancel()  # the host's abort, while the source is closing
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait({closing}, timeout=HANG)
+    assert closing.cancelled()  # before: aclose returned normally, the abort was lost
