@@ -234,6 +234,9 @@ def build_prompt(context: Context, *, resume: bool) -> str:
 # Records of turns whose final event went out before their session was saved (the save runs in a
 # worker thread after `done`): a turn started meanwhile in this process must still resume.
 _unsaved: dict[tuple[str, str], SessionRecord] = {}
+# The newest turn to settle per session: an earlier turn's late save (agy's version arriving
+# after the host already ran the next turn) must not overwrite the newer record.
+_newest: dict[tuple[str, str], object] = {}
 
 
 class TurnDriver:
@@ -765,6 +768,7 @@ class TurnDriver:
         provisional = self._record(outcome, final=None)
         if provisional is not None:
             _unsaved[key] = provisional
+            _newest[key] = self
         final = self._settle_events(outcome)
         if provisional is None:
             return
@@ -783,11 +787,13 @@ class TurnDriver:
                 # agy's version is still being asked (a first run): record it when it comes.
                 with contextlib.suppress(TimeoutError, AgyError, OSError):
                     version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
-                    if version:
+                    if version and _newest.get(key) is self:
                         record = dataclasses.replace(record, agy_version=version)
                         await loop.run_in_executor(None, self.edges.store.put, key[1], record)
         finally:
-            _unsaved.pop(key, None)
+            if _newest.get(key) is self:  # a newer turn's record stays until it is saved
+                _unsaved.pop(key, None)
+                _newest.pop(key, None)
 
     def _record(
         self, outcome: TurnOutcome, *, final: AssistantMessage | None

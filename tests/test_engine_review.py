@@ -16,6 +16,7 @@ import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 from test_turn_driver import (
+    CONVERSATION,
     HANG,
     Script,
     collect,
@@ -35,8 +36,10 @@ from agy_provider.hookspecs import hookimpl
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import wait_for_turns
 from agy_provider.rpc_client import ConnectClient
+from agy_provider.sessions import SessionRecord
 from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
-from agy_provider.turn import TurnContext
+from agy_provider.turn import TurnContext, history_digest
+from agy_provider.types import UserMessage
 
 # -- an observer that raises must not cost the host its final event -------------------------
 
@@ -158,3 +161,46 @@ async def test_closing_the_rpc_source_does_not_swallow_the_callers_cancellation(
     release.set()
     await asyncio.wait({closing}, timeout=HANG)
     assert closing.cancelled()  # before: aclose returned normally, the abort was lost
+
+
+# -- sessions: a late save of an earlier turn never overwrites a newer turn's record ----------
+
+
+async def test_an_earlier_turns_late_version_save_keeps_the_newer_record(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    asked = 0
+    version_known = asyncio.Event()
+
+    async def version(binary: str) -> str:  # a first run: agy's version takes a while to learn
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            await version_known.wait()
+        return "1.2.13"
+
+    edges.version = version
+    first = start_turn(edges, session="s", prompt="one")
+    await until(lambda: script.sources)
+    script.sources[0].enqueue([user(0, "one"), planner(1, "One.")])
+    await until(lambda: not script.sources[0].queue)
+    script.processes[0].exit(0)
+    done = (await collect(first))[-1]
+    assert isinstance(done, DoneEvent)
+    # The host goes on at once; the first turn is still waiting for agy's version.
+    history: list[Any] = [UserMessage(content="one", timestamp=0), done.message]
+    second = start_turn(edges, session="s", prompt="two", history=history)
+    await until(lambda: len(script.sources) == 2)
+    assert script.processes[1].request.conversation_id == CONVERSATION  # it resumed
+    script.sources[1].enqueue([user(2, "two"), planner(3, "Two.")])
+    await until(lambda: not script.sources[1].queue)
+    script.processes[1].exit(0)
+    done_two = (await collect(second))[-1]
+    assert isinstance(done_two, DoneEvent)
+    await until(lambda: (edges.store.get("s") or SessionRecord("")).last_step_index == 3)
+    version_known.set()  # now the first turn saves its record again, with the version
+    await wait_for_turns()
+    record = edges.store.get("s")
+    assert record is not None and record.last_step_index == 3  # was 1: turn two forgotten
+    newest = [*history, UserMessage(content="two", timestamp=0), done_two.message]
+    assert record.history_digest == history_digest(newest)
