@@ -73,6 +73,9 @@ class TurnRequest:
     output_format: str = "stream-json"
     # A log file of this run alone: agy names its language server's ports there (rpc turns).
     log_file: str = ""
+    # More workspace roots, one `--add-dir` each (absolute, existing folders): the MCP bridge's
+    # folder holding `.agents/mcp_config.json` is one (AGY-FORMATS §2).
+    extra_dirs: Sequence[str] = ()
 
 
 def find_agy(configured: str = "") -> str:
@@ -248,6 +251,10 @@ def build_argv(request: TurnRequest) -> list[str]:
             raise UsageError(f"not a conversation id: {request.conversation_id!r}")
         argv += ["--conversation", request.conversation_id]
     argv += ["--add-dir", os.path.abspath(request.cwd)]
+    for folder in request.extra_dirs:
+        if not os.path.isabs(folder) or "\x00" in folder or not os.path.isdir(folder):
+            raise UsageError(f"--add-dir needs an absolute path of an existing folder, not {folder!r}")
+        argv += ["--add-dir", folder]
     # Always explicit: 1.1.x defaults to 5m0s, 1.2.x to 0s (wait forever) (AGY-FORMATS §2.2).
     if not request.print_timeout > 0 or not math.isfinite(request.print_timeout):
         raise UsageError(

@@ -1,0 +1,514 @@
+"""The MCP bridge on the official `mcp` SDK: its server against the SDK's own client, agy-sim's
+MCP client end to end, and the runner's extra `--add-dir` folders.
+
+The SDK's client speaks every era the bridge must serve: the initialize handshake, the handshake
+with agy's newer `MCP-Protocol-Version: 2026-07-28` header on every request, and the stateless
+2026-07-28 envelope. Raw statuses (403, 413) are read from the client's own responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+mcp = pytest.importorskip("mcp", reason="the MCP bridge needs the `mcp` SDK (extra `bridge`)")
+
+import httpx2  # noqa: E402  (installed with mcp)
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from agy_provider.errors import UsageError  # noqa: E402
+from agy_provider.hookspecs import hookimpl  # noqa: E402
+from agy_provider.mcp_bridge import (  # noqa: E402
+    CONFIG_RELATIVE_PATH,
+    TOKEN_HEADER,
+    HostTool,
+    HostToolBridge,
+    HostToolCall,
+    HostToolResult,
+    ParkedToolCalls,
+    plugin_host_tools,
+    plugin_tool_handler,
+)
+from agy_provider.plugin_manager import get_plugin_manager  # noqa: E402
+from agy_provider.runner import TurnRequest, build_argv  # noqa: E402
+from agy_provider.types import Tool  # noqa: E402
+
+LOOKUP = HostTool(
+    "lookup_order",
+    "Look up an order by its id",
+    {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+        "required": ["order_id"],
+    },
+)
+MODES = ["legacy", "auto", "2026-07-28"]
+
+
+class Recorder:
+    """A handler that records every call and answers from the arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[HostToolCall] = []
+
+    async def __call__(self, call: HostToolCall) -> HostToolResult:
+        self.calls.append(call)
+        return HostToolResult(f"order {call.arguments['order_id']}: shipped")
+
+
+class Statuses:
+    """HTTP statuses the SDK's client received (an httpx2 response hook)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        self.seen.append(response.status_code)
+
+
+def http_client(
+    headers: dict[str, str] | None = None,
+    *,
+    statuses: Statuses | None = None,
+    version_header: str | None = None,
+    read_timeout: float = 60.0,
+) -> httpx2.AsyncClient:
+    """An httpx2 client for the SDK; `version_header` overrides MCP-Protocol-Version on every
+    request, as agy's client does after negotiating."""
+
+    async def force_version(request: httpx2.Request) -> None:
+        assert version_header is not None
+        request.headers["mcp-protocol-version"] = version_header
+
+    hooks: dict[str, list[Any]] = {"request": [], "response": []}
+    if statuses is not None:
+        hooks["response"].append(statuses)
+    if version_header is not None:
+        hooks["request"].append(force_version)
+    return httpx2.AsyncClient(
+        trust_env=False,
+        headers=headers or {},
+        timeout=httpx2.Timeout(30.0, read=read_timeout),
+        event_hooks=hooks,
+    )
+
+
+def mcp_errors(exc: BaseException) -> list[MCPError]:
+    """Every MCPError inside an exception (the SDK's task groups wrap them)."""
+    if isinstance(exc, MCPError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [e for inner in exc.exceptions for e in mcp_errors(inner)]
+    return []
+
+
+@pytest.fixture
+async def bridge() -> AsyncIterator[tuple[HostToolBridge, Recorder]]:
+    recorder = Recorder()
+    async with HostToolBridge([LOOKUP], recorder) as running:
+        yield running, recorder
+
+
+# --- the server, with the SDK's client -------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_sdk_client_lists_and_calls_a_host_tool(
+    bridge: tuple[HostToolBridge, Recorder], mode: str
+) -> None:
+    running, recorder = bridge
+    async with (
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
+    ):
+        listed = await client.list_tools()
+        result = await client.call_tool("lookup_order", {"order_id": "A-1042", "verbose": True})
+    assert [(t.name, t.description, t.input_schema) for t in listed.tools] == [
+        (LOOKUP.name, LOOKUP.description, dict(LOOKUP.parameters))
+    ]
+    assert [(c.name, dict(c.arguments)) for c in recorder.calls] == [
+        ("lookup_order", {"order_id": "A-1042", "verbose": True})
+    ]
+    assert result.is_error is False
+    assert [block.text for block in result.content if block.type == "text"] == [
+        "order A-1042: shipped"
+    ]
+
+
+async def test_agys_2026_07_28_header_on_a_handshake_session_is_served(
+    bridge: tuple[HostToolBridge, Recorder],
+) -> None:
+    """agy negotiates with initialize, then sends MCP-Protocol-Version 2026-07-28 on every
+    request (AGY-FORMATS §2); the SDK alone routes that to its stateless path and answers 400."""
+    running, recorder = bridge
+    statuses = Statuses()
+    async with (
+        http_client(running.headers(), statuses=statuses, version_header="2026-07-28") as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
+    ):
+        result = await client.call_tool("lookup_order", {"order_id": "B-7"})
+    assert result.is_error is False
+    assert [c.arguments for c in recorder.calls] == [{"order_id": "B-7"}]
+    assert statuses.seen and all(s < 400 for s in statuses.seen), statuses.seen
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_without_the_token_every_request_is_403(
+    bridge: tuple[HostToolBridge, Recorder], mode: str
+) -> None:
+    running, recorder = bridge
+    statuses = Statuses()
+    with pytest.raises(BaseException) as raised:
+        async with (
+            http_client(statuses=statuses) as hc,
+            Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
+        ):
+            await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert statuses.seen and set(statuses.seen) == {403}, statuses.seen
+    assert any("forbidden" in str(e) for e in mcp_errors(raised.value)), raised.value
+    assert recorder.calls == []
+
+
+async def test_a_wrong_or_doubled_token_is_403(bridge: tuple[HostToolBridge, Recorder]) -> None:
+    running, _ = bridge
+    token = running.headers()[TOKEN_HEADER]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+    async with httpx2.AsyncClient(trust_env=False) as hc:
+        for headers in (
+            [(TOKEN_HEADER, wrong)],
+            [(TOKEN_HEADER, token), (TOKEN_HEADER, token)],
+            [(TOKEN_HEADER, "")],
+        ):
+            response = await hc.post(running.url, json=body, headers=headers)
+            assert response.status_code == 403, headers
+        elsewhere = await hc.post(
+            running.url.replace("/mcp", "/other"), json=body, headers={TOKEN_HEADER: token}
+        )
+        assert elsewhere.status_code == 404
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_body_over_the_cap_is_413_and_never_reaches_the_host(mode: str) -> None:
+    recorder = Recorder()
+    statuses = Statuses()
+    async with (
+        HostToolBridge([LOOKUP], recorder, max_body_bytes=4096) as running,
+        http_client(running.headers(), statuses=statuses) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
+    ):
+        with pytest.raises(MCPError, match="too large"):
+            await client.call_tool("lookup_order", {"order_id": "x" * 5000})
+        assert statuses.seen[-1] == 413
+        # The session goes on: a call under the cap still works.
+        small = await client.call_tool("lookup_order", {"order_id": "ok"})
+    assert small.is_error is False
+    assert [c.arguments for c in recorder.calls] == [{"order_id": "ok"}]
+
+
+async def test_a_chunked_body_over_the_cap_is_413() -> None:
+    """No Content-Length: the cap is counted while the body arrives."""
+    async with HostToolBridge([LOOKUP], Recorder(), max_body_bytes=1000) as running:
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(20):
+                yield b" " * 100
+
+        async with httpx2.AsyncClient(trust_env=False) as hc:
+            response = await hc.post(
+                running.url,
+                content=chunks(),
+                headers={**running.headers(), "content-type": "application/json"},
+            )
+    assert response.status_code == 413
+
+
+async def test_arguments_are_checked_against_the_schema_before_the_host_runs(
+    bridge: tuple[HostToolBridge, Recorder],
+) -> None:
+    running, recorder = bridge
+    async with (
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
+    ):
+        wrong_type = await client.call_tool("lookup_order", {"order_id": 42})
+        missing = await client.call_tool("lookup_order", {})
+        unknown = await client.call_tool("delete_everything", {})
+    assert wrong_type.is_error and "order_id" in wrong_type.content[0].text  # type: ignore[union-attr]
+    assert missing.is_error and "required" in missing.content[0].text  # type: ignore[union-attr]
+    assert unknown.is_error and "lookup_order" in unknown.content[0].text  # type: ignore[union-attr]
+    assert recorder.calls == []
+
+
+async def test_a_failing_handler_becomes_an_error_result() -> None:
+    async def broken(call: HostToolCall) -> HostToolResult:
+        raise RuntimeError("the database is down")
+
+    async with (
+        HostToolBridge([LOOKUP], broken) as running,
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
+    ):
+        result = await client.call_tool("lookup_order", {"order_id": "A"})
+        error = await client.call_tool("lookup_order", {"order_id": "B"})
+    assert result.is_error
+    assert "RuntimeError: the database is down" in result.content[0].text  # type: ignore[union-attr]
+    assert error.is_error
+
+
+async def test_an_error_result_from_the_host_is_is_error() -> None:
+    async def refuses(call: HostToolCall) -> HostToolResult:
+        return HostToolResult("no such order", is_error=True)
+
+    async with (
+        HostToolBridge([LOOKUP], refuses) as running,
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="2026-07-28") as client,
+    ):
+        result = await client.call_tool("lookup_order", {"order_id": "A"})
+    assert result.is_error is True
+    assert result.content[0].text == "no such order"  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def fast_keepalives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SSE keepalive pings every 0.1 s on both transports (the SDK's default is 15 s)."""
+    from mcp.server import _streamable_http_modern
+    from sse_starlette import EventSourceResponse
+
+    monkeypatch.setattr(EventSourceResponse, "DEFAULT_PING_INTERVAL", 0.1)
+    monkeypatch.setattr(_streamable_http_modern, "_SSE_PING_INTERVAL", 0.1)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_call_the_host_answers_much_later_completes(
+    fast_keepalives: None, mode: str
+) -> None:
+    """A parked call outlives the client's read timeout several times over: the response
+    stream's keepalives hold it open until the host answers."""
+    parked = ParkedToolCalls()
+    async with (
+        HostToolBridge([LOOKUP], parked.handle) as running,
+        http_client(running.headers(), read_timeout=0.5) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
+    ):
+        calling = asyncio.ensure_future(client.call_tool("lookup_order", {"order_id": "slow"}))
+        call = await asyncio.wait_for(parked.next_call(), 30)
+        assert [c.id for c in running.pending_calls] == [call.id] == [c.id for c in parked.pending]
+        await asyncio.sleep(2.0)  # four read timeouts
+        assert not calling.done()
+        assert parked.resolve(call.id, "order slow: delivered at last") is True
+        result = await asyncio.wait_for(calling, 30)
+    assert result.is_error is False
+    assert result.content[0].text == "order slow: delivered at last"  # type: ignore[union-attr]
+    assert call.arguments == {"order_id": "slow"}
+    assert parked.resolve(call.id, "again") is False  # answered once
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_closing_with_a_call_pending_fails_it_cleanly(mode: str) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def never(call: HostToolCall) -> HostToolResult:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    running = await HostToolBridge([LOOKUP], never).start()
+    folder = running.config_dir
+    async with (
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
+    ):
+        calling = asyncio.ensure_future(client.call_tool("lookup_order", {"order_id": "A"}))
+        await asyncio.wait_for(started.wait(), 30)
+        await asyncio.wait_for(running.aclose(), 30)
+        result = await asyncio.wait_for(calling, 30)
+    assert result.is_error is True
+    assert "closed the host tool bridge" in result.content[0].text  # type: ignore[union-attr]
+    assert cancelled.is_set()
+    assert running.pending_calls == ()
+    assert not os.path.exists(folder)
+    with pytest.raises(OSError):
+        _, writer = await asyncio.open_connection("127.0.0.1", int(running.url.split(":")[2][:-4]))
+        writer.close()
+    await running.aclose()  # idempotent
+
+
+async def test_agy_going_away_cancels_the_host_callback() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def waits(call: HostToolCall) -> HostToolResult:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    async with HostToolBridge([LOOKUP], waits) as running:
+        hc = http_client(running.headers())
+        client = Client(streamable_http_client(running.url, http_client=hc), mode="2026-07-28")
+        async with hc, client:
+            calling = asyncio.ensure_future(client.call_tool("lookup_order", {"order_id": "A"}))
+            await asyncio.wait_for(started.wait(), 30)
+            calling.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await calling
+        await asyncio.wait_for(cancelled.wait(), 30)
+        assert running.pending_calls == ()
+
+
+# --- the config folder ------------------------------------------------------------------------
+
+
+async def test_the_config_folder_names_the_server_privately_and_goes_away(
+    tmp_path: Path,
+) -> None:
+    async with HostToolBridge(
+        [LOOKUP], Recorder(), server_name="pi_tools", parent_dir=tmp_path
+    ) as running:
+        folder = Path(running.config_dir)
+        config_file = folder / CONFIG_RELATIVE_PATH
+        assert folder.parent == tmp_path
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / ".agents").stat().st_mode) == 0o700
+        assert stat.S_IMODE(config_file.stat().st_mode) == 0o600
+        assert json.loads(config_file.read_text()) == {
+            "mcpServers": {"pi_tools": {"serverUrl": running.url, "headers": running.headers()}}
+        }
+        assert sorted(p.name for p in (folder / ".agents").iterdir()) == ["mcp_config.json"]
+        assert running.url.startswith("http://127.0.0.1:") and running.url.endswith("/mcp")
+        assert running.headers()[TOKEN_HEADER] not in repr(running)
+    assert not folder.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_every_bridge_has_its_own_port_and_token() -> None:
+    async with (
+        HostToolBridge([LOOKUP], Recorder()) as one,
+        HostToolBridge([LOOKUP], Recorder()) as two,
+    ):
+        assert one.url != two.url
+        assert one.headers() != two.headers()
+        async with httpx2.AsyncClient(trust_env=False) as hc:
+            crossed = await hc.post(
+                two.url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                headers=one.headers(),
+            )
+        assert crossed.status_code == 403
+
+
+def test_bad_tools_and_names_are_refused_by_name() -> None:
+    async def handler(call: HostToolCall) -> str:
+        return ""
+
+    with pytest.raises(UsageError, match="twice"):
+        HostToolBridge([LOOKUP, LOOKUP], handler)
+    with pytest.raises(UsageError, match="not a valid MCP tool name"):
+        HostToolBridge([HostTool("has space", "")], handler)
+    with pytest.raises(UsageError, match="type 'object'"):
+        HostToolBridge([HostTool("t", "", {"type": "string"})], handler)
+    with pytest.raises(UsageError, match="not a valid JSON Schema"):
+        HostToolBridge([HostTool("t", "", {"type": "object", "properties": 3})], handler)
+    with pytest.raises(UsageError, match="server name"):
+        HostToolBridge([LOOKUP], handler, server_name="no/slash")
+
+
+async def test_pi_tools_without_a_schema_type_are_objects() -> None:
+    tools = [Tool("now", "The time", {}), Tool("echo", "Echo", {"properties": {"x": {}}})]
+    async with (
+        HostToolBridge(tools, Recorder()) as running,
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
+    ):
+        listed = await client.list_tools()
+    assert {t.name: t.input_schema["type"] for t in listed.tools} == {
+        "now": "object",
+        "echo": "object",
+    }
+
+
+# --- plugins ------------------------------------------------------------------------------------
+
+
+class WeatherPlugin:
+    @hookimpl
+    def register_host_tools(self, register: Any) -> None:
+        register(
+            "weather",
+            "The weather in a city",
+            {"type": "object", "properties": {"city": {"type": "string"}}},
+        )
+
+    @hookimpl
+    def invoke_host_tool(self, name: str, arguments: dict[str, Any], turn: Any) -> Any:
+        if name != "weather":
+            return None
+        return {"city": arguments["city"], "sky": "clear", "turn": turn}
+
+
+@pytest.fixture
+def weather_plugin() -> Iterator[None]:
+    pm = get_plugin_manager()
+    plugin = WeatherPlugin()
+    pm.register(plugin, name="test-weather")
+    try:
+        yield
+    finally:
+        pm.unregister(plugin)
+
+
+async def test_plugin_tools_are_offered_and_run_through_the_hook(weather_plugin: None) -> None:
+    tools = plugin_host_tools()
+    assert [t.name for t in tools] == ["weather"]
+    async with (
+        HostToolBridge(tools, plugin_tool_handler("turn-7")) as running,
+        http_client(running.headers()) as hc,
+        Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
+    ):
+        result = await client.call_tool("weather", {"city": "Lyon"})
+    assert result.is_error is False
+    assert json.loads(result.content[0].text) == {"city": "Lyon", "sky": "clear", "turn": "turn-7"}  # type: ignore[union-attr]
+
+
+# --- the runner's extra folders ---------------------------------------------------------------
+
+
+def test_extra_dirs_become_add_dir_arguments(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    request = TurnRequest(
+        prompt="hi", cwd=str(tmp_path), agy_bin="agy", extra_dirs=(str(one), str(two))
+    )
+    argv = build_argv(request)
+    pairs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--add-dir"]
+    assert pairs == [str(tmp_path), str(one), str(two)]
+
+
+@pytest.mark.parametrize("bad", ["relative/dir", "/no/such/folder/anywhere", "FILE"])
+def test_extra_dirs_must_be_absolute_existing_folders(tmp_path: Path, bad: str) -> None:
+    if bad == "FILE":
+        (tmp_path / "f").write_text("")
+        bad = str(tmp_path / "f")
+    request = TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin="agy", extra_dirs=(bad,))
+    with pytest.raises(UsageError, match="--add-dir"):
+        build_argv(request)
