@@ -512,3 +512,150 @@ def test_extra_dirs_must_be_absolute_existing_folders(tmp_path: Path, bad: str) 
     request = TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin="agy", extra_dirs=(bad,))
     with pytest.raises(UsageError, match="--add-dir"):
         build_argv(request)
+
+
+# --- end to end: agy-sim as the MCP client ------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_name", ["host", ""])
+async def test_agy_sim_calls_a_host_tool_through_the_bridge_and_answers_with_it(
+    tmp_path: Path, server_name: str
+) -> None:
+    """agy-sim reads the bridge's folder from its --add-dir roots, calls the scenario's host tool,
+    writes the MCP tool step (type 38, field 47) and answers with the result; the replayed
+    database shows both. `server_name` "" is a scenario naming no server (the first one found)."""
+    from live_helpers import agy_sim_path, scenario_answer
+
+    from agy_provider.agy.step import StepKind
+    from agy_provider.replay import load_recording, replay
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER, PlannerSpec, load_scenario
+
+    scenario_file = Path(__file__).parents[1] / "agy_provider/sim/scenarios/mcp-host-tool.json"
+    document = json.loads(scenario_file.read_text())
+    document["turns"][0]["steps"][0]["tools"][0]["mcp"]["server"] = server_name
+    scenario_path = tmp_path / "mcp-host-tool.json"
+    scenario_path.write_text(json.dumps(document))
+    scenario = load_scenario(scenario_path)
+    spec = next(
+        t.mcp
+        for s in scenario.turn(0).steps
+        if isinstance(s, PlannerSpec)
+        for t in s.tools
+        if t.mcp is not None
+    )
+    workspace, state = tmp_path / "work", tmp_path / "state"
+    workspace.mkdir()
+    state.mkdir()
+    calls: list[HostToolCall] = []
+
+    async def lookup(call: HostToolCall) -> HostToolResult:
+        calls.append(call)
+        await asyncio.sleep(0.3)  # a host takes a moment; agy-sim waits for it
+        return HostToolResult(f"order {call.arguments['order_id']} shipped on 2026-11-28")
+
+    async with HostToolBridge([LOOKUP], lookup, server_name="host") as running:
+        request = TurnRequest(
+            prompt="Where is my order A-1042?",
+            cwd=str(workspace),
+            agy_bin=agy_sim_path(),
+            extra_dirs=(running.config_dir,),
+            print_timeout=180,
+        )
+        env = {
+            **os.environ,
+            "ANTIGRAVITY_APP_DATA_DIR": str(state),
+            "AGY_SIM_SCENARIO": str(scenario_path),
+            "AGY_SIM_SPEED": "10",
+            "AGY_SIM_NO_SERVER": "1",
+        }
+        process = await asyncio.create_subprocess_exec(
+            *build_argv(request),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workspace,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), 200)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, err.decode()
+
+    expected_result = "order A-1042 shipped on 2026-11-28"
+    answer = scenario_answer("mcp-host-tool").replace(MCP_RESULT_PLACEHOLDER, expected_result)
+    assert expected_result in answer
+    assert [(c.name, dict(c.arguments)) for c in calls] == [(spec.tool, dict(spec.arguments))]
+
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    result = lines[-1]["result"]
+    assert (result["status"], result["response"]) == ("SUCCESS", answer)
+    printed = [
+        e["step_update"]
+        for e in lines
+        if e.get("event") == "step_update" and e["step_update"].get("step_type") == "tool"
+    ]
+    assert printed[-1]["tool_name"] == "mcp_host_lookup_order"
+    assert printed[-1]["tool_info"]["output"] == expected_result
+
+    database = state / "conversations" / f"{result['conversation_id']}.db"
+    with load_recording(str(database)) as recording:
+        (turn,) = list(replay(recording))
+    tools = [s for s in turn.steps if s.kind is StepKind.TOOL]
+    assert [
+        (s.tool.name, dict(s.tool.arguments), s.result.output, s.result.is_error)
+        for s in tools
+        if s.tool is not None and s.result is not None
+    ] == [("host/lookup_order", dict(spec.arguments), expected_result, False)]
+    assert turn.events[-1].type == "done"
+    message = turn.message
+    texts = [b.text for b in message.content if b.type == "text"]
+    thinking = "".join(b.thinking for b in message.content if b.type == "thinking")
+    assert "".join(texts) == answer
+    assert "host/lookup_order" in thinking and expected_result in thinking
+
+
+@pytest.mark.slow
+async def test_agy_sim_without_a_bridge_folder_records_the_failed_mcp_call(tmp_path: Path) -> None:
+    """No `.agents/mcp_config.json` in any root: the MCP step ends in an error naming why, and
+    the turn goes on."""
+    from live_helpers import agy_sim_path
+
+    from agy_provider.agy.step import StepKind
+    from agy_provider.replay import load_recording, replay
+
+    workspace, state = tmp_path / "work", tmp_path / "state"
+    workspace.mkdir()
+    state.mkdir()
+    request = TurnRequest(
+        prompt="Where is my order?", cwd=str(workspace), agy_bin=agy_sim_path(), print_timeout=120
+    )
+    env = {
+        **os.environ,
+        "ANTIGRAVITY_APP_DATA_DIR": str(state),
+        "AGY_SIM_SCENARIO": "mcp-host-tool",
+        "AGY_SIM_SPEED": "10",
+        "AGY_SIM_NO_SERVER": "1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        *build_argv(request),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=workspace,
+        env=env,
+        start_new_session=True,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 200)
+    assert process.returncode == 0, err.decode()
+    result = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")][-1]["result"]
+    database = state / "conversations" / f"{result['conversation_id']}.db"
+    with load_recording(str(database)) as recording:
+        (turn,) = list(replay(recording))
+    (tool,) = [s for s in turn.steps if s.kind is StepKind.TOOL]
+    assert tool.result is not None and tool.result.is_error
+    assert "not configured" in tool.result.output and "mcp_config.json" in tool.result.output

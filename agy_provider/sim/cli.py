@@ -167,6 +167,7 @@ class _Session:
             ids=ids,
             skip_permissions=args.dangerously_skip_permissions,
             version=version,
+            mcp_roots=args.add_dir,
         )
         self.link = ServerLink(
             self.sim,

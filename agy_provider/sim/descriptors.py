@@ -142,6 +142,7 @@ STEP_TYPE: dict[str, int] = {
     "CORTEX_STEP_TYPE_INVOKE_SUBAGENT": 127,
     "CORTEX_STEP_TYPE_GENERIC": 132,
     "CORTEX_STEP_TYPE_ASK_QUESTION": 138,
+    "CORTEX_STEP_TYPE_MCP_TOOL": 38,
 }
 STEP_STATUS: dict[str, int] = {
     "CORTEX_STEP_STATUS_UNSPECIFIED": 0,
@@ -413,6 +414,17 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
         _message(
             "CortexStepAskQuestion", [(1, "questions", f"msg:{CORTEX}AskQuestionEntry", "rep")]
         ),
+        _message("McpServerInfo", [(1, "name", "string", ""), (2, "version", "string", "")]),
+        _message(
+            "CortexStepMcpTool",
+            [
+                (1, "server_name", "string", ""),
+                (2, "tool_call", f"msg:{COMMON}ChatToolCall", ""),
+                (3, "result_string", "string", "oneof:result"),
+                (4, "server_info", f"msg:{CORTEX}McpServerInfo", ""),
+                (7, "user_rejected", "bool", ""),
+            ],
+        ),
         _message("PermissionResource", [(1, "action", "string", ""), (2, "target", "string", "")]),
         _message(
             "PermissionInteractionSpec",
@@ -557,6 +569,7 @@ def _trajectory_file() -> descriptor_pb2.FileDescriptorProto:
                 (28, "run_command", f"msg:{CORTEX}CortexStepRunCommand", step),
                 (30, "checkpoint", f"msg:{CORTEX}CortexStepCheckpoint", step),
                 (31, "error", f"msg:{CORTEX}CortexErrorDetails", ""),
+                (47, "mcp_tool", f"msg:{CORTEX}CortexStepMcpTool", step),
                 (56, "requested_interaction", f"msg:{CORTEX}RequestedInteraction", ""),
                 (111, "conversation_history", f"msg:{CORTEX}CortexStepConversationHistory", step),
                 (114, "system_message", f"msg:{CORTEX}CortexStepSystemMessage", step),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.payloads import IdSource, StepFactory
 from agy_provider.sim.scenario import (
+    MCP_RESULT_PLACEHOLDER,
     CatalogModel,
     ErrorSpec,
     PlannerSpec,
@@ -188,6 +189,7 @@ class _Turn:
     title_usage: Usage = dataclasses.field(default_factory=Usage)
     current: tuple[int, Any] | None = None
     threads: list[threading.Thread] = dataclasses.field(default_factory=list)
+    mcp_result: str | None = None  # the turn's last MCP tool result, for `{mcp_result}` in text
 
 
 class Simulator:
@@ -196,7 +198,8 @@ class Simulator:
     `listeners` are called after every commit with (conversation id, step index, Step).
     `skip_permissions` is `--dangerously-skip-permissions`. `ids` makes uuids reproducible.
     `version` is the agy imitated (default `AGY_SIM_VERSION`, else the newest); `strict` denies
-    every permission at once, as agy's strict permission settings do.
+    every permission at once, as agy's strict permission settings do. `mcp_roots` are the
+    `--add-dir` roots whose `.agents/mcp_config.json` name the MCP servers a turn can call.
     """
 
     def __init__(
@@ -211,8 +214,10 @@ class Simulator:
         on_conversation: Callable[[Conversation], None] | None = None,
         version: AgyVersion | None = None,
         strict: bool | None = None,
+        mcp_roots: Sequence[str] = (),
     ) -> None:
         self.scenario = scenario
+        self.mcp_roots = tuple(mcp_roots)
         self.version = version or sim_version()
         self.strict = scenario.permission_mode == "strict" if strict is None else strict
         self.dir = conversations_dir
@@ -555,8 +560,11 @@ class Simulator:
         f.move(step, "CORTEX_STEP_STATUS_GENERATING")
         f.stamp(step.metadata.viewable_at)
         body = step.planner_response
+        text = spec.text
+        if turn.mcp_result is not None:
+            text = tuple(c.replace(MCP_RESULT_PLACEHOLDER, turn.mcp_result) for c in text)
         chunks = [("thinking", c) for c in spec.thinking] + [
-            ("modified_response", c) for c in spec.text
+            ("modified_response", c) for c in text
         ]
         if not chunks:
             self._update(turn, index, step)
@@ -596,6 +604,9 @@ class Simulator:
             self._tool(turn, tool, call, gen)
 
     def _tool(self, turn: _Turn, tool: ToolSpec, call: Any, gen: int, reasks: int = 0) -> None:
+        if tool.mcp is not None:
+            self._mcp_tool(turn, tool, call, gen)
+            return
         f = turn.factory
         step = f.tool_step(tool, call)
         step.metadata.source_trajectory_step_info.metadata_index = gen
@@ -620,6 +631,55 @@ class Simulator:
         f.move(step, "CORTEX_STEP_STATUS_DONE")
         f.stamp(step.metadata.completed_at)
         self._update(turn, index, step)
+
+    def _mcp_tool(self, turn: _Turn, tool: ToolSpec, call: Any, gen: int) -> None:
+        """A call of a tool an MCP server from the `--add-dir` roots offers (AGY-FORMATS §2)."""
+        from agy_provider.sim import mcp_client
+
+        assert tool.mcp is not None
+        f, spec = turn.factory, tool.mcp
+        servers, problems = mcp_client.read_mcp_servers(self.mcp_roots)
+        server = mcp_client.choose_server(servers, spec.server)
+        name = server.name if server is not None else spec.server
+        step = mcp_client.mcp_tool_step(f, name, spec, call)
+        step.metadata.source_trajectory_step_info.metadata_index = gen
+        index = self._append(turn, step)
+        turn.current = (index, step)
+        self._running = (turn.conversation.id, index)
+        f.move(step, "CORTEX_STEP_STATUS_RUNNING")
+        f.stamp(step.metadata.started_at)
+        self._update(turn, index, step)
+        if server is None:
+            wanted = f"MCP server {spec.server!r}" if spec.server else "an MCP server"
+            found = "; ".join(problems) or "no .agents/mcp_config.json in any --add-dir root"
+            outcome = mcp_client.McpOutcome(f"{wanted} is not configured ({found})", True)
+        else:
+            outcome = self._await_mcp(turn, mcp_client.McpToolRun(server, spec, self._wake))
+        mcp_client.finish_mcp_tool_step(f, step, outcome)
+        self._update(turn, index, step)
+        turn.mcp_result = outcome.text
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _await_mcp(self, turn: _Turn, run: Any) -> Any:
+        """The call's outcome; a cancel or `--print-timeout` stops waiting (and the call)."""
+        run.start()
+        with self._cond:
+            while run.outcome is None and not self._cancel:
+                remaining = None if turn.deadline is None else turn.deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            outcome = run.outcome
+            canceled = outcome is None and self._cancel
+            if canceled:
+                self._cancel = False
+        if outcome is None:
+            run.cancel()
+            raise _Canceled if canceled else _PrintTimeout
+        return outcome
 
     def _permission(self, turn: _Turn, tool: ToolSpec, index: int, step: Any, reasks: int) -> str:
         f, spec = turn.factory, tool.permission

@@ -36,6 +36,7 @@ _TOOL_TYPES = {
     _TY["CORTEX_STEP_TYPE_RUN_COMMAND"],
     _TY["CORTEX_STEP_TYPE_VIEW_FILE"],
     _TY["CORTEX_STEP_TYPE_LIST_DIRECTORY"],
+    _TY["CORTEX_STEP_TYPE_MCP_TOOL"],
 }
 
 
@@ -229,6 +230,8 @@ class StreamJsonPrinter:
 
 def _raw_output(step: Any) -> str:
     """What the tool printed, as 1.1.18+ puts it in `tool_info.output` (not the model's summary)."""
+    if step.HasField("mcp_tool"):
+        return str(step.mcp_tool.result_string)
     if not step.HasField("generic"):
         return ""
     result = step.generic.result

@@ -22,10 +22,12 @@ from agy_provider.errors import UsageError
 
 __all__ = [
     "DEFAULT_CATALOG",
+    "MCP_RESULT_PLACEHOLDER",
     "CatalogModel",
     "ErrorSpec",
     "Faults",
     "LockFault",
+    "McpCallSpec",
     "PermissionSpec",
     "PlannerSpec",
     "QuestionSpec",
@@ -118,6 +120,22 @@ class QuestionSpec:
     multi_select: bool = False
 
 
+# In a planner's text after an MCP tool call of the same turn, this becomes the call's result.
+MCP_RESULT_PLACEHOLDER = "{mcp_result}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class McpCallSpec:
+    """A call of a tool an MCP server offers (one agy reads from an `--add-dir` root's
+    `.agents/mcp_config.json`): `server` by its config name ("" for the first one found), the
+    server's own `tool` name and its `arguments`. A planner's text `{mcp_result}` later in the
+    turn becomes the call's result."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    server: str = ""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool run the model asks for. `name` is agy's tool name (run_command, view_file, list_dir,
@@ -134,6 +152,7 @@ class ToolSpec:
     auto_answer: tuple[str, ...] | None = None
     tool_action: str = ""
     tool_summary: str = ""
+    mcp: McpCallSpec | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -318,6 +337,17 @@ def _tool(r: _Reader) -> ToolSpec:
     if not isinstance(args, dict):
         raise UsageError(f"scenario: {r.where}.args must be an object")
     auto_answer = r.strs("auto_answer") if "auto_answer" in r.data else None
+    m = r.obj("mcp")
+    mcp = None
+    if m is not None:
+        arguments = m.data.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise UsageError(f"scenario: {m.where}.arguments must be an object")
+        if not m.text("tool"):
+            raise UsageError(f"scenario: {m.where}.tool is required")
+        mcp = McpCallSpec(tool=m.text("tool"), arguments=arguments, server=m.text("server"))
+        if "args" not in r.data:
+            args = dict(arguments)  # the model's call carries the MCP arguments
     return ToolSpec(
         name=name,
         args=args,
@@ -330,6 +360,7 @@ def _tool(r: _Reader) -> ToolSpec:
         auto_answer=auto_answer,
         tool_action=r.text("tool_action"),
         tool_summary=r.text("tool_summary"),
+        mcp=mcp,
     )
 
 
