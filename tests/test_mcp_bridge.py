@@ -659,3 +659,84 @@ async def test_agy_sim_without_a_bridge_folder_records_the_failed_mcp_call(tmp_p
     (tool,) = [s for s in turn.steps if s.kind is StepKind.TOOL]
     assert tool.result is not None and tool.result.is_error
     assert "not configured" in tool.result.output and "mcp_config.json" in tool.result.output
+
+
+def test_the_mcp_tool_step_reads_the_same_from_its_row_and_its_rpc_json() -> None:
+    """agy-sim's MCP step, decoded by our protobuf walker (rows) and, rendered as the language
+    server renders it, by the RPC JSON decoder: one tool call, one result."""
+    from agy_provider.agy.rows import decode_step_row
+    from agy_provider.agy.rpcjson import decode_json_step
+    from agy_provider.sim import descriptors as pb
+    from agy_provider.sim.engine import Clock
+    from agy_provider.sim.mcp_client import McpOutcome, finish_mcp_tool_step, mcp_tool_step
+    from agy_provider.sim.payloads import StepFactory
+    from agy_provider.sim.scenario import DEFAULT_CATALOG, McpCallSpec, ToolSpec
+    from agy_provider.sim.step_reader import render_step
+
+    factory = StepFactory(Clock().now, "exec-1", DEFAULT_CATALOG[0])
+    spec = McpCallSpec(tool="lookup_order", arguments={"order_id": "A-1"}, server="host")
+    call = factory.tool_call(
+        ToolSpec("mcp_host_lookup_order", dict(spec.arguments), mcp=spec), "c1"
+    )
+    for outcome in (McpOutcome("order A-1: shipped"), McpOutcome("no such order", True)):
+        step = mcp_tool_step(factory, "host", spec, call)
+        finish_mcp_tool_step(factory, step, outcome)
+        assert step.type == pb.STEP_TYPE["CORTEX_STEP_TYPE_MCP_TOOL"] == 38
+        payload = step.SerializeToString()
+        from_row = decode_step_row(3, step.type, step.status, payload)
+        from_json = decode_json_step(render_step(payload, step.type, step.status), index=3)
+        for decoded in (from_row, from_json):
+            assert decoded.tool is not None and decoded.result is not None
+            assert (decoded.tool.name, dict(decoded.tool.arguments)) == (
+                "host/lookup_order",
+                {"order_id": "A-1"},
+            ), decoded
+            assert (decoded.result.output, decoded.result.is_error) == (
+                outcome.text,
+                outcome.is_error,
+            )
+
+
+async def test_a_cancelled_agy_turn_stops_waiting_for_the_host(tmp_path: Path) -> None:
+    """agy-sim's engine waiting on a parked host call: CancelCascadeSteps ends the turn CANCELED
+    at once, its MCP step CANCELED, and the bridge's callback learns that agy went away."""
+    from agy_provider.agy.step import StepKind, StepStatus
+    from agy_provider.replay import load_recording, replay
+    from agy_provider.sim.engine import Clock, Simulator
+    from agy_provider.sim.scenario import load_scenario
+
+    parked = ParkedToolCalls()
+    cancelled = asyncio.Event()
+
+    async def handler(call: HostToolCall) -> HostToolResult:
+        try:
+            return await parked.handle(call)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    (tmp_path / "conversations").mkdir()
+    async with HostToolBridge([LOOKUP], handler) as running:
+        simulator = Simulator(
+            load_scenario("mcp-host-tool"),
+            tmp_path / "conversations",
+            clock=Clock(speed=20),
+            mcp_roots=[str(tmp_path), running.config_dir],
+        )
+        conversation = simulator.open()
+        turn = asyncio.ensure_future(
+            asyncio.to_thread(simulator.run_turn, conversation, "Where is my order?")
+        )
+        call = await asyncio.wait_for(parked.next_call(), 60)
+        assert call.arguments == {"order_id": "A-1042", "verbose": True}
+        simulator.cancel(conversation.id)
+        result = await asyncio.wait_for(turn, 60)
+        await asyncio.wait_for(cancelled.wait(), 60)
+        assert parked.resolve(call.id, "too late") is False
+    for c in simulator.conversations.values():
+        c.writer.close()
+    assert result.status == "CANCELED"
+    with load_recording(str(tmp_path / "conversations" / f"{conversation.id}.db")) as recording:
+        (replayed,) = list(replay(recording))
+    (tool,) = [s for s in replayed.steps if s.kind is StepKind.TOOL]
+    assert tool.status is StepStatus.CANCELED

@@ -130,6 +130,10 @@ def decode_json_step(raw: Any, *, index: int | None = None, position: int | None
 
     body_key = next((key for key in _TOOL_BODIES if key in raw), None)
     if tool is not None or body_key is not None:
+        if body_key == "mcpTool":
+            # As rows.py: the MCP body names the server and its own tool name; metadata only
+            # has the model-facing alias (`mcp_<server>_<tool>`).
+            tool = _mcp_call(_obj(raw.get("mcpTool"))) or tool
         tool = _complete_tool(tool, raw, meta, body_key)
         fields["tool"] = tool
         fields["result"] = _tool_result(raw, body_key, status, fields["error"])
@@ -239,6 +243,16 @@ def _tool_call(call: Mapping[str, Any]) -> ToolCall | None:
         name=name,
         arguments=_arguments(_str(call.get("argumentsJson", ""))),
     )
+
+
+def _mcp_call(body: Mapping[str, Any]) -> ToolCall | None:
+    """An MCP tool step's call (`mcpTool`: serverName, toolCall) named `server/tool`."""
+    call = _tool_call(_obj(body.get("toolCall")))
+    if call is None:
+        return None
+    server = _str(body.get("serverName", ""))
+    name = f"{server}/{call.name}" if server else call.name
+    return ToolCall(id=call.id, name=name, arguments=call.arguments)
 
 
 def _complete_tool(
