@@ -175,7 +175,7 @@ def detect_format(path: str) -> str:
             would hang or make no sense), or its content is none of the three.
     """
     with _open_regular(path) as handle:
-        head = handle.read(_HEAD_BYTES)
+        head = _read(handle, path, _HEAD_BYTES)
     if head.startswith(_SQLITE_MAGIC):
         return "sqlite"
     text = head.lstrip()
@@ -236,8 +236,16 @@ def _open_regular(path: str) -> IO[bytes]:
 def _chunks(path: str) -> Iterator[bytes]:
     """The bytes of a regular file, a chunk at a time."""
     with _open_regular(path) as handle:
-        while chunk := handle.read(_CHUNK_BYTES):
+        while chunk := _read(handle, path, _CHUNK_BYTES):
             yield chunk
+
+
+def _read(handle: IO[bytes], path: str, size: int = -1) -> bytes:
+    """Read bytes; an I/O error (EIO, or EAGAIN from a file that would block) is exit 2."""
+    try:
+        return handle.read(size)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -529,7 +537,7 @@ def _generator_slugs(conn: sqlite3.Connection, path: str, warn: Warn) -> dict[st
 def _load_rpc(path: str, warn: Warn) -> Recording:
     handle = _open_regular(path)
     try:
-        data = handle.read()
+        data = _read(handle, path)
         stamp = _stamp(handle)
         # The steps array is located from the document's structure and each step parsed on its
         # own: a bad step is one warning, and memory never holds the whole document parsed.
@@ -564,7 +572,10 @@ def _load_rpc(path: str, warn: Warn) -> Recording:
             return loaded[start:end]
         if _stamp(handle) != stamp:
             raise UsageError(f"{path} changed while it was being replayed")
-        return os.pread(handle.fileno(), end - start, start)
+        try:
+            return os.pread(handle.fileno(), end - start, start)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
     # Pass 1: decode every step once (each warning said once), keeping only where the newest
     # step of each index lies, which indexes are user steps, the conversation id and the title.
