@@ -57,6 +57,21 @@ def run_host(body: str, tmp_path: Path) -> Any:
             f"pi-ai-client is not installed in {HOST_PATH} (.ci/run: pip install --target "
             f"{HOST_PATH} pi-ai-client pi-agent-loop)"
         )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HOST_PATH), os.environ.get("PYTHONPATH", "")]),
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", "import pi_ai.registry, pi_agent_loop"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if probe.returncode != 0:
+        pytest.skip(
+            f"pi-ai-client or pi-agent-loop cannot be imported beside this Python: {probe.stderr.strip()[-300:]}"
+        )
     script = tmp_path / "host.py"
     script.write_text(
         PRELUDE + textwrap.dedent(body) + "\nprint(json.dumps(asyncio.run(main())))\n"
