@@ -31,11 +31,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# Imported with this module, so that starting a bridge on the event loop imports nothing: the
+# SDK's first anyio call would import anyio's asyncio backend (tens of ms), and uvicorn its
+# lifespan class.
+import anyio._backends._asyncio  # noqa: F401
 import jsonschema  # type: ignore[import-untyped]
 import mcp_types
 import uvicorn
-
-# Imported here, so that starting a bridge on the event loop imports nothing.
 import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager

@@ -298,13 +298,13 @@ async def test_a_call_the_host_answers_much_later_completes(
     parked = ParkedToolCalls()
     async with (
         HostToolBridge([LOOKUP], parked.handle) as running,
-        http_client(running.headers(), read_timeout=0.5) as hc,
+        http_client(running.headers(), read_timeout=1.5) as hc,
         Client(streamable_http_client(running.url, http_client=hc), mode=mode) as client,
     ):
         calling = asyncio.ensure_future(client.call_tool("lookup_order", {"order_id": "slow"}))
         call = await asyncio.wait_for(parked.next_call(), 30)
         assert [c.id for c in running.pending_calls] == [call.id] == [c.id for c in parked.pending]
-        await asyncio.sleep(2.0)  # four read timeouts
+        await asyncio.sleep(3.5)  # more than twice the client's read timeout
         assert not calling.done()
         assert parked.resolve(call.id, "order slow: delivered at last") is True
         result = await asyncio.wait_for(calling, 30)
@@ -349,7 +349,8 @@ async def test_closing_with_a_call_pending_fails_it_cleanly(mode: str) -> None:
     await running.aclose()  # idempotent
 
 
-async def test_agy_going_away_cancels_the_host_callback() -> None:
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_agy_going_away_cancels_the_host_callback(mode: str) -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -364,7 +365,7 @@ async def test_agy_going_away_cancels_the_host_callback() -> None:
 
     async with HostToolBridge([LOOKUP], waits) as running:
         hc = http_client(running.headers())
-        client = Client(streamable_http_client(running.url, http_client=hc), mode="2026-07-28")
+        client = Client(streamable_http_client(running.url, http_client=hc), mode=mode)
         async with hc, client:
             calling = asyncio.ensure_future(client.call_tool("lookup_order", {"order_id": "A"}))
             await asyncio.wait_for(started.wait(), 30)
