@@ -289,7 +289,14 @@ class HostToolBridge:
                 self._serve(sock, ready), name=f"mcp-bridge-{self._port}"
             )
             await ready
-            self._config_dir = await asyncio.to_thread(self._write_config)
+            writing = asyncio.ensure_future(asyncio.to_thread(self._write_config))
+            try:
+                self._config_dir = await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # The thread writes the folder anyway: learn where, so that aclose removes it.
+                with contextlib.suppress(Exception):
+                    self._config_dir = await writing
+                raise
         except BaseException as exc:
             await self.aclose()
             if isinstance(exc, OSError):

@@ -9,6 +9,7 @@ with agy's newer `MCP-Protocol-Version: 2026-07-28` header on every request, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
@@ -399,6 +400,20 @@ async def test_the_config_folder_names_the_server_privately_and_goes_away(
         assert running.headers()[TOKEN_HEADER] not in repr(running)
     assert not folder.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_cancelling_a_start_at_any_point_leaves_nothing_behind(tmp_path: Path) -> None:
+    for yields in range(40):
+        running = HostToolBridge([LOOKUP], Recorder(), parent_dir=tmp_path)
+        starting = asyncio.ensure_future(running.start())
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await running.aclose()
+        assert list(tmp_path.iterdir()) == [], yields
+        assert running.pending_calls == ()
 
 
 async def test_every_bridge_has_its_own_port_and_token() -> None:
