@@ -803,7 +803,9 @@ class TurnDriver:
         if ctx is None or not ctx.session_id or ctx.binding is None or self.source is None:
             return None
         last_final = self.source.last_final_index()
-        if outcome.aborted and last_final <= ctx.min_index:
+        if last_final <= ctx.min_index:
+            # Nothing of this turn reached agy's conversation (aborted or refused before its
+            # user step): the session stays as it was, so the host's retry still resumes.
             return None
         history = [*self.context.messages, *([final] if final is not None else [])]
         return SessionRecord(

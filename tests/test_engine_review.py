@@ -204,3 +204,31 @@ async def test_an_earlier_turns_late_version_save_keeps_the_newer_record(tmp_pat
     assert record is not None and record.last_step_index == 3  # was 1: turn two forgotten
     newest = [*history, UserMessage(content="two", timestamp=0), done_two.message]
     assert record.history_digest == history_digest(newest)
+
+
+# -- sessions: a turn that never reached agy's conversation leaves the session as it was ------
+
+
+async def test_a_turn_agy_refused_before_its_user_step_keeps_the_session_resumable(
+    tmp_path: Path,
+) -> None:
+    script = Script(stderr="Error: quota exhausted")
+    edges = edges_for(script, tmp_path)
+    earlier: list[Any] = [UserMessage(content="one", timestamp=0)]
+    edges.store.put(
+        "s", SessionRecord(CONVERSATION, last_step_index=1, history_digest=history_digest(earlier))
+    )
+    first = start_turn(edges, session="s", prompt="two", history=earlier)
+    await until(lambda: script.sources)
+    script.processes[0].exit(1)  # agy refused the turn: no step of it was ever written
+    assert isinstance((await collect(first))[-1], ErrorEvent)
+    await wait_for_turns()
+    # The host retries the same question: it must still resume the conversation (before, the
+    # record claimed "two" was in it, the digest no longer matched, and a new one started).
+    retry = start_turn(edges, session="s", prompt="two", history=earlier)
+    await until(lambda: len(script.processes) == 2)
+    assert script.processes[1].request.conversation_id == CONVERSATION
+    assert script.processes[1].request.prompt == "two"
+    script.processes[1].exit(0)
+    await collect(retry)
+    await wait_for_turns()
