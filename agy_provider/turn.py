@@ -271,6 +271,7 @@ class TurnDriver:
         self.process: TurnProcess | None = None
         self.source: EventSource | None = None
         self.backup: EventSource | None = None  # the database reader rpc turns fall back to
+        self._retired: list[EventSource] = []  # sources the turn moved away from, still open
         self.source_name = ""
         self.switch_to_backup = False
         # The preferred source still opening beside the database: (name, source, its open()).
@@ -391,7 +392,7 @@ class TurnDriver:
             self.version_task.cancel()
         if self.process is not None and self.process.returncode is None:
             await self.process.terminate()
-        sources = [self.source, self.backup]
+        sources = [self.source, self.backup, *self._retired]
         if self._upgrade is not None:  # the preferred source never got its turn
             _name, pending, opening = self._upgrade
             self._upgrade = None
@@ -685,11 +686,12 @@ class TurnDriver:
             with contextlib.suppress(AgyError):
                 await self._feed(await self.source.poll())
             try:
-                self.source = await self._open_backup()
+                backup = await self._open_backup()
             except AgyError as exc:
                 log.warning("could not read the database for the final drain: %s", exc)
                 return
-            self.source_name = "sqlite"
+            self._retired.append(self.source)  # closed after the final event
+            self.source, self.source_name = backup, "sqlite"
         quiet = 0
         while quiet < _DRAIN_QUIET_POLLS:
             try:

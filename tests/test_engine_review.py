@@ -232,3 +232,22 @@ async def test_a_turn_agy_refused_before_its_user_step_keeps_the_session_resumab
     script.processes[1].exit(0)
     await collect(retry)
     await wait_for_turns()
+
+
+# -- the hand-over at agy's exit: the source the turn leaves is closed too ---------------------
+
+
+async def test_the_rpc_source_left_for_the_final_drain_is_closed(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
+    stream = start_turn(edges)
+    await until(lambda: len(script.sources) == 2)
+    rpc, backup = script.sources
+    assert (rpc.name, backup.name) == ("rpc", "sqlite")
+    rpc.enqueue([user(0), planner(1, "streamed over rpc")])  # the pump moved to rpc
+    await until(lambda: not rpc.queue)
+    script.processes[0].exit(0)  # agy exits: the database gives the last word
+    assert isinstance((await collect(stream))[-1], DoneEvent)
+    await wait_for_turns()
+    assert backup.closed
+    assert rpc.closed  # was left open: its stream task and HTTP client lived on
