@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import itertools
+import logging
+import os
 import signal as signals
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -25,31 +28,72 @@ from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import stream_simple
 from agy_provider.types import AssistantMessage, Context, Model, UserMessage
 
-__all__ = ["ABORT_SIGNALS", "ChatResult", "TerminalDecisions", "run_chat"]
+__all__ = [
+    "ABORT_SIGNALS",
+    "ChatResult",
+    "Spinner",
+    "TerminalDecisions",
+    "TurnNarrator",
+    "run_chat",
+    "terminal_asker",
+]
 
 # Signals that end a chat the way Ctrl-C does. Without handlers SIGTERM and SIGHUP would kill
 # this process at once and leave agy and its language server running to their own deadline.
 ABORT_SIGNALS: tuple[signals.Signals, ...] = (signals.SIGINT, signals.SIGTERM, signals.SIGHUP)
 
+log = logging.getLogger(__name__)
+
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
-async def _spin(err: TextIO, started: asyncio.Event) -> None:
-    for frame in itertools.cycle(_SPINNER):
-        if started.is_set():
-            break
-        err.write(f"\r{frame} agy is starting…")
-        err.flush()
-        await asyncio.sleep(0.1)
-    err.write("\r\x1b[K")
-    err.flush()
+class Spinner:
+    """`⠋ agy is starting…` on the terminal until the first output, then gone without a trace.
+
+    `stop()` erases the line at once, synchronously, before anything else is written: clearing
+    it on the spinner's next tick instead would wipe (or share a line with) the first text.
+    """
+
+    def __init__(self, err: TextIO) -> None:
+        self._err = err
+        self._task: asyncio.Task[None] | None = None
+        self._shown = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._spin())
+
+    async def _spin(self) -> None:
+        for frame in itertools.cycle(_SPINNER):
+            self._err.write(f"\r{frame} agy is starting…")
+            self._err.flush()
+            self._shown = True
+            await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop and erase; safe to call again, and from the loop only."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._shown:
+            self._shown = False
+            self._err.write("\r\x1b[K")
+            self._err.flush()
+
+    async def finish(self) -> None:
+        task = self._task
+        self.stop()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class TerminalDecisions:
     """Asks the person at the terminal when agy waits on a permission or a question.
 
-    Registered by `agy-provider chat` when stdin is a terminal; hooks run in a worker thread, so
-    blocking on input is fine. `ask` and `say` are the terminal's input and output.
+    Registered by `agy-provider chat` when a terminal can be asked; hooks run in a worker thread,
+    so blocking on input is fine. `ask` and `say` are the terminal's input and output
+    (`terminal_asker` makes them: the question on stderr or /dev/tty, never on stdout, which
+    may be a file).
     """
 
     def __init__(self, ask: Callable[[str], str], say: Callable[[str], object]) -> None:
@@ -82,6 +126,74 @@ class TerminalDecisions:
                 answer["writeInResponse"] = reply
             answers.append(answer)
         return answers
+
+
+def terminal_asker(
+    err: TextIO, before: Callable[[], object]
+) -> tuple[Callable[[str], str], Callable[[str], object]] | None:
+    """(ask, say) for the person at this terminal, or None when there is none to ask.
+
+    Questions go to stderr when it is the terminal (else to /dev/tty) so they are seen even with
+    stdout redirected; answers come from stdin when it is the terminal, else from /dev/tty (the
+    prompt may have been piped in with `-`). `before` runs first (it clears the spinner and
+    starts a fresh line).
+    """
+    reader: TextIO | None = sys.stdin if sys.stdin.isatty() else None
+    writer: TextIO | None = err if err.isatty() else None
+    if reader is None or writer is None:
+        try:
+            tty = open("/dev/tty", "r+", encoding="utf-8")  # noqa: SIM115 - lives as long as the chat
+        except OSError:
+            return None
+        reader = reader or tty
+        writer = writer or tty
+    source, sink = reader, writer
+
+    def say(text: str) -> None:
+        before()
+        sink.write(text)
+        sink.flush()
+
+    def ask(question: str) -> str:
+        say(question)
+        line = source.readline()
+        if not line:
+            raise EOFError("no answer: the terminal closed")
+        return line.rstrip("\n")
+
+    return ask, say
+
+
+class TurnNarrator:
+    """`--verbose`: says on stderr (logger `agy_provider.chat`, info) what the turn does — agy
+    started, the conversation it bound, the event source and server, how it ended. Never the
+    prompt's text or a token."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def _once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.info(message, *args)
+
+    @hookimpl
+    def observe_event(self, event: Any, turn: Any) -> None:
+        if turn is None:
+            return
+        process = getattr(turn, "process", None)
+        if process is not None:
+            request = getattr(process, "request", None)
+            binary = getattr(request, "agy_bin", "agy")
+            self._once("agy", "agy started: %s (pid %s) in %s", binary, process.pid, turn.cwd)
+        binding = getattr(turn, "binding", None)
+        if binding is not None:
+            self._once("bound", "conversation %s (%s)", binding.conversation_id, binding.path)
+        if getattr(turn, "endpoint", ""):
+            self._once("server", "agy's language server at %s", turn.endpoint)
+        if event.type in ("done", "error"):
+            message = event.message if event.type == "done" else event.error
+            log.info("turn ended: %s (%d tokens)", message.stop_reason, message.usage.total_tokens)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,7 +253,8 @@ class _Output:
     def write(self, text: str) -> None:
         if text:
             self.out.write(text)
-            self.at_line_start = text.endswith("\n")
+            # A dimmed line ends in the colour reset after its newline: still a line's start.
+            self.at_line_start = text.removesuffix("\x1b[0m").endswith("\n")
 
 
 async def run_chat(
@@ -151,17 +264,23 @@ async def run_chat(
     thinking: str | None = None,
     backend: str | None = None,
     session: str = "",
+    continue_last: bool = False,
+    system: str = "",
     cwd: str | None = None,
     agy_bin: str | None = None,
     events: bool = False,
+    verbose: bool = False,
     out: TextIO,
     err: TextIO,
 ) -> ChatResult:
     """Run `prompt` as one turn and write it to `out` as it streams.
 
     With `session`, the turn continues that session's agy conversation (sending only `prompt`).
-    Errors go to `err` with what to do (in `events` mode the `error` event is also on `out`).
-    Raises `UsageError` for bad settings before anything starts.
+    Without one, the turn is remembered as this folder's last chat, which `continue_last`
+    continues. `system` is sent before the prompt of a new conversation. Errors go to `err`
+    with what to do (in `events` mode the `error` event is also on `out`). Colour only on a
+    terminal and never with NO_COLOR. Raises `UsageError` for bad settings before anything
+    starts.
     """
     config = load_config()
     chosen = model or config.model or "agy"
@@ -176,41 +295,67 @@ async def run_chat(
         max_tokens=65_536,
     )
     abort = AbortSignal()
+    # Every plain chat is remembered as this folder's last one; -c continues it.
+    folder_session = _folder_session(cwd)
     options = SimpleStreamOptions(
-        session_id=session or None,
+        session_id=session or folder_session,
         reasoning=thinking or (config.thinking or None),  # type: ignore[arg-type]
         signal=abort,
     )
+    no_colour = bool(os.environ.get("NO_COLOR"))
     text_out = _Output(out)
-    printer = LivePrinter(text_out.write, colour=out.isatty())
-    error_printer = LivePrinter(err.write, colour=err.isatty())
-    started = asyncio.Event()
-    spinner: asyncio.Task[None] | None = None
+    printer = LivePrinter(text_out.write, colour=out.isatty() and not no_colour)
+    error_printer = LivePrinter(err.write, colour=err.isatty() and not no_colour)
+    spinner = Spinner(err) if not events and err.isatty() else None
+
+    def clear_line() -> None:
+        """Before a question: the spinner gone, the question on a line of its own."""
+        if spinner is not None:
+            # Hooks ask from a worker thread: stop the spinner on the loop and wait for it, or
+            # its next frame could land on the question's line.
+            async def stop() -> None:
+                spinner.stop()
+
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(stop(), loop).result(2.0)
+        if not text_out.at_line_start and out.isatty():
+            text_out.write("\n")
+            out.flush()
+
+    loop = asyncio.get_running_loop()
     asker = None
+    narrator = None
     # Signals are ours from here on: loading the plugins can take a moment, and a signal then
     # must abort the turn too rather than kill this process with agy about to start.
     with _abort_on_signals(abort, err) as received:
         pm = get_plugin_manager()
         try:
-            if not events and sys.stdin.isatty():
-                asker = TerminalDecisions(input, err.write)
+            if verbose:
+                narrator = TurnNarrator()
+                pm.register(narrator, name="agy-provider-chat-narrator")
+            terminal = None if events else terminal_asker(err, clear_line)
+            if terminal is not None:
+                asker = TerminalDecisions(*terminal)
                 pm.register(asker, name="agy-provider-chat-terminal")
-            if not events and err.isatty():
-                spinner = asyncio.create_task(_spin(err, started))
+            if spinner is not None:
+                spinner.start()
             stream = stream_simple(
                 pi_model,
-                Context(messages=[UserMessage(content=prompt, timestamp=0)]),
+                Context(
+                    system_prompt=system or None,
+                    messages=[UserMessage(content=prompt, timestamp=0)],
+                ),
                 options,
                 cwd=cwd,
                 agy_bin=agy_bin,
                 event_source=backend,
-                # The command line has no history of its own: a named session always continues
-                # its conversation rather than comparing histories.
-                continue_session=bool(session),
+                # The command line has no history of its own: a named session (or -c) always
+                # continues its conversation; a plain chat (history never matches) starts anew.
+                continue_session=bool(session) or continue_last,
             )
             async for event in stream:
-                if event.type != "start":
-                    started.set()
+                if event.type != "start" and spinner is not None:
+                    spinner.stop()  # before the first write: no residue, nothing wiped
                 if events:
                     out.write(event_line(event) + "\n")
                     _say_error(event, err)
@@ -222,7 +367,9 @@ async def run_chat(
                     printer.feed(event)
                 out.flush()
             message = dataclasses.replace(await stream.result())
-            await _let_the_turn_finish(spinner)
+            if spinner is not None:
+                await spinner.finish()
+            await _let_the_turn_finish()
         except asyncio.CancelledError:
             if not received:
                 raise
@@ -233,10 +380,10 @@ async def run_chat(
         finally:
             if asker is not None:
                 pm.unregister(asker)
-            started.set()
+            if narrator is not None:
+                pm.unregister(narrator)
             if spinner is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await spinner
+                await spinner.finish()
     return ChatResult(message, received[0] if received else None)
 
 
@@ -245,9 +392,15 @@ async def run_chat(
 _EPILOGUE_WAIT = 15.0
 
 
-async def _let_the_turn_finish(*also_running: asyncio.Task[None] | None) -> None:
+def _folder_session(cwd: str | None) -> str:
+    """The session id of the last plain chat started in `cwd` (what -c continues)."""
+    folder = os.path.realpath(cwd or os.getcwd())
+    return "cli:" + hashlib.sha256(folder.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+async def _let_the_turn_finish() -> None:
     """Wait for the provider's work after the final event: closing the loop would cancel it."""
-    others = asyncio.all_tasks() - {asyncio.current_task(), *also_running}
+    others = asyncio.all_tasks() - {asyncio.current_task()}
     if others:
         await asyncio.wait(others, timeout=_EPILOGUE_WAIT)
 

@@ -24,6 +24,7 @@ __all__ = [
     "config_path",
     "load_config",
     "save_config",
+    "set_config_value",
 ]
 
 log = logging.getLogger(__name__)
@@ -168,3 +169,25 @@ def save_config(config: Config, path: Path | None = None) -> Path:
     with file_lock(path):
         write_json_atomic(path, config.to_json())
     return path
+
+
+def set_config_value(key: str, value: str | None, path: Path | None = None) -> Config:
+    """Set one setting in the config file (None removes it: the default applies again).
+
+    The value is checked as a turn would read it; environment overrides are neither applied nor
+    written. Raises `UsageError` naming the key and what it accepts. Returns the file's settings.
+    """
+    path = path or config_path()
+    known = {f.name for f in dataclasses.fields(Config)}
+    if key not in known:
+        raise UsageError(f"config: no setting {key!r}; settings: {', '.join(sorted(known))}")
+    with file_lock(path):
+        current = load_config(path, env={})
+        values = {k: v for k, v in current.to_json().items() if v != _DEFAULTS[k]}
+        if value is None:
+            values.pop(key, None)
+        else:
+            values[key] = _coerce(key, value, "the command line")
+        updated = Config(**values)
+        write_json_atomic(path, {k: v for k, v in updated.to_json().items() if k in values})
+    return updated

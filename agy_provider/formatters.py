@@ -29,6 +29,7 @@ __all__ = [
     "TOOL_MARK",
     "LivePrinter",
     "event_line",
+    "json_line",
     "markdown",
     "printable",
     "step_line",
@@ -89,6 +90,11 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def json_line(value: Any) -> str:
+    """Any JSON value as one strict line (as event and step lines are written)."""
+    return _json_line(value)
 
 
 def event_line(event: AssistantMessageEvent) -> str:
