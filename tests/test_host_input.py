@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import Any, TypedDict
@@ -336,11 +338,15 @@ def pi_ai_signal() -> tuple[Any, Any]:
 
 
 def pi_agent_loop_signal() -> tuple[Any, Any]:
-    import importlib.util
-
-    if importlib.util.find_spec("pi_agent_loop") is None:
-        pytest.skip("pi-agent-loop is not importable here (it installs beside pi-ai-client)")
-    from pi_agent_loop.abort import AbortController  # type: ignore[import-not-found,unused-ignore]
+    # pi-agent-loop installs beside pi-ai-client (their `pi_ai` clashes with pi-ai-python's), so
+    # its abort module, which imports nothing of pi_ai, is loaded from there on its own.
+    path = Path(sys.prefix) / "hosts" / "pi-ai-client" / "pi_agent_loop" / "abort.py"
+    spec = importlib.util.spec_from_file_location("pi_agent_loop_abort", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        pytest.skip(f"pi-agent-loop is not installed in {path.parents[1]} (.ci/run installs it)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    AbortController = module.AbortController
 
     controller = AbortController()
     return controller.signal, controller.abort
