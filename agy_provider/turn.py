@@ -170,7 +170,8 @@ def _state_dir(config: Config, binary: str) -> str:
         from agy_provider.sim.state import simulator_state_dir
 
         chosen = str(simulator_state_dir())
-    return chosen
+    # Absolute: agy runs in the turn's cwd, and both must name the same folder.
+    return os.path.abspath(chosen) if chosen else ""
 
 
 def _text_of(message: Message) -> str:

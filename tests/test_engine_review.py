@@ -15,6 +15,7 @@ import httpx
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
+from live_helpers import expect_done, run_turn, scenario_answer
 from test_turn_driver import (
     CONVERSATION,
     HANG,
@@ -251,3 +252,22 @@ async def test_the_rpc_source_left_for_the_final_drain_is_closed(tmp_path: Path)
     await wait_for_turns()
     assert backup.closed
     assert rpc.closed  # was left open: its stream task and HTTP client lived on
+
+
+# -- a relative state folder names the same folder for agy (in the turn's cwd) and for us ------
+
+
+@pytest.mark.slow
+async def test_a_relative_state_folder_binds_when_the_turn_runs_elsewhere(
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGY_APP_DATA_DIR", "relative-state")  # as a user may write it
+    monkeypatch.setenv("ANTIGRAVITY_APP_DATA_DIR", "relative-state")
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    events, message = await run_turn("hello", cwd=str(elsewhere))
+    # Before: agy wrote under project/relative-state, the turn watched ./relative-state and
+    # failed ("conversation …'s database did not appear").
+    expect_done(events, message, scenario_answer("default"))
+    assert list((tmp_path / "relative-state" / "conversations").glob("*.db"))
