@@ -364,6 +364,10 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("the prompt is empty: pass it as an argument, or pipe it in with -")
     if args.continue_last and args.session:
         raise UsageError("use either -c/--continue or --session, not both")
+    if args.system and (args.continue_last or args.session):
+        # A continued conversation already has its start: agy would see the text as a message.
+        print("agy-provider: --system applies to a new conversation; not sent", file=err)
+        args.system = ""
     _verbosity(getattr(args, "verbose", 0), err)
     agy_bin = args.agy_bin or load_config().agy_bin
     with _simulator_state(agy_bin, err):

@@ -393,8 +393,16 @@ class EditLedger:
 # -- the I/O edge: a file's text at HEAD ----------------------------------------------------------
 
 
+# Variables that point git at another repository than the file's own (set inside git hooks, or
+# by a user's shell): the file's folder alone must decide.
+_GIT_LOCATORS = frozenset(
+    {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+     "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE"}
+)  # fmt: skip
+
+
 def _git_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATORS}
     # English messages to classify; never a prompt for credentials; no index lock taken.
     env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
     return env

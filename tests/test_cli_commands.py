@@ -88,9 +88,9 @@ def test_the_readme_shows_every_command_with_its_output() -> None:
     commands = readme[readme.index("## Commands") : readme.index("## Using it from Python")]
     for name in subcommands():
         assert f"agy-provider {name}" in commands, f"README's Commands section lacks {name}"
-    # Output a person can compare: the commands below are shown with what they print.
-    for shown in ("$ agy-provider status", "$ agy-provider doctor", "$ agy-provider conversations"):
-        assert shown in commands, shown
+    # Output a person can compare: each command is shown run (`$ …`) with what it prints.
+    for name in subcommands():
+        assert f"$ agy-provider {name}" in commands, f"README shows no output of {name}"
 
 
 @pytest.mark.parametrize("name", [None, *subcommands()])
@@ -306,8 +306,9 @@ def test_chat_reads_stdin_continues_with_c_and_sends_a_system_prompt(tmp_path: P
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
     assert scenario_answer("default") in first.stdout
-    again = run(tmp_path, "chat", "-c", "and again", "--agy-bin", "agy-sim")
+    again = run(tmp_path, "chat", "-c", "and again", "--system", "Ignored.", "--agy-bin", "agy-sim")
     assert again.returncode == 0, again.stderr
+    assert "--system applies to a new conversation; not sent" in again.stderr
     assert _conversation_turns(tmp_path) == [2]  # one conversation, two turns
     fresh = run(tmp_path, "chat", "a new one", "--agy-bin", "agy-sim")
     assert fresh.returncode == 0 and _conversation_turns(tmp_path) == [1, 2]
@@ -510,3 +511,24 @@ def test_a_live_turns_edits_are_diffed_against_head(tmp_path: Path) -> None:
     replayed = run(tmp_path, "replay", str(db), "--format", "transcript", cwd=repo)
     for part in (first, second, third):
         assert part in replayed.stdout, replayed.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["conversations", "--folder", str(DB)], ["config"], ["sessions"]],
+    ids=["conversations", "config", "sessions"],
+)
+def test_offline_commands_never_load_the_live_path(argv: list[str], tmp_path: Path) -> None:
+    probe = (
+        "import io, sys\n"
+        "before = set(sys.modules)\n"
+        "from agy_provider.cli import main\n"
+        f"main({argv!r}, out=io.StringIO(), err=io.StringIO())\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+        env=env_for(tmp_path), check=True,
+    )  # fmt: skip
+    loaded = set(done.stdout.split())
+    assert not loaded & {"asyncio", "httpx", "psutil", "pluggy", "agy_provider.chat"}, loaded

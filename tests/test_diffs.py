@@ -336,3 +336,32 @@ def test_git_missing_or_relative_paths_are_said_not_raised(
 def test_relative_targets_are_read_from_the_turns_folder(repo: Path) -> None:
     baselines = GitBaselines(str(repo), blocking=True)
     assert baselines("notes.txt").text == NOTES
+
+
+def test_a_file_too_large_to_diff_whole_is_shown_from_the_call(repo: Path) -> None:
+    big = repo / "big.txt"
+    big.write_text("".join(f"entry {n}\n" for n in range(6000)))
+    git(repo, "add", "big.txt")
+    git(repo, "commit", "-q", "-m", "big")
+    step = edit(
+        1,
+        "replace_file_content",
+        TargetFile=str(big),
+        TargetContent="entry 5000\n",
+        ReplacementContent="entry five thousand\n",
+        StartLine=5001,
+        EndLine=5001,
+    )
+    lines = render_tool_run(step, EditLedger(GitBaselines(blocking=True))).splitlines()
+    assert lines[1] == "  (the edit alone: the file is too large to diff)"
+    assert lines[4:] == ["  @@ -5001 +5001 @@", "  -entry 5000", "  +entry five thousand"]
+
+
+def test_git_is_asked_about_the_files_own_repository_whatever_git_dir_says(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    assert git_head_text(str(repo / "notes.txt")).text == NOTES
