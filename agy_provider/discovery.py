@@ -33,8 +33,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Open files cannot be watched, so without a stated id the tree is scanned this often.
+# Open files cannot be watched, so without a stated id the tree is scanned, at first this often,
+# backing off to OPEN_FILES_TICK_MAX.
 OPEN_FILES_TICK = 0.05
+OPEN_FILES_TICK_MAX = 0.8
+# How long an agy printing stream-json has to state its conversation id before we look for its
+# database through its open files instead (agy states it on its first line, AGY-FORMATS §2.1).
+STATED_ID_GRACE = 5.0
 # With a stated or known id, file notifications wake us; this tick covers a missed one.
 FALLBACK_TICK = 0.25
 
@@ -141,6 +146,7 @@ async def bind_database(
     prompt: str,
     timeout: float,
     expected_id: str = "",
+    states_id: bool = True,
 ) -> Binding:
     """Wait for our run's database and prove it is ours; never reads what is not.
 
@@ -148,12 +154,17 @@ async def bind_database(
     An agy that states nothing (older than 1.1.8) is bound through our process tree's open files:
     exactly one new stem open by it (a subagent's database, also open, is told apart by our
     prompt). Work per wake-up is a directory listing at most; rows are never decoded for a stated
-    or resumed id. Raises `TurnError` when agy exits or `timeout` passes without proof.
+    or resumed id. While agy is expected to state its id (`states_id`: it prints stream-json),
+    the costly process-tree scan waits `STATED_ID_GRACE` first — with many turns in one folder,
+    every turn would otherwise scan at each other turn's new database. The scan backs off.
+    Raises `TurnError` when agy exits or `timeout` passes without proof.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     watch = await watch_folder(folder, lambda name: name.endswith(".db"))
     seen_open: set[str] = set()
+    scan_from = loop.time() + (STATED_ID_GRACE if states_id else 0.0)
+    scan_every = OPEN_FILES_TICK
     try:
         while True:
             target = expected_id or agy.stated_conversation_id
@@ -166,7 +177,7 @@ async def bind_database(
                     )
                 if (folder / f"{target}.db").is_file():
                     return Binding(path=folder / f"{target}.db", conversation_id=target)
-            else:
+            elif loop.time() >= scan_from:
                 new = await asyncio.to_thread(snapshot_stems, folder) - before
                 if new:
                     opened = await asyncio.to_thread(_open_dbs, await agy.scan_tree(), folder)
@@ -174,9 +185,12 @@ async def bind_database(
                     chosen = await asyncio.to_thread(_choose_opened, folder, opened & new, prompt)
                     if chosen is not None:
                         return Binding(path=folder / f"{chosen}.db", conversation_id=chosen)
+                    scan_from = loop.time() + scan_every
+                    scan_every = min(scan_every * 2, OPEN_FILES_TICK_MAX)
             if agy.returncode is not None or loop.time() >= deadline:
                 break
-            await _wake(agy, watch, OPEN_FILES_TICK if not target else FALLBACK_TICK, deadline)
+            tick = FALLBACK_TICK if target else max(OPEN_FILES_TICK, scan_from - loop.time())
+            await _wake(agy, watch, min(tick, FALLBACK_TICK), deadline)
     finally:
         if watch is not None:
             watch.close()

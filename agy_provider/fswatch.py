@@ -35,20 +35,47 @@ def _inotify(folder: Path) -> Any:
     return fd
 
 
-class FolderWatch:
-    """inotify on one folder, filtered by name; `wait()` returns True when a change came."""
+class _SharedWatch:
+    """One inotify descriptor per folder and event loop, shared by every watcher of that folder:
+    many turns in one state folder would otherwise each read every other turn's events."""
 
-    def __init__(self, fd: Any, wanted: Callable[[str], bool]) -> None:
-        self._wanted = wanted
-        self._changed = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
+    def __init__(self, fd: Any, key: tuple[int, str]) -> None:
         self._fd = fd
-        self._loop.add_reader(self._fd.fileno(), self._on_readable)
+        self._key = key
+        self.loop = asyncio.get_running_loop()
+        self.watchers: set[FolderWatch] = set()
+        self.loop.add_reader(fd.fileno(), self._on_readable)
 
     def _on_readable(self) -> None:
-        for event in self._fd.read(timeout=0):
-            if self._wanted(event.name):
-                self._changed.set()
+        names = {event.name for event in self._fd.read(timeout=0)}
+        for watcher in self.watchers:
+            watcher.notice(names)
+
+    def leave(self, watcher: FolderWatch) -> None:
+        self.watchers.discard(watcher)
+        if not self.watchers:
+            if _shared.get(self._key) is self:
+                del _shared[self._key]
+            if not self.loop.is_closed():
+                self.loop.remove_reader(self._fd.fileno())
+            self._fd.close()
+
+
+_shared: dict[tuple[int, str], _SharedWatch] = {}
+
+
+class FolderWatch:
+    """Changes in one folder, filtered by name; `wait()` returns True when a change came."""
+
+    def __init__(self, shared: _SharedWatch, wanted: Callable[[str], bool]) -> None:
+        self._wanted = wanted
+        self._changed = asyncio.Event()
+        self._shared: _SharedWatch | None = shared
+        shared.watchers.add(self)
+
+    def notice(self, names: set[str]) -> None:
+        if not self._changed.is_set() and any(self._wanted(name) for name in names):
+            self._changed.set()
 
     async def wait(self, timeout: float) -> bool:
         """True when a change was notified before `timeout` seconds passed."""
@@ -61,19 +88,33 @@ class FolderWatch:
         return True
 
     def close(self) -> None:
-        self._loop.remove_reader(self._fd.fileno())
-        self._fd.close()
+        if self._shared is not None:
+            self._shared.leave(self)
+            self._shared = None
 
 
 async def watch_folder(folder: Path, wanted: Callable[[str], bool]) -> FolderWatch | None:
     """A `FolderWatch`, or None where notifications are unavailable (no inotify, no folder).
 
-    The descriptor is made in a worker thread: on a busy machine its syscalls take milliseconds.
+    Watchers of one folder share one descriptor, made in a worker thread the first time: on a
+    busy machine its syscalls take milliseconds.
     """
     if inotify_simple is None:
         return None
-    try:
-        return FolderWatch(await asyncio.to_thread(_inotify, folder), wanted)
-    except OSError as exc:
-        log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
-        return None
+    loop = asyncio.get_running_loop()
+    key = (id(loop), str(folder))
+    shared = _shared.get(key)
+    if shared is not None and shared.loop is not loop:
+        shared = None  # left behind by a loop that ended without closing its watchers
+    if shared is None:
+        try:
+            fd = await asyncio.to_thread(_inotify, folder)
+        except OSError as exc:
+            log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
+            return None
+        shared = _shared.get(key)  # another watcher may have made one meanwhile
+        if shared is None or shared.loop is not loop:
+            shared = _shared[key] = _SharedWatch(fd, key)
+        else:
+            fd.close()
+    return FolderWatch(shared, wanted)

@@ -37,7 +37,7 @@ from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import EventSourceSpec, event_sources, get_plugin_manager
-from agy_provider.runner import AgyProcess, TurnRequest, agy_version, find_agy
+from agy_provider.runner import AgyProcess, TurnRequest, agy_version, find_agy, prompt_fits_argv
 from agy_provider.sessions import SessionRecord, SessionStore
 from agy_provider.sources import EventSource
 from agy_provider.stream import AssistantMessageEventStream
@@ -507,6 +507,8 @@ class TurnDriver:
                 prompt=plan.prompt,
                 timeout=min(config.turn_timeout, max(config.idle_timeout, _COLD_START)),
                 expected_id=plan.conversation_id,
+                states_id=process.request.output_format == "stream-json"
+                or not prompt_fits_argv(process.request.prompt),
             )
         except AgyError as exc:
             code = await process.wait(_EXIT_GRACE) if process.returncode is None else None

@@ -136,13 +136,16 @@ class SqliteEventSource:
     async def poll(self, *, force: bool = False) -> list[Step]:
         """Changed snapshots since the last poll; [] while nothing moved or the database is busy.
 
-        The read and the decoding run in a worker thread, so a large change never stalls the
-        caller's event loop. A cancelled poll lets its thread finish; `aclose` waits for it.
+        Whether anything moved is one cheap pragma on the loop; the read and the decoding run in
+        a worker thread, so a large change never stalls the caller's event loop. A cancelled
+        poll lets its thread finish; `aclose` waits for it.
         """
         if self._conn is None:
             raise RuntimeError("poll() before open()")
         if self._inflight is not None and not self._inflight.done():
             await asyncio.wait([self._inflight])  # one read at a time on one connection
+        if not force and not self._unclaimed and not self._moved():
+            return []  # nothing committed since the last read: no thread hop at all
         self._inflight = inflight = asyncio.ensure_future(asyncio.to_thread(self.read, force=force))
         try:
             fresh = await asyncio.shield(inflight)
@@ -155,6 +158,26 @@ class SqliteEventSource:
             return fresh
         newest = {step.index: step for step in [*kept, *fresh]}
         return [newest[index] for index in sorted(newest)]
+
+    def _moved(self) -> bool:
+        """Whether agy committed since the last read: one `PRAGMA data_version`, which reads a
+        counter in shared memory (microseconds, never waits: a busy database says so at once),
+        so it runs on the loop and the many idle checks of many turns cost no thread hops."""
+        assert self._conn is not None
+        try:
+            version = data_version(self._conn)
+        except sqlite3.OperationalError as exc:
+            log.debug("%s busy (%s); next tick", self.path, exc)
+            return False
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(
+                f"reading agy's database failed: {exc}", path=str(self.path)
+            ) from exc
+        if version != self._data_version:
+            return True
+        if time.monotonic() >= self._settle_until:
+            self._idle_ticks += 1  # settling after a notification is not idleness
+        return False
 
     def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
         if not read.cancelled() and read.exception() is None:
