@@ -376,7 +376,9 @@ class AgyProcess:
         try:
             self._proc = await asyncio.shield(spawn)
         except OSError as exc:
-            raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}") from exc
+            # Name what is missing: the turn's folder (cwd) fails with the same errno as agy.
+            what = f" ({exc.filename})" if exc.filename and exc.filename != self.argv[0] else ""
+            raise TurnError(f"could not start {self.argv[0]}: {exc.strerror or exc}{what}") from exc
         except asyncio.CancelledError:
             # The fork goes on in its thread: end whatever process it makes, whenever it does.
             spawn.add_done_callback(_end_abandoned)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
-from live_helpers import expect_done, run_turn, scenario_answer
+from live_helpers import agy_sim_path, expect_done, run_turn, scenario_answer
 from test_turn_driver import (
     CONVERSATION,
     HANG,
@@ -31,12 +31,13 @@ from test_turn_driver import (
 from agy_provider.agy.step import StepStatus
 from agy_provider.config import Config
 from agy_provider.discovery import Binding
-from agy_provider.errors import RpcError
+from agy_provider.errors import RpcError, TurnError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hookspecs import hookimpl
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import wait_for_turns
 from agy_provider.rpc_client import ConnectClient
+from agy_provider.runner import AgyProcess, TurnRequest
 from agy_provider.sessions import SessionRecord
 from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
 from agy_provider.turn import TurnContext, history_digest
@@ -271,3 +272,15 @@ async def test_a_relative_state_folder_binds_when_the_turn_runs_elsewhere(
     # failed ("conversation …'s database did not appear").
     expect_done(events, message, scenario_answer("default"))
     assert list((tmp_path / "relative-state" / "conversations").glob("*.db"))
+
+
+# -- a missing working folder is named, not mistaken for a missing agy -------------------------
+
+
+async def test_a_missing_working_folder_is_named_when_agy_cannot_start(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(missing), agy_bin=agy_sim_path()))
+    with pytest.raises(TurnError) as failure:
+        await process.start()
+    # Before: "could not start …/agy-sim: No such file or directory", as if agy were missing.
+    assert str(missing) in str(failure.value)
