@@ -201,7 +201,8 @@ async def prove_ownership(
                     f"{exc.message}"
                 ) from exc
         await asyncio.sleep(_RETRY)
-    root = (answer.get("metadata") or {}).get("rootConversationId")
+    metadata = answer.get("metadata")
+    root = metadata.get("rootConversationId") if isinstance(metadata, dict) else None
     if root != conversation_id:
         raise TurnError(
             f"the language server answered for conversation {root!r}, not {conversation_id}"

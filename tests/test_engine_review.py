@@ -34,6 +34,7 @@ from agy_provider.discovery import Binding
 from agy_provider.errors import RpcError, TurnError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hookspecs import hookimpl
+from agy_provider.language_server import prove_ownership
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.provider import wait_for_turns
 from agy_provider.rpc_client import ConnectClient
@@ -284,3 +285,19 @@ async def test_a_missing_working_folder_is_named_when_agy_cannot_start(tmp_path:
         await process.start()
     # Before: "could not start …/agy-sim: No such file or directory", as if agy were missing.
     assert str(missing) in str(failure.value)
+
+
+async def test_an_ownership_answer_of_another_shape_is_a_refusal_not_a_crash() -> None:
+    conversation = str(uuid.uuid4())
+    client = ConnectClient(
+        "http://127.0.0.1:1",
+        transport=httpx.MockTransport(
+            lambda request: httpx.Response(200, json={"metadata": [conversation]})
+        ),
+    )
+    try:
+        # Before: AttributeError escaped `open()`, failing the turn instead of handing over.
+        with pytest.raises(TurnError):
+            await prove_ownership(client, conversation)
+    finally:
+        await client.aclose()
