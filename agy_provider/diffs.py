@@ -239,7 +239,19 @@ def _snippet_lines(old_name: str, new_name: str, chunks: Sequence[_Chunk]) -> li
     """The edit from its arguments alone: each chunk's replaced text against its replacement."""
     lines: list[str] = []
     for chunk in chunks:
-        diff = _unified(chunk.target, chunk.replacement, old_name, new_name)
+        if _too_large(chunk.target) or _too_large(chunk.replacement):
+            # Too long for difflib on the loop: every old line out, every new line in.
+            old, new = chunk.target.splitlines(), chunk.replacement.splitlines()
+            start = chunk.start_line or 1
+            diff = [
+                f"--- {old_name}",
+                f"+++ {new_name}",
+                f"@@ -{start},{len(old)} +{start},{len(new)} @@",
+                *("-" + line for line in old),
+                *("+" + line for line in new),
+            ]
+        else:
+            diff = _unified(chunk.target, chunk.replacement, old_name, new_name)
         if not lines:
             lines.extend(diff[:2])
         lines.extend(_shift_hunks(diff[2:], (chunk.start_line or 1) - 1))
@@ -305,14 +317,17 @@ def edit_diff(
         if _is_binary(known):
             return EditDiff(("binary file: no diff shown",), None)
         new_text = _apply(known, chunks)
-        if new_text is not None:
+        if new_text is not None and _too_large(new_text):
+            why, new_text = "the file is too large to diff", None
+        elif new_text is not None:
             lines = _unified(known, new_text, old_name, shown) or ["(no change)"]
             return EditDiff(tuple(_cap(lines, max_lines)), new_text)
-        why = (
-            "the earlier edit's text does not hold the replaced lines"
-            if old is not None
-            else "HEAD's text does not hold the replaced lines"
-        )
+        else:
+            why = (
+                "the earlier edit's text does not hold the replaced lines"
+                if old is not None
+                else "HEAD's text does not hold the replaced lines"
+            )
     elif known is not None:
         why = "the file is too large to diff"
     note = f"(the edit alone: {why or 'the earlier text was not looked up'})"

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, ToolCall, ToolResult
 from agy_provider.assembler import StepAssembler, render_tool_run
@@ -365,3 +367,66 @@ def test_git_is_asked_about_the_files_own_repository_whatever_git_dir_says(
     git(other, "init", "-q")
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
     assert git_head_text(str(repo / "notes.txt")).text == NOTES
+
+
+def test_a_huge_call_is_shown_line_by_line_without_difflib() -> None:
+    target = "".join(f"old {n}\n" for n in range(10_000))
+    arguments = {"TargetFile": "/x/a.txt", "TargetContent": target, "ReplacementContent": "new\n"}
+    lines = edit_diff("replace_file_content", arguments).lines
+    assert lines[1:5] == ("--- /x/a.txt", "+++ /x/a.txt", "@@ -1,10000 +1,1 @@", "-old 0")
+    # The note, 80 diff lines, and the count of the rest: 3 headers + 10,001 lines in all.
+    assert lines[-1] == f"… ({10_004 - MAX_DIFF_LINES} more lines)"
+
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.text(max_size=40), st.lists(st.text(max_size=5))
+)
+_CHUNK = st.dictionaries(
+    st.sampled_from(["TargetContent", "ReplacementContent", "StartLine", "EndLine",
+                     "AllowMultiple"]),
+    _VALUES,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(["write_to_file", "replace_file_content", "multi_replace_file_content"]),
+    arguments=st.fixed_dictionaries(
+        {},
+        optional={
+            "TargetFile": _VALUES,
+            "CodeContent": _VALUES,
+            "Overwrite": _VALUES,
+            "TargetContent": _VALUES,
+            "ReplacementContent": _VALUES,
+            "StartLine": _VALUES,
+            "ReplacementChunks": st.one_of(_VALUES, st.lists(_CHUNK, max_size=3)),
+        },
+    ),
+    old=st.one_of(st.none(), st.text(max_size=200)),
+)
+def test_any_call_renders_a_bounded_diff_and_never_raises(
+    name: str, arguments: dict[str, Any], old: str | None
+) -> None:
+    baseline = Baseline(text=old, tracked=old is not None, path="f.txt")
+    diff = edit_diff(name, arguments, baseline=baseline)
+    assert len(diff.lines) <= MAX_DIFF_LINES + 2  # a note, the lines shown, a count
+    assert all("\n" not in line for line in diff.lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.text(alphabet="ab\n", max_size=60),
+    target=st.text(alphabet="ab\n", min_size=1, max_size=8),
+    after=st.text(alphabet="ab\n", max_size=60),
+    replacement=st.text(alphabet="cd\n", max_size=8),
+)
+def test_a_replacement_found_in_the_old_text_is_applied_there(
+    before: str, target: str, after: str, replacement: str
+) -> None:
+    old = before + target + after
+    arguments = {"TargetFile": "/r/f", "TargetContent": target, "ReplacementContent": replacement}
+    diff = edit_diff("replace_file_content", arguments, baseline=Baseline(text=old, tracked=True))
+    assert diff.new_text is not None
+    at = old.find(target)
+    assert diff.new_text == old[:at] + replacement + old[at + len(target) :]
