@@ -808,8 +808,8 @@ class TurnDriver:
         if ctx is None or not ctx.session_id or ctx.binding is None or self.source is None:
             return None
         last_final = self.source.last_final_index()
-        if last_final <= ctx.min_index:
-            # Nothing of this turn reached agy's conversation (aborted or refused before its
+        if last_final <= ctx.min_index and (outcome.aborted or self.assembler.turn_start is None):
+            # Nothing of this turn reached agy's conversation (aborted, or refused before its
             # user step): the session stays as it was, so the host's retry still resumes.
             return None
         history = [*self.context.messages, *([final] if final is not None else [])]
