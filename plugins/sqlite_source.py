@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -41,8 +42,24 @@ TICK_IDLE_NO_NOTIFY = 0.25
 # a notification we re-check every SETTLE_TICK until data_version moves, for at most SETTLE_WINDOW.
 SETTLE_TICK = 0.002
 SETTLE_WINDOW = 0.05
+# Files' modification times are coarse (a commit in the same tick as our look, same size, is
+# invisible to stat): a real read runs at least this often whatever the files say.
+RECHECK_EVERY = 0.5
 # How long opening may wait out a database agy holds locked.
 OPEN_TIMEOUT = 10.0
+
+
+def _file_signature(path: Path) -> tuple[int, ...]:
+    """Sizes and modification times of the database and its `-wal` (-1 when absent)."""
+    signature: list[int] = []
+    for name in (str(path), f"{path}-wal"):
+        try:
+            info = os.stat(name)
+        except OSError:
+            signature += [-1, -1]
+        else:
+            signature += [info.st_size, info.st_mtime_ns]
+    return tuple(signature)
 
 
 @hookimpl
@@ -68,6 +85,8 @@ class SqliteEventSource:
         self._max_seen = min_index
         self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
         self._inflight: asyncio.Future[list[Step]] | None = None
+        self._seen_files: tuple[int, ...] | None = None  # file signature at the last read
+        self._read_at = 0.0  # when the last real read ran (monotonic)
         self._unclaimed: list[Step] = []  # what a cancelled poll's read took, for the next poll
         self._watch: FolderWatch | None = None
         self._idle_ticks = 0
@@ -160,23 +179,21 @@ class SqliteEventSource:
         return [newest[index] for index in sorted(newest)]
 
     def _moved(self) -> bool:
-        """Whether agy committed since the last read: one `PRAGMA data_version`, which reads a
-        counter in shared memory (microseconds, never waits: a busy database says so at once),
-        so it runs on the loop and the many idle checks of many turns cost no thread hops."""
-        assert self._conn is not None
-        try:
-            version = data_version(self._conn)
-        except sqlite3.OperationalError as exc:
-            log.debug("%s busy (%s); next tick", self.path, exc)
-            return False
-        except sqlite3.DatabaseError as exc:
-            raise DatabaseError(
-                f"reading agy's database failed: {exc}", path=str(self.path)
-            ) from exc
-        if version != self._data_version:
+        """Whether agy may have committed since the last read, from the files alone.
+
+        A commit rewrites the `-wal` (or, outside WAL, the database), so unchanged sizes and
+        modification times mean nothing moved (modification times are coarse, so a real read
+        still happens every `RECHECK_EVERY`): a `stat`, which never waits on SQLite's locks
+        (even `PRAGMA data_version` can spin on the WAL's read locks), so it runs on the loop
+        and the many idle checks of many turns cost no thread hop. Right after a notification
+        the commit may not be published yet (`SETTLE_WINDOW`): then the read decides.
+        """
+        now = time.monotonic()
+        if now < self._settle_until or now - self._read_at >= RECHECK_EVERY:
             return True
-        if time.monotonic() >= self._settle_until:
-            self._idle_ticks += 1  # settling after a notification is not idleness
+        if _file_signature(self.path) != self._seen_files:
+            return True
+        self._idle_ticks += 1
         return False
 
     def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
@@ -188,7 +205,9 @@ class SqliteEventSource:
         conn = self._conn
         if conn is None:
             raise RuntimeError("read() before open()")
+        self._read_at = time.monotonic()
         try:
+            files = _file_signature(self.path)
             version = data_version(conn)
             if version == self._data_version and not force:
                 if time.monotonic() >= self._settle_until:
@@ -205,6 +224,8 @@ class SqliteEventSource:
                 f"reading agy's database failed: {exc}", path=str(self.path)
             ) from exc
         self._data_version = version
+        # What the files looked like before this read: if they change again, read again.
+        self._seen_files = files
         self._idle_ticks = 0 if changed else self._idle_ticks + 1
         return changed
 

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from agy_provider.plugins import sqlite_source
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
 from agy_provider.agy.step import StepKind, StepStatus
@@ -44,7 +45,7 @@ async def test_a_tick_after_one_change_reads_only_that_row(tmp_path: Path, turns
     writer.close()
 
 
-async def test_no_change_costs_one_pragma(tmp_path: Path) -> None:
+async def test_no_change_costs_no_sql_and_a_commit_is_seen(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     writer = write_conversation(db, str(uuid.uuid4()), turns=2)
     source = await open_source(db)
@@ -54,7 +55,13 @@ async def test_no_change_costs_one_pragma(tmp_path: Path) -> None:
     source._conn.set_trace_callback(statements.append)
     for _ in range(5):
         assert await source.poll() == []
-    assert statements == ["PRAGMA data_version"] * 5
+    assert statements == []  # the files did not change: not even a pragma
+    # Past RECHECK_EVERY a real look happens whatever the files say (their times are coarse).
+    source._read_at -= sqlite_source.RECHECK_EVERY
+    assert await source.poll() == []
+    assert statements == ["PRAGMA data_version"]
+    writer.append(planner_step("new", ""))
+    assert [s.text for s in await source.poll()] == ["new"]  # the -wal changed: read at once
     source.close()
     writer.close()
 
