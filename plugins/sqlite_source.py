@@ -121,7 +121,14 @@ class SqliteEventSource:
     async def aclose(self) -> None:
         if self._inflight is not None and not self._inflight.done():
             await asyncio.wait([self._inflight])  # never close the connection under a read
-        self.close()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.to_thread(
+                conn.close
+            )  # releases SQLite's shared-memory locks: not on the loop
 
     async def cancel(self) -> None:
         """Nothing to tell agy through a database: the runner stops the process."""
