@@ -171,22 +171,32 @@ _asking: dict[tuple[str, int, int], asyncio.Future[str]] = {}
 async def _ask_version(binary: str, timeout: float) -> str:
     # In a worker thread: a fork on the loop stalls every turn running beside this one.
     try:
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [binary, "--version"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "AGY_CLI_DISABLE_AUTO_UPDATE": "1"},
-            start_new_session=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return ""
+        return await asyncio.to_thread(_version_of, binary, timeout)
     except OSError as exc:
         log.info("could not ask %s for its version: %s", binary, exc)
         return ""
-    out = done.stdout or b""
+
+
+def _version_of(binary: str, timeout: float) -> str:
+    """`binary --version`'s first line; whatever it leaves running (an auto-updater) is ended."""
+    proc = subprocess.Popen(
+        [binary, "--version"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "AGY_CLI_DISABLE_AUTO_UPDATE": "1"},
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out = b""
+    finally:
+        # Its own process group (start_new_session), reaped a moment ago: what is left in it
+        # still holds the group id, so signalling it reaches only what it left behind.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     return out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
 
 
@@ -253,7 +263,9 @@ def build_argv(request: TurnRequest) -> list[str]:
     argv += ["--add-dir", os.path.abspath(request.cwd)]
     for folder in request.extra_dirs:
         if not os.path.isabs(folder) or "\x00" in folder or not os.path.isdir(folder):
-            raise UsageError(f"--add-dir needs an absolute path of an existing folder, not {folder!r}")
+            raise UsageError(
+                f"--add-dir needs an absolute path of an existing folder, not {folder!r}"
+            )
         argv += ["--add-dir", folder]
     # Always explicit: 1.1.x defaults to 5m0s, 1.2.x to 0s (wait forever) (AGY-FORMATS §2.2).
     if not request.print_timeout > 0 or not math.isfinite(request.print_timeout):
@@ -331,6 +343,8 @@ class AgyProcess:
         self.argv = build_argv(request)
         self._proc: subprocess.Popen[bytes] | None = None
         self._exited = asyncio.Event()
+        self._code: int | None = None  # the exit status, read without reaping (pidfd path)
+        self._reaped = False
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._readers: list[asyncio.Task[None]] = []
@@ -347,8 +361,10 @@ class AgyProcess:
 
     @property
     def returncode(self) -> int | None:
-        """agy's exit code once it exited and was reaped, else None."""
-        return self._proc.returncode if self._exited.is_set() and self._proc is not None else None
+        """agy's exit code once it exited, else None."""
+        if not self._exited.is_set() or self._proc is None:
+            return None
+        return self._proc.returncode if self._reaped else self._code
 
     async def start(self) -> None:
         """Spawn agy. The fork and exec run in a worker thread (many turns starting at once
@@ -412,7 +428,20 @@ class AgyProcess:
             def exited() -> None:
                 loop.remove_reader(fd)
                 os.close(fd)
-                proc.wait()  # it has exited: this only reaps it
+                # Read the exit status but leave agy unreaped until `terminate`: while its
+                # zombie exists its pid, and so its process group id, cannot be reused, so the
+                # group can still be signalled safely for whatever agy left running.
+                try:
+                    info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                except ChildProcessError:
+                    info = None
+                if info is None:
+                    proc.wait()
+                    self._reaped = True
+                elif info.si_code == os.CLD_EXITED:
+                    self._code = info.si_status
+                else:
+                    self._code = -info.si_status
                 self._exited.set()
 
             loop.add_reader(fd, exited)
@@ -420,6 +449,7 @@ class AgyProcess:
 
         def wait() -> None:
             proc.wait()
+            self._reaped = True
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
                 loop.call_soon_threadsafe(self._exited.set)
 
@@ -492,7 +522,8 @@ class AgyProcess:
                 await asyncio.wait_for(asyncio.gather(*self._readers, return_exceptions=True), 2.0)
 
     async def terminate(self, grace: float = 2.0) -> None:
-        """End agy and every descendant ever seen: SIGTERM, then SIGKILL after `grace` seconds."""
+        """End agy and every descendant ever seen, and whatever is left in its process group
+        (also after agy exited on its own): SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc is None:
             return
         await asyncio.to_thread(self._signal_all, signal.SIGTERM)
@@ -505,6 +536,9 @@ class AgyProcess:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exited.wait(), 5.0)
         await self._finish_readers()
+        if not self._reaped and self._exited.is_set():
+            await asyncio.to_thread(self._proc.wait)  # exited already: this only reaps it
+            self._reaped = True
         leftovers = await asyncio.to_thread(self.survivors)
         if leftovers:
             log.warning("processes still alive after SIGKILL: %s", leftovers)
@@ -518,8 +552,7 @@ class AgyProcess:
         # while the group provably exists (agy unreaped, or a member we know), since Linux only
         # frees a group id for reuse once its last member is gone.
         if self._proc is not None and (
-            not self._exited.is_set()
-            or any(_in_group(p, self._proc.pid) for p in self._known.values())
+            not self._reaped or any(_in_group(p, self._proc.pid) for p in self._known.values())
         ):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, sig)

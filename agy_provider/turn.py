@@ -391,8 +391,11 @@ class TurnDriver:
     async def _cleanup(self) -> None:
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
-        if self.process is not None and self.process.returncode is None:
-            await self.process.terminate()
+        if self.process is not None:
+            # Also after agy exited on its own: what it left running in its group goes too.
+            await self.process.terminate(
+                grace=_ABORT_GRACE if self.process.returncode is not None else 2.0
+            )
         sources = [self.source, self.backup, *self._retired]
         if self._upgrade is not None:  # the preferred source never got its turn
             _name, pending, opening = self._upgrade
