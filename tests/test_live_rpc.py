@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from agy_provider.hookspecs import hookimpl
 from agy_provider.language_server import listening_ports
 from agy_provider.options import AbortSignal
 from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -201,7 +203,7 @@ def tool_lines(message: Any, tool: str) -> list[str]:
 async def test_permission_allowed_runs_the_tool(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: MakeDecisions, recorder: Observed
 ) -> None:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", patient(rpc_env.parent, "permission"))
     plugin = decisions(allow=True)
     events, message = await run_turn("where am I")
     expect_done(events, message, scenario_answer("permission"))
@@ -215,10 +217,32 @@ def sim_log(app: Path) -> str:
     return "".join(p.read_text() for p in (app / "log").glob("*.log"))
 
 
+# How long agy-sim waits on an interaction in the `patient` copies: it only bounds a hang.
+PATIENT_MS = 240_000
+
+
+def patient(folder: Path, name: str) -> str:
+    """A copy of built-in scenario `name` whose interactions wait PATIENT_MS instead of a few
+    seconds: agy gives up on a prompt after a time of its own, and a busy machine must not turn
+    that into a denial. Everything else (texts, tools, answers) is the scenario's own."""
+    data = json.loads(
+        resources.files("agy_provider.sim.scenarios").joinpath(f"{name}.json").read_text()
+    )
+    for turn in data["turns"]:
+        for step in turn["steps"]:
+            for tool in step.get("tools", []):
+                if "permission" in tool:
+                    tool["permission"]["timeout_ms"] = PATIENT_MS
+    path = folder / f"{name}-patient.json"
+    path.write_text(json.dumps(data))
+    assert load_scenario(str(path)).turn(0) != load_scenario(name).turn(0)  # the copy differs
+    return str(path)
+
+
 async def test_permission_denied_fails_the_tool_and_the_model_follows_up(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: MakeDecisions
 ) -> None:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", patient(rpc_env.parent, "permission"))
     plugin = decisions(allow=False)
     events, message = await run_turn("where am I")
     expect_done(events, message, scenario_answer("permission"))  # the model's follow-up
@@ -234,7 +258,7 @@ async def test_permission_denied_fails_the_tool_and_the_model_follows_up(
 async def test_question_answered_with_option_ids(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: MakeDecisions
 ) -> None:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "question")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", patient(rpc_env.parent, "question"))
     decisions(options=["2"])
     events, message = await run_turn("help me")
     expect_done(events, message, scenario_answer("question"))
@@ -429,7 +453,7 @@ async def test_split_and_malformed_frames_stream_the_same_answer(
 async def test_abort_while_agy_waits_cancels_refuses_and_leaves_nothing(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: MakeDecisions, recorder: Observed
 ) -> None:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", patient(rpc_env.parent, "permission"))
     monkeypatch.setenv("AGY_SIM_SPEED", "1")
     # A person who answers only once the turn has ended: if the abort waited for them, they would
     # give up after HOLD_BOUND and the turn would end only then.
@@ -457,7 +481,7 @@ async def test_abort_while_agy_waits_cancels_refuses_and_leaves_nothing(
 async def test_a_slow_decision_is_not_mistaken_for_a_hung_agy(
     rpc_env: Path, monkeypatch: pytest.MonkeyPatch, decisions: MakeDecisions
 ) -> None:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "permission")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", patient(rpc_env.parent, "permission"))
     monkeypatch.setenv("AGY_SIM_SPEED", "1")
     monkeypatch.setenv("AGY_IDLE_TIMEOUT", "1.5")
     plugin = decisions(allow=True, delay=3.0)  # a person takes twice the idle deadline to answer
