@@ -41,8 +41,9 @@ class EventSource(Protocol):
     async def cancel(self) -> None:
         """Ask agy to stop the turn's work, as far as this source can (the runner kills agy)."""
 
-    def last_final_index(self) -> int:
-        """The highest index below which every step seen is final (what a session may record)."""
+    def last_final_index(self, after: int = -1) -> int:
+        """The highest index below which every step seen past `after` is final (what a session
+        may record); unfinished steps at or before `after` (earlier turns') are ignored."""
         ...
 
     async def aclose(self) -> None:

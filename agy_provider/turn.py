@@ -810,8 +810,11 @@ class TurnDriver:
         ctx = self.ctx
         if ctx is None or not ctx.session_id or ctx.binding is None or self.source is None:
             return None
-        last_final = self.source.last_final_index()
-        if last_final <= ctx.min_index and (outcome.aborted or self.assembler.turn_start is None):
+        turn_start = self.assembler.turn_start
+        # Rows before this turn's user step are history for every later turn, even a row an
+        # aborted agy left unfinished: it must not hold the next resume back to it.
+        last_final = self.source.last_final_index(after=-1 if turn_start is None else turn_start)
+        if last_final <= ctx.min_index and (outcome.aborted or turn_start is None):
             # Nothing of this turn reached agy's conversation (aborted, or refused before its
             # user step): the session stays as it was, so the host's retry still resumes.
             return None

@@ -154,9 +154,9 @@ class RpcEventSource:
             await asyncio.wait_for(self._arrived.wait(), timeout)
         self._arrived.clear()
 
-    def last_final_index(self) -> int:
+    def last_final_index(self, after: int = -1) -> int:
         highest = max(self._seen, default=self.min_index)
-        open_steps = [i - 1 for i, s in self._seen.items() if not s.final]
+        open_steps = [i - 1 for i, s in self._seen.items() if not s.final and i > after]
         return min([highest, *open_steps])
 
     async def cancel(self) -> None:

@@ -275,6 +275,7 @@ class SqliteEventSource:
             steps.append(step)
         return steps
 
-    def last_final_index(self) -> int:
-        """The highest index below which every row seen is final (what a session may record)."""
-        return min([self._max_seen, *[i - 1 for i in self._pending]])
+    def last_final_index(self, after: int = -1) -> int:
+        """The highest index below which every row seen past `after` is final (what a session
+        may record); rows at or before `after` (earlier turns') never hold it back."""
+        return min([self._max_seen, *[i - 1 for i in self._pending if i > after]])

@@ -142,7 +142,7 @@ class FakeSource:
     async def cancel(self) -> None:
         self.cancelled = True
 
-    def last_final_index(self) -> int:
+    def last_final_index(self, after: int = -1) -> int:
         return max(self.seen, default=self.turn.min_index)
 
     async def aclose(self) -> None:
