@@ -138,15 +138,13 @@ def terminal_asker(
     prompt may have been piped in with `-`). `before` runs first (it clears the spinner and
     starts a fresh line).
     """
-    reader: TextIO | None = sys.stdin if sys.stdin.isatty() else None
-    writer: TextIO | None = err if err.isatty() else None
-    if reader is None or writer is None:
-        try:
-            tty = open("/dev/tty", "r+", encoding="utf-8")  # noqa: SIM115 - lives as long as the chat
-        except OSError:
-            return None
-        reader = reader or tty
-        writer = writer or tty
+    # A terminal cannot be opened "r+" as text (a buffered random-access file must seek):
+    # one handle for each direction. They live as long as the process (one chat).
+    try:
+        reader: TextIO = sys.stdin if sys.stdin.isatty() else open("/dev/tty", encoding="utf-8")  # noqa: SIM115
+        writer: TextIO = err if err.isatty() else open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        return None
     source, sink = reader, writer
 
     def say(text: str) -> None:

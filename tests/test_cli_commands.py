@@ -393,24 +393,30 @@ def _wait_for_screen(session: str, text: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-@pytest.mark.parametrize("redirected", [False, True], ids=["stdout-on-terminal", "stdout-to-file"])
+@pytest.mark.parametrize(
+    ("redirected", "piped"),
+    [(False, False), (True, False), (True, True)],
+    ids=["stdout-on-terminal", "stdout-to-file", "prompt-piped-in"],
+)
 def test_a_permission_prompt_is_seen_and_answered_on_the_terminal(
-    tmp_path: Path, redirected: bool
+    tmp_path: Path, redirected: bool, piped: bool
 ) -> None:
     # The built-in scenario's 8 s auto-denial is too short for a busy machine: the same one,
     # waiting two minutes for the person.
     scenario = json.loads((ROOT / "agy_provider/sim/scenarios/permission.json").read_text())
     scenario["turns"][0]["steps"][0]["tools"][0]["permission"]["timeout_ms"] = 120_000
     (tmp_path / "perm-long.json").write_text(json.dumps(scenario))
-    session = f"agyp-{os.getpid()}-{int(redirected)}"
+    session = f"agyp-{os.getpid()}-{int(redirected)}{int(piped)}"
     env = " ".join(
         f"{k}={v}"
         for k, v in env_for(tmp_path, AGY_SIM_SCENARIO="perm-long.json").items()
         if k in ("HOME", "PATH", "AGY_SIM_SPEED", "AGY_SIM_SCENARIO")
     )
     target = " > out.txt" if redirected else ""
+    # A piped prompt takes stdin: the answer must then come from the terminal itself.
+    feed, prompt = ("echo 'where am I?' | ", "-") if piped else ("", "'where am I?'")
     command = (
-        f"cd {tmp_path} && env -i TERM=xterm {env} {AGY_PROVIDER} chat 'where am I?' "
+        f"cd {tmp_path} && {feed}env -i TERM=xterm {env} {AGY_PROVIDER} chat {prompt} "
         f"--agy-bin agy-sim{target}; echo EXIT=$?; sleep 600"
     )
     _tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", command)
