@@ -43,6 +43,10 @@ CALL_TIMEOUT = 30.0  # a unary call
 STREAM_CONNECT_TIMEOUT = 10.0  # until the stream's response headers arrive
 STREAM_READ_TIMEOUT = 5.0  # the watchdog: a live stream that says nothing this long is stalled
 
+# Frames this large (in bytes received) are parsed in a worker thread: a resumed conversation's
+# first update frame carries every earlier step, megabytes of JSON.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
 
 def assert_loopback(url: str) -> None:
     """Refuse any URL whose host is not a loopback address (127.0.0.0/8, ::1, localhost)."""
@@ -175,6 +179,7 @@ class ConnectClient:
                 raise _named(method, parse_error_body(response.status_code, await response.aread()))
             decoder = ConnectStreamDecoder()
             chunks = response.aiter_bytes().__aiter__()
+            unparsed = 0  # bytes fed since the last message came out
             while True:
                 try:
                     chunk = await asyncio.wait_for(chunks.__anext__(), watchdog)
@@ -186,16 +191,16 @@ class ConnectClient:
                     ) from exc
                 except httpx.HTTPError as exc:
                     raise RpcError("unavailable", f"{method} stream broke: {exc}") from exc
-                decoder.feed(chunk)
-                while True:
-                    try:
-                        message = next(decoder.messages(), None)
-                    except FramingError as exc:
-                        raise RpcError("internal", f"{method} stream framing broke: {exc}") from exc
-                    except DecodeError:
-                        continue  # one bad frame: skip it, keep the stream
-                    if message is None:
-                        break
+                unparsed += len(chunk)
+                if unparsed >= PARSE_OFF_LOOP_BYTES:
+                    # A big frame (the first one replays every earlier step of a resumed
+                    # conversation): parsing megabytes of JSON must not stall the loop.
+                    messages = await asyncio.to_thread(_take_messages, decoder, chunk, method)
+                else:
+                    messages = _take_messages(decoder, chunk, method)
+                if messages:
+                    unparsed = 0
+                for message in messages:
                     yield message
                 if decoder.ended:
                     return
@@ -206,6 +211,24 @@ class ConnectClient:
         finally:
             with contextlib.suppress(Exception):
                 await response.aclose()
+
+
+def _take_messages(
+    decoder: ConnectStreamDecoder, chunk: bytes, method: str
+) -> list[dict[str, Any]]:
+    """Feed a chunk and take every complete message; a bad frame is skipped."""
+    decoder.feed(chunk)
+    messages: list[dict[str, Any]] = []
+    while True:
+        try:
+            message = next(decoder.messages(), None)
+        except FramingError as exc:
+            raise RpcError("internal", f"{method} stream framing broke: {exc}") from exc
+        except DecodeError:
+            continue  # one bad frame: skip it, keep the stream
+        if message is None:
+            return messages
+        messages.append(message)
 
 
 def _named(method: str, error: RpcError) -> RpcError:
