@@ -176,10 +176,12 @@ def markdown(
                     fence = "`" * max(3, _longest_backtick_run(text) + 1)
                     yield from (fence + "text", text, fence, "")
                 else:
+                    # Thinking that says "</details>" must not close our block early.
+                    inner = _CLOSE_DETAILS.sub(lambda m: "&lt;" + m.group()[1:], text)
                     yield from (
                         "<details><summary>Thinking</summary>",
                         "",
-                        text,
+                        inner,
                         "",
                         "</details>",
                         "",
@@ -191,6 +193,9 @@ def markdown(
             yield from (f"> **Error:** {error}", "")
         yield f"*{message.stop_reason} · {_usage_text(message)}*"
         yield ""
+
+
+_CLOSE_DETAILS: Final = re.compile("</details", re.IGNORECASE)
 
 
 def _longest_backtick_run(text: str) -> int:

@@ -790,3 +790,17 @@ def test_locate_array_on_any_bytes_is_spans_none_or_decode_error(data: bytes) ->
         return
     for start, end in spans or []:
         assert 0 <= start < end <= len(data)
+
+
+def test_markdown_thinking_cannot_close_its_details_block() -> None:
+    message = AssistantMessage(
+        content=(ThinkingContent(thinking="a </details> b </DETAILS>"), TextContent(text="answer")),
+        api="agy",
+        provider="agy",
+        model="m",
+        stop_reason="stop",
+        timestamp=0,
+    )
+    lines = list(markdown([(1, "", message)]))
+    assert sum("</details" in line.lower() for line in lines) == 1
+    assert "a &lt;/details> b &lt;/DETAILS>" in lines
