@@ -143,11 +143,12 @@ def _chunks(name: str, arguments: Mapping[str, Any]) -> list[_Chunk]:
         return [_chunk(arguments)]
     raw = arguments.get("ReplacementChunks")
     if isinstance(raw, str):  # agy-sim and the generic 140.1 map keep JSON values as strings
-        import json
+        from agy_provider.errors import DecodeError
+        from agy_provider.wire import jsontext
 
-        try:
-            raw = json.loads(raw)
-        except ValueError:
+        try:  # strict: 3,000-deep JSON here raised RecursionError out of a replay
+            raw = jsontext.loads(raw, "ReplacementChunks")
+        except DecodeError:
             raw = None
     if not isinstance(raw, list):
         return []

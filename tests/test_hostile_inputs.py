@@ -804,3 +804,32 @@ def test_markdown_thinking_cannot_close_its_details_block() -> None:
     lines = list(markdown([(1, "", message)]))
     assert sum("</details" in line.lower() for line in lines) == 1
     assert "a &lt;/details> b &lt;/DETAILS>" in lines
+
+
+@pytest.mark.parametrize(
+    "chunks", ["[" * 3000, '[{"TargetContent": NaN}]', '[{"TargetContent": "\\ud800"}]', "{"]
+)
+def test_edit_with_hostile_replacement_chunks_replays(tmp_path: Path, chunks: str) -> None:
+    # Found reviewing diffs.py: its json.loads of a ReplacementChunks string let RecursionError
+    # out of the assembler, so replay ended in a traceback.
+    steps = [
+        {"type": "CORTEX_STEP_TYPE_USER_INPUT", "userInput": {"items": [{"text": "edit"}]}},
+        {
+            "type": "CORTEX_STEP_TYPE_GENERIC",
+            "status": "CORTEX_STEP_STATUS_DONE",
+            "metadata": {
+                "sourceTrajectoryStepInfo": {"stepIndex": 1},
+                "toolCall": {"name": "multi_replace_file_content"},
+            },
+            "generic": {
+                "args": {"TargetFile": "/tmp/x", "ReplacementChunks": chunks},
+                "result": {"result": "ok"},
+            },
+        },
+    ]
+    path = tmp_path / "edit.json"
+    path.write_text(json.dumps({"steps": steps}))
+    for fmt in ("events", "transcript", "markdown"):
+        code, out, err = run("replay", str(path), "--format", fmt)
+        assert code == 0, err
+        out.encode("utf-8")
