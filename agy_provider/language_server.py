@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 _RETRY = 0.05
 # The process-tree scan backs off from _RETRY to this (the log, when agy writes it, is cheap).
 _SCAN_MAX = 0.8
+# How long agy's own log may take to name its ports before the process tree is scanned.
+_LOG_GRACE = 2.0
 
 
 def listening_ports(processes: Iterable[psutil.Process]) -> list[int]:
@@ -144,10 +146,18 @@ async def connect_to_language_server(
     logged = LogPorts(log_file) if log_file else None
     tried: set[str] = set()
     scan_every = _RETRY
-    next_scan = loop.time()
+    # With a log of its own, agy names its ports there as its server starts: the costly tree
+    # scan is only the fallback for an agy that does not.
+    next_scan = loop.time() + (_LOG_GRACE if logged is not None else 0.0)
+    log_every = _RETRY  # look often at first, then back off
+    next_log_read = loop.time()
     while True:
         client = None
-        urls = await asyncio.to_thread(logged.read) if logged is not None else []
+        urls: list[str] = logged.urls if logged is not None else []
+        if logged is not None and not urls and loop.time() >= next_log_read:
+            urls = await asyncio.to_thread(logged.read)
+            log_every = min(log_every * 2, _SCAN_MAX / 2)
+            next_log_read = loop.time() + log_every
         if urls:
             # Schemes known: plain HTTP first, TLS only if that does not answer.
             plain = [u for u in urls if u.startswith("http:")]

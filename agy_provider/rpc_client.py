@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import ipaddress
 import json
 import ssl
@@ -59,6 +60,15 @@ def assert_loopback(url: str) -> None:
     except ValueError:
         pass
     raise UsageError(f"refusing a non-loopback language server address: {host or url!r}")
+
+
+def warm_up() -> None:
+    """Do once, off the loop, what the first call would otherwise do on it: build the shared
+    TLS context and import the modules httpx loads lazily on its first request."""
+    _unverified_tls()
+    for module in ("anyio._backends._asyncio", "httpcore._async.http11", "h11"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from agy_provider.errors import DecodeError, RpcError, SourceError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.language_server import connect_to_language_server, prove_ownership
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.rpc_client import ConnectClient
+from agy_provider.rpc_client import ConnectClient, warm_up
 
 __all__ = ["RpcEventSource", "register_event_sources"]
 
@@ -41,6 +41,8 @@ _REFUSALS: Mapping[str, dict[str, Any]] = {
 
 @hookimpl
 def register_event_sources(register: Any) -> None:
+    # Plugins load off the host's loop (a turn's prepare phase): pay httpx's first-use costs here.
+    warm_up()
     register("rpc", RpcEventSource.for_turn)
 
 

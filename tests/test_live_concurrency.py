@@ -113,6 +113,11 @@ async def test_identical_prompts_in_one_state_folder_never_misbind(
 ) -> None:
     """With agy's stated id (stream-json) and without it (our tree's open files) alike."""
     monkeypatch.setenv("AGY_SIM_SCENARIO", "scenario.json")  # relative: each run's own cwd
+    if not output_format:
+        # Proof by open files needs agy alive long enough to be seen holding its database; an
+        # agy that states nothing and exits first cannot be bound (the turn says so, tested in
+        # test_discovery). Real turns take seconds; these take ~0.5 s.
+        monkeypatch.setenv("AGY_SIM_SPEED", "1")
 
     def spawn(request: TurnRequest) -> AgyProcess:
         return AgyProcess(dataclasses.replace(request, output_format=output_format))
