@@ -109,7 +109,18 @@ def assert_step_usable(step: Step) -> None:
 # -- strategies -------------------------------------------------------------------------------
 
 HOSTILE_TEXT = st.sampled_from(
-    ["\ud800", "a\udfffb", "\x1b[2J\x07", "\u2028\u0085\r", "\x00", "\x9b31m", "é" * 3, "𝄞"]
+    [
+        "\ud800",
+        "a\udfffb",
+        "\x1b[2J\x07",
+        "\u2028\u0085\r",
+        "\x00",
+        "\x9b31m",
+        "é" * 3,
+        "𝄞",
+        "[" * 3000,
+        '[{"TargetContent": NaN}]',
+    ]
 )
 TEXT = st.text(max_size=12) | HOSTILE_TEXT
 NUMBERS = (
@@ -142,6 +153,33 @@ def shaped(schema: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[
     return st.fixed_dictionaries({}, optional={k: v | ANY_VALUE for k, v in schema.items()})
 
 
+# Tools whose arguments the assembler reads (edits are rendered as diffs from them).
+TOOL_NAMES = st.sampled_from(
+    [
+        "run_command",
+        "view_file",
+        "list_dir",
+        "replace_file_content",
+        "multi_replace_file_content",
+        "write_to_file",
+        "grep_search",
+    ]
+)
+ARG_NAMES = st.sampled_from(
+    [
+        "CommandLine",
+        "TargetFile",
+        "TargetContent",
+        "ReplacementContent",
+        "ReplacementChunks",
+        "CodeContent",
+        "StartLine",
+        "EndLine",
+        "AbsolutePath",
+        "DirectoryPath",
+        "Query",
+    ]
+)
 STEP_TYPES = st.sampled_from(
     [
         "CORTEX_STEP_TYPE_" + n
@@ -163,7 +201,7 @@ COUNT = st.integers(0, 10**6) | st.integers(0, 10**6).map(str) | ANY_VALUE
 TOOL_CALL = shaped(
     {
         "id": TEXT,
-        "name": TEXT | st.just("run_command"),
+        "name": TEXT | TOOL_NAMES,
         "argumentsJson": TEXT
         | st.sampled_from(
             ['{"CommandLine":"ls"}', '{"a":NaN}', "[" * 3000, '{"a":1e400}', '{"a":"\\ud800"}']
@@ -212,7 +250,7 @@ RPC_STEP = shaped(
         ),
         "generic": shaped(
             {
-                "args": st.dictionaries(TEXT, ANY_VALUE, max_size=3),
+                "args": st.dictionaries(TEXT | ARG_NAMES, ANY_VALUE | TEXT, max_size=3),
                 "result": shaped({"result": TEXT, "payload": ANY_VALUE}),
             }
         ),
@@ -345,6 +383,7 @@ _HOSTILE_VALUES: list[Callable[[], Any]] = [
     lambda: [],
     lambda: {},
     lambda: "x" * 5000,
+    lambda: "[" * 3000,
     lambda: 1.5,
     lambda: "CORTEX_STEP_STATUS_DONE",
     lambda: "12345678901234567890123",
