@@ -218,6 +218,9 @@ class ConversationWriter:
         plain `BEGIN EXCLUSIVE` window) when a reader holds the file open.
         """
         exclusive = True
+        # A reader holding the file open makes the exclusive attempt fail, but only after the
+        # busy timeout: wait long enough for a transient reader to close, not the usual 5 s.
+        self._db.execute("PRAGMA busy_timeout=100")
         try:
             self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
             self._db.execute("BEGIN EXCLUSIVE")
@@ -229,6 +232,8 @@ class ConversationWriter:
                 self._db.execute("ROLLBACK")
             self._db.execute("PRAGMA locking_mode=NORMAL")
             self._db.execute("BEGIN EXCLUSIVE")
+        finally:
+            self._db.execute("PRAGMA busy_timeout=5000")
         try:
             time.sleep(seconds)
         finally:
