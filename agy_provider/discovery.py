@@ -21,6 +21,7 @@ from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
 from agy_provider.errors import DatabaseError, DecodeError, TurnError
 from agy_provider.fswatch import FolderWatch, watch_folder
+from agy_provider.workers import off_loop
 
 __all__ = [
     "Binding",
@@ -178,11 +179,11 @@ async def bind_database(
                 if (folder / f"{target}.db").is_file():
                     return Binding(path=folder / f"{target}.db", conversation_id=target)
             elif loop.time() >= scan_from:
-                new = await asyncio.to_thread(snapshot_stems, folder) - before
+                new = await off_loop(snapshot_stems, folder) - before
                 if new:
-                    opened = await asyncio.to_thread(_open_dbs, await agy.scan_tree(), folder)
+                    opened = await off_loop(_open_dbs, await agy.scan_tree(), folder)
                     seen_open |= opened & new
-                    chosen = await asyncio.to_thread(_choose_opened, folder, opened & new, prompt)
+                    chosen = await off_loop(_choose_opened, folder, opened & new, prompt)
                     if chosen is not None:
                         return Binding(path=folder / f"{chosen}.db", conversation_id=chosen)
                     scan_from = loop.time() + scan_every

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agy_provider.workers import off_loop
+
 try:  # Linux only; elsewhere callers tick on their own.
     import inotify_simple
 except ImportError:  # pragma: no cover - depends on the platform
@@ -108,7 +110,7 @@ async def watch_folder(folder: Path, wanted: Callable[[str], bool]) -> FolderWat
         shared = None  # left behind by a loop that ended without closing its watchers
     if shared is None:
         try:
-            fd = await asyncio.to_thread(_inotify, folder)
+            fd = await off_loop(_inotify, folder)
         except OSError as exc:
             log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
             return None

@@ -16,6 +16,7 @@ import psutil
 
 from agy_provider.errors import RpcError, TurnError
 from agy_provider.rpc_client import PROBE_TIMEOUT, ConnectClient
+from agy_provider.workers import off_loop
 
 __all__ = ["LogPorts", "connect_to_language_server", "listening_ports", "prove_ownership"]
 
@@ -155,7 +156,7 @@ async def connect_to_language_server(
         client = None
         urls: list[str] = logged.urls if logged is not None else []
         if logged is not None and not urls and loop.time() >= next_log_read:
-            urls = await asyncio.to_thread(logged.read)
+            urls = await off_loop(logged.read)
             log_every = min(log_every * 2, _SCAN_MAX / 2)
             next_log_read = loop.time() + log_every
         if urls:
@@ -166,7 +167,7 @@ async def connect_to_language_server(
                 client = await _probe([u for u in urls if u.startswith("https:")], csrf_token)
         elif loop.time() >= next_scan:
             # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
-            ports = await asyncio.to_thread(listening_ports, await tree())
+            ports = await off_loop(listening_ports, await tree())
             scan_every = min(scan_every * 2, _SCAN_MAX)
             next_scan = loop.time() + scan_every
             urls = [f"{scheme}://127.0.0.1:{p}" for p in ports for scheme in ("https", "http")]

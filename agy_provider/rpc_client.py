@@ -27,6 +27,7 @@ from agy_provider.wire.connect import (
     encode_json_envelope,
     parse_error_body,
 )
+from agy_provider.workers import off_loop
 
 __all__ = [
     "CSRF_HEADER",
@@ -205,7 +206,7 @@ class ConnectClient:
                 if unparsed >= PARSE_OFF_LOOP_BYTES:
                     # A big frame (the first one replays every earlier step of a resumed
                     # conversation): parsing megabytes of JSON must not stall the loop.
-                    messages = await asyncio.to_thread(_take_messages, decoder, chunk, method)
+                    messages = await off_loop(_take_messages, decoder, chunk, method)
                 else:
                     messages = _take_messages(decoder, chunk, method)
                 if messages:

@@ -27,6 +27,7 @@ from agy_provider.atomic import read_json, write_json_atomic
 from agy_provider.errors import AgyNotFoundError, FramingError, TurnError, UsageError
 from agy_provider.sessions import default_store_path, valid_conversation_id
 from agy_provider.wire.ndjson import LineDecoder
+from agy_provider.workers import off_loop
 
 __all__ = [
     "MAX_ARG_BYTES",
@@ -151,7 +152,7 @@ async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
     key = _identity(binary)
     if key is None:
         return await _ask_version(binary, timeout)
-    cached = await asyncio.to_thread(_cached_version, key)
+    cached = await off_loop(_cached_version, key)
     if cached is not None:
         return cached
     asking = _asking.get(key)
@@ -161,7 +162,7 @@ async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
         asking.add_done_callback(lambda _: _asking.pop(key, None))
     version = await asyncio.shield(asking)
     if version and _versions.get(key) != version:
-        await asyncio.to_thread(_store_version, key, version)
+        await off_loop(_store_version, key, version)
     return version
 
 
@@ -171,7 +172,7 @@ _asking: dict[tuple[str, int, int], asyncio.Future[str]] = {}
 async def _ask_version(binary: str, timeout: float) -> str:
     # In a worker thread: a fork on the loop stalls every turn running beside this one.
     try:
-        return await asyncio.to_thread(_version_of, binary, timeout)
+        return await off_loop(_version_of, binary, timeout)
     except OSError as exc:
         log.info("could not ask %s for its version: %s", binary, exc)
         return ""
@@ -378,7 +379,7 @@ class AgyProcess:
         # travels through it; then it is written whole and closed at once.
         through_stdin = not prompt_fits_argv(self.request.prompt)
         spawn = asyncio.ensure_future(
-            asyncio.to_thread(
+            off_loop(
                 subprocess.Popen,
                 self.argv,
                 stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
@@ -503,7 +504,7 @@ class AgyProcess:
 
     async def scan_tree(self) -> list[psutil.Process]:
         """`tree()` in a worker thread: a scan of /proc can take a while on a busy machine."""
-        return await asyncio.to_thread(self.track)
+        return await off_loop(self.track)
 
     async def wait(self, timeout: float | None = None) -> int | None:
         """Wait for agy to exit; returns its exit code, or None if it is still running."""
@@ -526,20 +527,20 @@ class AgyProcess:
         (also after agy exited on its own): SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc is None:
             return
-        await asyncio.to_thread(self._signal_all, signal.SIGTERM)
+        await off_loop(self._signal_all, signal.SIGTERM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while loop.time() < deadline and await asyncio.to_thread(self._any_alive):
+        while loop.time() < deadline and await off_loop(self._any_alive):
             await asyncio.sleep(min(0.02, grace))
-        await asyncio.to_thread(self._signal_all, signal.SIGKILL)
+        await off_loop(self._signal_all, signal.SIGKILL)
         if not self._exited.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exited.wait(), 5.0)
         await self._finish_readers()
         if not self._reaped and self._exited.is_set():
-            await asyncio.to_thread(self._proc.wait)  # exited already: this only reaps it
+            await off_loop(self._proc.wait)  # exited already: this only reaps it
             self._reaped = True
-        leftovers = await asyncio.to_thread(self.survivors)
+        leftovers = await off_loop(self.survivors)
         if leftovers:
             log.warning("processes still alive after SIGKILL: %s", leftovers)
 

@@ -51,6 +51,7 @@ from agy_provider.types import (
     ToolResultMessage,
     UserMessage,
 )
+from agy_provider.workers import off_loop
 
 __all__ = [
     "TurnContext",
@@ -324,7 +325,7 @@ class TurnDriver:
     async def _phases(self) -> TurnOutcome:
         # Reading settings and the session store (file locks) and loading plugins the first
         # time can take a while: not on the host's loop.
-        plan = await asyncio.to_thread(self.prepare)
+        plan = await off_loop(self.prepare)
         await self.launch(plan)
         return await self.pump(plan.config)
 
@@ -411,7 +412,10 @@ class TurnDriver:
     # -- phase 1: prepare (pure decisions, no process yet) -----------------------------------
 
     def prepare(self) -> TurnPlan:
-        """Settings, the session to resume, the prompt, the event source and agy's argv."""
+        """Settings, the session to resume, the prompt, the event source and agy's argv.
+
+        Runs in a worker thread.
+        """
         config = self.edges.config()
         session_id = self.options.session_id or ""
         record = self._session(session_id)
@@ -492,7 +496,7 @@ class TurnDriver:
     async def launch(self, plan: TurnPlan) -> None:
         assert self.ctx is not None
         folder = conversations_dir(plan.state_dir)
-        before = await asyncio.to_thread(snapshot_stems, folder)
+        before = await off_loop(snapshot_stems, folder)
         process = self.edges.spawn(plan.request)
         self.process = self.ctx.process = process
         self._started_at = asyncio.get_running_loop().time()
@@ -767,7 +771,7 @@ class TurnDriver:
             # The model that answered, as agy recorded it (the asked id may be a base or alias).
             with contextlib.suppress(AgyError, TimeoutError):
                 self._answered_by = await asyncio.wait_for(
-                    asyncio.to_thread(answering_model, ctx.binding.path, self.assembler.turn_start),
+                    off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
                     _MODEL_READ,
                 )
         key = (str(self.edges.store.path), ctx.session_id if ctx is not None else "")

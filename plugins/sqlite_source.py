@@ -26,6 +26,7 @@ from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
 from agy_provider.errors import DatabaseError, DecodeError
 from agy_provider.fswatch import FolderWatch, watch_folder
 from agy_provider.hookspecs import hookimpl
+from agy_provider.workers import off_loop
 
 __all__ = ["SqliteEventSource", "register_event_sources"]
 
@@ -107,7 +108,7 @@ class SqliteEventSource:
         deadline = loop.time() + OPEN_TIMEOUT
         while True:
             try:
-                self._conn = await asyncio.to_thread(open_conversation_db, self.path)
+                self._conn = await off_loop(open_conversation_db, self.path)
                 break
             except DatabaseError:
                 # agy may hold the database exclusively for a moment: wait it out, bounded.
@@ -126,9 +127,7 @@ class SqliteEventSource:
             self._watch = None
         conn, self._conn = self._conn, None
         if conn is not None:
-            await asyncio.to_thread(
-                conn.close
-            )  # releases SQLite's shared-memory locks: not on the loop
+            await off_loop(conn.close)  # releases SQLite's shared-memory locks: not on the loop
 
     async def cancel(self) -> None:
         """Nothing to tell agy through a database: the runner stops the process."""
@@ -172,7 +171,7 @@ class SqliteEventSource:
             await asyncio.wait([self._inflight])  # one read at a time on one connection
         if not force and not self._unclaimed and not self._moved():
             return []  # nothing committed since the last read: no thread hop at all
-        self._inflight = inflight = asyncio.ensure_future(asyncio.to_thread(self.read, force=force))
+        self._inflight = inflight = asyncio.ensure_future(off_loop(self.read, force=force))
         try:
             fresh = await asyncio.shield(inflight)
         except asyncio.CancelledError:

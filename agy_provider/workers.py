@@ -1,0 +1,60 @@
+"""The worker threads live turns run their blocking work in (files, SQLite, process scans, forks).
+
+A pool of our own, its threads started ahead of need from a worker thread: Python starts an
+executor's threads lazily, inside `submit`, and waits there for each new thread to run — on a
+busy machine that wait, on the host's event loop, is the largest stall a turn causes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+__all__ = ["WORKERS", "off_loop", "start_workers"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Enough for 20 concurrent turns' short reads at once; each task is milliseconds.
+WORKERS = 8
+_pool = concurrent.futures.ThreadPoolExecutor(
+    max_workers=WORKERS, thread_name_prefix="agy-provider-worker"
+)
+_started = False
+_lock = threading.Lock()
+
+
+def start_workers() -> None:
+    """Start every worker thread now (call it off the event loop; later calls do nothing)."""
+    global _started
+    if threading.current_thread().name.startswith("agy-provider-worker"):
+        return  # from inside the pool the barrier could never fill
+    with _lock:
+        if _started:
+            return
+        _started = True
+    gate = threading.Barrier(WORKERS)
+    # Each task holds its thread until all are running, so the pool must make all of them.
+    for future in [_pool.submit(gate.wait) for _ in range(WORKERS)]:
+        future.result()
+
+
+def _start_in_background() -> None:
+    threading.Thread(target=start_workers, name="agy-provider-workers-start", daemon=True).start()
+
+
+# Started as soon as the live path is imported, from a thread of its own, so no `submit` from
+# the loop has to start one (one short thread start here, at import, instead of eight later).
+_start_in_background()
+
+
+async def off_loop(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """`asyncio.to_thread` on our pool: run `func` in a worker thread, keeping context vars."""
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
+    return await loop.run_in_executor(_pool, call)
