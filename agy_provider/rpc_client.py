@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
+from agy_provider.wire import jsontext
 from agy_provider.wire.connect import (
     CONNECT_PROTOCOL_VERSION,
     CONTENT_TYPE_CONNECT_JSON,
@@ -143,10 +144,12 @@ class ConnectClient:
         if response.status_code != 200:
             raise _named(method, parse_error_body(response.status_code, response.content))
         try:
-            value = response.json() if response.content else {}
-        except ValueError as exc:
+            value = (
+                jsontext.loads(response.content, f"{method}'s answer") if response.content else {}
+            )
+        except DecodeError as exc:
             raise RpcError(
-                "internal", f"{method} answered with invalid JSON", body=response.content
+                "internal", f"{method} answered with invalid JSON: {exc}", body=response.content
             ) from exc
         if not isinstance(value, dict):
             raise RpcError("internal", f"{method} answered with JSON that is not an object")

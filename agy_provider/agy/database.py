@@ -72,9 +72,9 @@ def open_conversation_db(
         conn = sqlite3.connect(
             _uri(path, "mode=ro"), uri=True, timeout=timeout, check_same_thread=False
         )
-        conn.execute("PRAGMA query_only=1")
+        _configure(conn)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: a schema not in UTF-8
         if os.path.exists(path + "-wal"):
             raise DatabaseError(f"cannot open read-only: {exc}", path=path) from exc
         conn = _open_immutable(path)
@@ -84,15 +84,27 @@ def open_conversation_db(
 def _open_immutable(path: str) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, check_same_thread=False)
-        conn.execute("PRAGMA query_only=1")
+        _configure(conn)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, ValueError) as exc:
         raise DatabaseError(f"not a readable SQLite database: {exc}", path=path) from exc
     return conn
 
 
+def _configure(conn: sqlite3.Connection) -> None:
+    """Read-only twice over, and text that is not UTF-8 read with U+FFFD (one odd cell must
+    not end a whole scan)."""
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    conn.execute("PRAGMA query_only=1")
+
+
 def _checked(conn: sqlite3.Connection, path: str) -> sqlite3.Connection:
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    try:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        conn.close()
+        raise DatabaseError(f"not a readable SQLite database: {exc}", path=path) from exc
+    tables = {row[0] for row in rows}
     if "steps" not in tables:
         conn.close()
         raise DatabaseError("not an agy conversation database (no steps table)", path=path)
@@ -124,14 +136,16 @@ def iter_step_rows(
     try:
         upper = before if before is not None else 2**63 - 1
         cursor = conn.execute(
-            f"SELECT {select} FROM steps WHERE idx > ? AND idx < ? ORDER BY idx", (after, upper)
+            f"SELECT {select} FROM steps WHERE typeof(idx) = 'integer' AND idx > ? AND idx < ? "
+            "ORDER BY idx",
+            (after, upper),
         )
         if columns == list(STEP_COLUMNS):  # the usual case: unpack without a dict per row
             for idx, step_type, status, metadata, error_details, payload in cursor:
                 yield StepRow(
                     int(idx),
-                    int(step_type or 0),
-                    int(status or 0),
+                    _int(step_type),
+                    _int(status),
                     _blob(metadata),
                     _blob(error_details),
                     _blob(payload),
@@ -141,8 +155,8 @@ def iter_step_rows(
             row = dict(zip(columns, values, strict=True))
             yield StepRow(
                 index=int(row["idx"]),
-                step_type=int(row.get("step_type") or 0),
-                status=int(row.get("status") or 0),
+                step_type=_int(row.get("step_type")),
+                status=_int(row.get("status")),
                 metadata=_blob(row.get("metadata")),
                 error_details=_blob(row.get("error_details")),
                 payload=_blob(row.get("step_payload")),
@@ -209,7 +223,7 @@ def scan_step_signatures(
     No payload is read, so its cost follows the number of rows returned, not their size.
     """
     marks = ",".join("?" * len(also))
-    where = "idx > ?" + (f" OR idx IN ({marks})" if also else "")
+    where = "typeof(idx) = 'integer' AND (idx > ?" + (f" OR idx IN ({marks})" if also else "") + ")"
     rows = conn.execute(
         f"SELECT idx, step_type, status, length(step_payload) FROM steps WHERE {where}",
         (after, *also),
@@ -224,7 +238,9 @@ def read_step_rows(conn: sqlite3.Connection, indices: Sequence[int]) -> list[Ste
     marks = ",".join("?" * len(indices))
     columns = ", ".join(STEP_COLUMNS)
     cursor = conn.execute(
-        f"SELECT {columns} FROM steps WHERE idx IN ({marks}) ORDER BY idx", tuple(indices)
+        f"SELECT {columns} FROM steps WHERE typeof(idx) = 'integer' AND idx IN ({marks}) "
+        "ORDER BY idx",
+        tuple(indices),
     )
     return [
         StepRow(int(idx), _int(t), _int(s), _blob(m), _blob(e), _blob(p))
@@ -238,7 +254,9 @@ def iter_generator_rows(conn: sqlite3.Connection, *, path: str = "") -> Iterator
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "gen_metadata" not in tables:
             return
-        for idx, data in conn.execute("SELECT idx, data FROM gen_metadata ORDER BY idx"):
+        for idx, data in conn.execute(
+            "SELECT idx, data FROM gen_metadata WHERE typeof(idx) = 'integer' ORDER BY idx"
+        ):
             blob = _blob(data)
             if blob:
                 yield int(idx), blob
@@ -255,7 +273,9 @@ def newest_generator_rows(
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "gen_metadata" not in tables:
             return
-        cursor = conn.execute("SELECT idx, data FROM gen_metadata ORDER BY idx DESC")
+        cursor = conn.execute(
+            "SELECT idx, data FROM gen_metadata WHERE typeof(idx) = 'integer' ORDER BY idx DESC"
+        )
         for idx, data in cursor:
             blob = _blob(data)
             if blob and isinstance(idx, int):
