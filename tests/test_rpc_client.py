@@ -165,3 +165,13 @@ def test_only_loopback_is_ever_called() -> None:
             assert_loopback(url)
     with pytest.raises(UsageError):
         ConnectClient("https://example.com:443")
+
+
+async def test_an_answer_nested_too_deep_is_a_typed_error() -> None:
+    deep = b"[" * 3000 + b"]" * 3000
+    for body in (deep, b'{"n": NaN}', b'{"n": 1e400}'):
+        c = client_for(lambda request, body=body: httpx.Response(200, content=body))
+        with pytest.raises(RpcError) as caught:
+            await c.call("Heartbeat", {})
+        await c.aclose()
+        assert caught.value.code == "internal"
