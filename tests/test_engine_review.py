@@ -305,7 +305,7 @@ async def test_an_ownership_answer_of_another_shape_is_a_refusal_not_a_crash() -
         await client.aclose()
 
 
-# -- sessions: a turn after an abort that left a row GENERATING is still recorded -------------
+# -- sessions: a turn after an abort that left a row GENERATING is recorded, and not held back --
 
 
 def _user_step(text: str) -> Any:
@@ -362,18 +362,19 @@ async def test_a_turn_after_an_abort_that_left_a_row_generating_is_recorded(
         await until(lambda: len(script.processes) == 2)
         assert script.processes[1].request.conversation_id == CONVERSATION
         writer.append(_user_step("three"))
-        writer.append(planner_step("Three."))
+        last = writer.append(planner_step("Three."))
         script.processes[1].exit(0)
         done = (await collect(third))[-1]
         assert isinstance(done, DoneEvent)
         await wait_for_turns()
         record = edges.store.get("s")
-        # The dead turn's GENERATING row still holds last_step_index back (an open problem: every
-        # resume re-reads the rows since the abort), but the record must say the conversation
-        # now holds turn three, or the host's next turn starts a new conversation.
+        # The record says the conversation now holds turn three (else the host's next turn
+        # starts a new conversation), and the dead turn's GENERATING row no longer holds
+        # last_step_index back (once it did, and every resume re-read the rows since the abort).
         assert record is not None and record.conversation_id == CONVERSATION
         assert record.history_digest == history_digest(
             [*history, UserMessage(content="three", timestamp=0), done.message]
         )
+        assert record.last_step_index == last
     finally:
         writer.close()
