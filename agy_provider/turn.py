@@ -80,7 +80,7 @@ _COLD_START = 60.0
 # its work over RPC may take, and how long the last read of what it wrote may take. Together
 # they keep the `aborted` event within ~200 ms of the signal.
 _ABORT_GRACE = 0.1
-_ABORT_CANCEL = 0.05
+_ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
 # How long reading the answering model's slug from agy's records may take before settling.
 _MODEL_READ = 0.5
