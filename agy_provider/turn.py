@@ -77,8 +77,8 @@ _PRINT_TIMEOUT_MARGIN = 60.0
 # allows between two steps; binding gets at least this long, within the turn deadline.
 _COLD_START = 60.0
 # After an abort: how long agy may take to stop on SIGTERM before SIGKILL, how long cancelling
-# its work over RPC may take, and how long the last read of what it wrote may take. Together
-# they keep the `aborted` event within ~200 ms of the signal.
+# its work over RPC may take, and how long the last read of what it wrote may take. Each is a
+# bound, rarely reached: the `aborted` event typically follows the signal within tens of ms.
 _ABORT_GRACE = 0.1
 _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
