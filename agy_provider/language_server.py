@@ -22,8 +22,10 @@ __all__ = ["LogPorts", "connect_to_language_server", "listening_ports", "prove_o
 
 log = logging.getLogger(__name__)
 
-# How long to wait for the server to answer between looks (log, process tree).
+# How long to wait for the server to answer between looks (log, process tree), backing off to
+# _RETRY_MAX: each try is an HTTP request, and twenty turns may be trying at once.
 _RETRY = 0.05
+_RETRY_MAX = 0.4
 # The process-tree scan backs off from _RETRY to this (the log, when agy writes it, is cheap).
 _SCAN_MAX = 0.8
 # How long agy's own log may take to name its ports before the process tree is scanned.
@@ -152,6 +154,7 @@ async def connect_to_language_server(
     next_scan = loop.time() + (_LOG_GRACE if logged is not None else 0.0)
     log_every = _RETRY  # look often at first, then back off
     next_log_read = loop.time()
+    pause = _RETRY
     while True:
         client = None
         urls: list[str] = logged.urls if logged is not None else []
@@ -182,7 +185,8 @@ async def connect_to_language_server(
             raise TurnError(
                 f"agy's language server did not answer within {timeout:.0f}s (tried: {seen})"
             )
-        await asyncio.sleep(_RETRY)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _RETRY_MAX)  # many turns probing at once: fewer, later tries
 
 
 async def prove_ownership(
@@ -199,6 +203,7 @@ async def prove_ownership(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    pause = _RETRY
     while True:
         try:
             answer = await client.call(
@@ -211,7 +216,8 @@ async def prove_ownership(
                     f"the language server does not host conversation {conversation_id}: "
                     f"{exc.message}"
                 ) from exc
-        await asyncio.sleep(_RETRY)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _RETRY_MAX)
     metadata = answer.get("metadata")
     root = metadata.get("rootConversationId") if isinstance(metadata, dict) else None
     if root != conversation_id:
