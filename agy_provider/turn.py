@@ -9,47 +9,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
-
-import psutil
+from typing import Any
 
 from agy_provider.agy.database import newest_generator_rows, open_conversation_db
 from agy_provider.agy.models import model_arguments
 from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembler import StepAssembler
-from agy_provider.config import Config, load_config
+from agy_provider.config import Config
 from agy_provider.discovery import (
-    Binding,
     agy_log_dir,
-    bind_database,
     conversations_dir,
     snapshot_stems,
 )
 from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.options import SimpleStreamOptions
-from agy_provider.plugin_manager import EventSourceSpec, event_sources, get_plugin_manager
-from agy_provider.runner import AgyProcess, TurnRequest, agy_version, find_agy, prompt_fits_argv
-from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.prompt import build_prompt, history_digest
+from agy_provider.runner import TurnRequest, prompt_fits_argv
+from agy_provider.sessions import SessionRecord
 from agy_provider.sources import EventSource
 from agy_provider.stream import AssistantMessageEventStream
+from agy_provider.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnProcess
+from agy_provider.turn_edges import state_dir as agy_state_dir
 from agy_provider.types import (
     AssistantMessage,
     Context,
-    ImageContent,
-    Message,
     Model,
-    TextContent,
-    ToolResultMessage,
-    UserMessage,
 )
 from agy_provider.workers import off_loop
 
@@ -88,149 +80,6 @@ _MODEL_READ = 0.5
 _MODEL_RECORDS = 64
 # How long the session record waits for agy's version (asked beside the turn) before saving.
 _VERSION_WAIT = 10.0
-
-
-@dataclasses.dataclass(slots=True)
-class TurnContext:
-    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
-
-    session_id: str
-    prompt: str
-    cwd: str
-    config: Config
-    event_source: str
-    permissions: str
-    min_index: int = -1
-    binding: Binding | None = None
-    process: Any = None  # the running agy (`runner.AgyProcess`)
-    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
-
-
-class TurnProcess(Protocol):
-    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
-
-    request: TurnRequest
-    id_stated: asyncio.Event
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    @property
-    def stated_conversation_id(self) -> str: ...
-
-    @property
-    def result(self) -> Mapping[str, Any] | None: ...
-
-    async def start(self) -> None: ...
-
-    async def wait(self, timeout: float | None = None) -> int | None: ...
-
-    async def terminate(self, grace: float = 2.0) -> None: ...
-
-    async def scan_tree(self) -> list[psutil.Process]: ...
-
-    def stderr_text(self) -> str: ...
-
-    def stdout_text(self) -> str: ...
-
-
-@dataclasses.dataclass(slots=True)
-class TurnEdges:
-    """Everything a turn touches outside itself. Defaults are the real ones."""
-
-    store: SessionStore = dataclasses.field(default_factory=SessionStore)
-    spawn: Callable[[TurnRequest], TurnProcess] = AgyProcess
-    bind: Callable[..., Awaitable[Binding]] = bind_database
-    sources: Callable[[], Mapping[str, EventSourceSpec]] = event_sources
-    find_agy: Callable[[str], str] = find_agy
-    version: Callable[[str], Awaitable[str]] = agy_version
-    config: Callable[[], Config] = load_config
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TurnPlan:
-    """What `prepare` decided: settings, session, prompt, source and agy's command line."""
-
-    config: Config
-    state_dir: str  # agy's state folder ("" = agy's default), where its databases appear
-    session_id: str
-    resume: bool
-    conversation_id: str
-    min_index: int
-    prompt: str
-    source_name: str
-    request: TurnRequest
-
-
-def _state_dir(config: Config, binary: str) -> str:
-    """The state folder agy writes and we watch, told to agy explicitly whenever it is not agy's
-    default: the configured one, `ANTIGRAVITY_APP_DATA_DIR`, or — for the bundled simulator —
-    the simulator's own folder (agy-sim never writes into the real agy's state by default)."""
-    chosen = config.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
-    if not chosen and os.path.basename(binary) == "agy-sim":
-        from agy_provider.sim.state import simulator_state_dir
-
-        chosen = str(simulator_state_dir())
-    # Absolute: agy runs in the turn's cwd, and both must name the same folder.
-    return os.path.abspath(chosen) if chosen else ""
-
-
-def _text_of(message: Message) -> str:
-    if isinstance(message, UserMessage):
-        content = message.content
-        if isinstance(content, str):
-            return content
-        return "".join(block.text for block in content if isinstance(block, TextContent))
-    return "".join(block.text for block in message.content if isinstance(block, TextContent))
-
-
-def history_digest(messages: Sequence[Message]) -> str:
-    """A fingerprint of a conversation's user/assistant/tool texts (thinking is not history)."""
-    canonical = [[type(m).__name__, _text_of(m)] for m in messages]
-    return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
-
-
-def build_prompt(context: Context, *, resume: bool) -> str:
-    """The newest user message; for a new conversation, one compact preamble before it.
-
-    The preamble is a pure function of the context, so the same history gives the same bytes and
-    agy's prompt cache keeps working.
-    """
-    messages = list(context.messages)
-    if not messages:
-        raise UsageError("the context has no messages to send")
-    newest = messages[-1]
-    if not isinstance(newest, UserMessage):
-        raise UsageError("the last message must be the user's (agy runs its own tools)")
-    images = (
-        []
-        if isinstance(newest.content, str)
-        else [b for b in newest.content if isinstance(b, ImageContent)]
-    )
-    if images:
-        raise UsageError(
-            f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
-            "describe them in text instead"
-        )
-    text = _text_of(newest)
-    if resume:
-        return text
-    parts: list[str] = []
-    if context.system_prompt:
-        parts.append(f"<system>\n{context.system_prompt}\n</system>")
-    earlier = messages[:-1]
-    if earlier:
-        lines = ["<conversation>"]
-        for message in earlier:
-            role = (
-                "tool_result"
-                if isinstance(message, ToolResultMessage)
-                else ("user" if isinstance(message, UserMessage) else "assistant")
-            )
-            lines.append(f"<{role}>\n{_text_of(message)}\n</{role}>")
-        lines.append("</conversation>")
-        parts.append("\n".join(lines))
-    return "\n\n".join([*parts, text]) if parts else text
 
 
 # Records of turns whose final event went out before their session was saved (the save runs in a
@@ -439,7 +288,7 @@ class TurnDriver:
         binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
         effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
         model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
-        state_dir = _state_dir(config, binary)
+        state_dir = agy_state_dir(config, binary)
         rpc_capable = self.ctx.event_source in ("rpc", "auto")
         # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
         log_file = (

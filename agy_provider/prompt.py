@@ -1,0 +1,80 @@
+"""What agy is told: the newest user message, or a byte-stable preamble of the host's history.
+
+Pure: a context in, a prompt (and the history's fingerprint, which decides whether to resume) out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from agy_provider.errors import UsageError
+from agy_provider.types import (
+    Context,
+    ImageContent,
+    Message,
+    TextContent,
+    ToolResultMessage,
+    UserMessage,
+)
+
+__all__ = ["build_prompt", "history_digest"]
+
+
+def _text_of(message: Message) -> str:
+    if isinstance(message, UserMessage):
+        content = message.content
+        if isinstance(content, str):
+            return content
+        return "".join(block.text for block in content if isinstance(block, TextContent))
+    return "".join(block.text for block in message.content if isinstance(block, TextContent))
+
+
+def history_digest(messages: Sequence[Message]) -> str:
+    """A fingerprint of a conversation's user/assistant/tool texts (thinking is not history)."""
+    canonical = [[type(m).__name__, _text_of(m)] for m in messages]
+    return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
+
+
+def build_prompt(context: Context, *, resume: bool) -> str:
+    """The newest user message; for a new conversation, one compact preamble before it.
+
+    The preamble is a pure function of the context, so the same history gives the same bytes and
+    agy's prompt cache keeps working.
+    """
+    messages = list(context.messages)
+    if not messages:
+        raise UsageError("the context has no messages to send")
+    newest = messages[-1]
+    if not isinstance(newest, UserMessage):
+        raise UsageError("the last message must be the user's (agy runs its own tools)")
+    images = (
+        []
+        if isinstance(newest.content, str)
+        else [b for b in newest.content if isinstance(b, ImageContent)]
+    )
+    if images:
+        raise UsageError(
+            f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
+            "describe them in text instead"
+        )
+    text = _text_of(newest)
+    if resume:
+        return text
+    parts: list[str] = []
+    if context.system_prompt:
+        parts.append(f"<system>\n{context.system_prompt}\n</system>")
+    earlier = messages[:-1]
+    if earlier:
+        lines = ["<conversation>"]
+        for message in earlier:
+            role = (
+                "tool_result"
+                if isinstance(message, ToolResultMessage)
+                else ("user" if isinstance(message, UserMessage) else "assistant")
+            )
+            lines.append(f"<{role}>\n{_text_of(message)}\n</{role}>")
+        lines.append("</conversation>")
+        parts.append("\n".join(lines))
+    return "\n\n".join([*parts, text]) if parts else text
