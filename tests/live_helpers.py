@@ -249,3 +249,26 @@ def leftovers(app: Path, seen: Observed | None = None) -> list[str]:
         except psutil.Error:
             continue  # it ended while we looked
     return described
+
+
+# --- resumed conversations -----------------------------------------------------------------------
+
+
+def seed_resumable(
+    app: Path, store_path: Path, earlier_turns: int
+) -> tuple[str, SessionStore, int]:
+    """A conversation of `earlier_turns` complete turns in agy's state folder, and a session store
+    whose "resume" session points at its last row: (conversation id, store, last row index)."""
+    import uuid
+
+    from agy_provider.sessions import SessionRecord
+    from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+
+    conversation = str(uuid.uuid4())
+    folder = app / "conversations"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_conversation(folder / f"{conversation}.db", conversation, turns=earlier_turns).close()
+    store = SessionStore(store_path)
+    last = earlier_turns * STEPS_PER_TURN - 1
+    store.put("resume", SessionRecord(conversation_id=conversation, last_step_index=last))
+    return conversation, store, last

@@ -5,20 +5,17 @@ Counts are the measure (rows decoded, rows the light scans returned); the wall c
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agy_provider.plugins import sqlite_source
-from live_helpers import MODEL, expect_done, scenario_answer
+from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
 
 from agy_provider import discovery
 from agy_provider.agy import rows
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.sessions import SessionRecord, SessionStore
-from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
 from agy_provider.types import Context, UserMessage
 
 pytestmark = pytest.mark.slow
@@ -28,14 +25,9 @@ async def resumed_turn_cost(
     app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier_turns: int
 ) -> int:
     """Resume a conversation of `earlier_turns` turns; return how many rows were decoded."""
-    conversation = str(uuid.uuid4())
-    folder = app / "conversations"
-    folder.mkdir(parents=True, exist_ok=True)
-    writer = write_conversation(folder / f"{conversation}.db", conversation, turns=earlier_turns)
-    writer.close()
-    last = earlier_turns * STEPS_PER_TURN - 1
-    store = SessionStore(tmp_path / f"sessions-{earlier_turns}.json")
-    store.put("resume", SessionRecord(conversation_id=conversation, last_step_index=last))
+    conversation, store, last = seed_resumable(
+        app, tmp_path / f"sessions-{earlier_turns}.json", earlier_turns
+    )
     decoded = 0
     real = rows.decode_step_row
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, expect_done, scenario_answer
+from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
 
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.sessions import SessionRecord, SessionStore
-from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
 from agy_provider.types import Context, UserMessage
 from agy_provider.wire import connect
 
@@ -24,14 +21,7 @@ async def parsed_on_loop(
     app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier_turns: int
 ) -> int:
     """Bytes of stream frames parsed on the event loop's thread in one resumed rpc turn."""
-    conversation = str(uuid.uuid4())
-    folder = app / "conversations"
-    folder.mkdir(parents=True, exist_ok=True)
-    writer = write_conversation(folder / f"{conversation}.db", conversation, turns=earlier_turns)
-    writer.close()
-    store = SessionStore(tmp_path / f"sessions-{earlier_turns}.json")
-    last = earlier_turns * STEPS_PER_TURN - 1
-    store.put("resume", SessionRecord(conversation_id=conversation, last_step_index=last))
+    _, store, _ = seed_resumable(app, tmp_path / f"sessions-{earlier_turns}.json", earlier_turns)
     loop_thread = threading.get_ident()
     parsed = 0
     real = connect._loads
