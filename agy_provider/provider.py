@@ -6,6 +6,7 @@ Starts a turn (`turn.TurnDriver`: prepare → launch → pump → settle) and ha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -69,9 +70,8 @@ def stream_simple(
     )
     for event in assembler.start():
         stream.push(event)
-    if store is not None:
-        edges = edges or TurnEdges(store=store)
-        edges.store = store
+    if store is not None:  # never change an `edges` the caller may use again
+        edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
     driver = TurnDriver(
         model,
         context,
