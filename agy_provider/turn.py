@@ -117,7 +117,7 @@ class TurnDriver:
         self.event_source = event_source
         self.continue_session = continue_session
         self.edges = edges or TurnEdges()
-        self.pm = get_plugin_manager()
+        self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
         self.ctx: TurnContext | None = None
         self.process: TurnProcess | None = None
         self.source: EventSource | None = None
@@ -265,6 +265,7 @@ class TurnDriver:
 
         Runs in a worker thread.
         """
+        self.pm = get_plugin_manager()
         config = self.edges.config()
         session_id = self.options.session_id or ""
         record = self._session(session_id)
