@@ -315,6 +315,8 @@ class StdoutEvents:
         return not had_id and bool(self.conversation_id)
 
     def _line(self, line: bytes) -> None:
+        if self.conversation_id and line.startswith(b"{") and b'"result"' not in line:
+            return  # a step update: the turn's steps come from its source, not from here
         try:
             event = json.loads(line)
         except (ValueError, RecursionError):
