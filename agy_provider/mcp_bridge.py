@@ -178,6 +178,15 @@ def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
     )
 
 
+class _QuietH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol without access lines: uvicorn logs each request whenever its access
+    logger has a handler anywhere up the tree (a host's root handler), whatever the config says."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_log = False
+
+
 class HostToolBridge:
     """An MCP server on 127.0.0.1 offering the host's tools to one agy turn.
 
@@ -345,7 +354,7 @@ class HostToolBridge:
         )
         config = uvicorn.Config(
             self._asgi,
-            http=H11Protocol,
+            http=_QuietH11Protocol,
             ws="none",
             lifespan="off",
             interface="asgi3",
