@@ -28,7 +28,7 @@ from agy_provider.types import (
     message_from_json,
 )
 
-__all__ = ["HostTurn", "normalise_turn", "warn_host_tools"]
+__all__ = ["HostTurn", "normalise_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +56,6 @@ def normalise_turn(model: object, context: object, options: object = None) -> Ho
     """Our types for whatever a host passed. Raises `UsageError` naming the field at fault."""
     bridge, parsed = _options(options)
     return HostTurn(_model(model), _context(context), parsed, bridge)
-
-
-def warn_host_tools(context: Context) -> None:
-    """One warning per turn that offers host tools: agy cannot call them yet (no MCP bridge)."""
-    if context.tools:
-        names = ", ".join(tool.name for tool in context.tools)
-        log.warning(
-            "this turn offers %d host tool(s) (%s) that agy cannot call yet: agy runs its own "
-            "tools, and host tools will reach it through the MCP bridge (not built yet); the "
-            "turn goes on without them",
-            len(context.tools),
-            names,
-        )
 
 
 # --- plain pi JSON from any object ---------------------------------------------------------------
@@ -226,6 +213,12 @@ def _context(context: object) -> Context:
         d = _object(raw, field)
         if d.get("role") in _SYSTEM_ROLES:
             prompts.extend(_system_texts(d, field))
+            # pi-ai-python declares the tools in the transcript: added, and later removed.
+            removed = {
+                t if isinstance(t, str) else _attr(t, "name") or _object(t, field).get("name")
+                for t in d.get("toolsRemoved") or []
+            }
+            tools = [t for t in tools if t.name not in removed]
             tools.extend(
                 _tool(t, f"{field}.toolsAdded[{i}]")
                 for i, t in enumerate(d.get("toolsAdded") or [])
