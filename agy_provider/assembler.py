@@ -6,8 +6,9 @@ The only place Steps become events, so every source (sqlite, rpc, stream-json, r
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
@@ -31,9 +32,12 @@ from agy_provider.events import (
     ThinkingDeltaEvent,
     ThinkingEndEvent,
     ThinkingStartEvent,
+    ToolCallDeltaEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
 )
 from agy_provider.outcome import decide_ending
-from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, Usage
+from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
 
 __all__ = ["API", "PROVIDER", "StepAssembler", "name_is_edit", "render_tool_run", "usage_to_pi"]
 
@@ -58,7 +62,7 @@ _KEY_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
     "multi_replace_file_content": ("TargetFile",),
 }
 
-_BlockKind = Literal["text", "thinking"]
+_BlockKind = Literal["text", "thinking", "toolCall"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -66,6 +70,7 @@ class _Block:
     kind: _BlockKind
     key: tuple[int, str]
     text: str = ""
+    call: ToolCall | None = None  # a toolCall block's call
 
 
 @dataclasses.dataclass(slots=True)
@@ -210,6 +215,13 @@ class StepAssembler:
     nothing. With `track_partial=False` events carry an empty `partial` (cheaper; for
     consumers that drop it). `baselines` answers an edited file's old text for its diff; it
     must answer at once (see `diffs.GitBaselines`): without it edits are diffed from the call.
+
+    A turn whose agy calls a tool the host runs (the MCP bridge) is streamed as several pi
+    messages: `park(calls)` ends the current one with those `toolCall`s and stop reason
+    `toolUse`; `resume()` starts the next, which takes the turn on from where it stopped (each
+    step's growth is still emitted once; each step's usage is counted in one message only).
+    The steps of tools the host runs are not rendered (`hide_tools`): the host's transcript
+    shows the call and its result.
     """
 
     def __init__(
@@ -252,6 +264,11 @@ class StepAssembler:
         # the ledger carries each file's text from one edit of the turn to the next.
         self.baselines = baselines
         self._edits = EditLedger(baselines)
+        # Host-run tools (their steps are not rendered), steps whose usage an earlier message
+        # of the turn reported, and whether the current message ended with tool calls.
+        self._hidden_tools: frozenset[str] = frozenset()
+        self._reported: set[int] = set()
+        self._parked = False
 
     # -- public -----------------------------------------------------------------------------
 
@@ -272,6 +289,63 @@ class StepAssembler:
     def begin_after(self, min_index: int) -> None:
         """Take the turn from the first USER step at or after `min_index` (before any feed)."""
         self._min_index = min_index
+
+    @property
+    def parked(self) -> bool:
+        """True between `park` and `resume`: the current message ended with tool calls."""
+        return self._parked
+
+    def hide_tools(self, names: Collection[str]) -> None:
+        """Do not render the steps of these tools (as agy names them): the host runs them."""
+        self._hidden_tools = frozenset(names)
+
+    def park(self, calls: Sequence[ToolCall]) -> list[AssistantMessageEvent]:
+        """End the current message with `calls` (toolcall events, then `done` with `toolUse`)."""
+        if self._finished or self._parked:
+            return []
+        events = self.start()
+        self._close(events)
+        for call in calls:
+            self._blocks.append(_Block(kind="toolCall", key=(-1, call.id), call=call))
+            index = len(self._blocks) - 1
+            self._content_changed()
+            events.append(ToolCallStartEvent(content_index=index, partial=self._snapshot()))
+            arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+            events.append(
+                ToolCallDeltaEvent(content_index=index, delta=arguments, partial=self._snapshot())
+            )
+            events.append(
+                ToolCallEndEvent(content_index=index, tool_call=call, partial=self._snapshot())
+            )
+        message = AssistantMessage(
+            content=self._content(),
+            api=self._api,
+            provider=self._provider,
+            model=self._model,
+            usage=usage_to_pi(self._usage_so_far()),
+            stop_reason="toolUse",
+            timestamp=self._timestamp,
+        )
+        events.append(DoneEvent(reason="toolUse", message=message))
+        self._reported.update(self._usage)
+        self._usage.clear()
+        self._parked = True
+        return events
+
+    def resume(self, timestamp: int | None = None) -> list[AssistantMessageEvent]:
+        """Start the turn's next message (after `park`): its `start` event."""
+        if not self._parked:
+            return []
+        self._parked = False
+        self._blocks = []
+        self._open = None
+        self._started = False
+        self._stop_length = False
+        if timestamp is not None:
+            self._timestamp = timestamp
+        self._content_changed()
+        self._partial = None
+        return self.start()
 
     def has_failure(self) -> bool:
         """True when an error step or failed model call is, so far, the turn's last word."""
@@ -307,9 +381,7 @@ class StepAssembler:
         outcome = outcome or TurnOutcome()
         usage = outcome.usage
         if usage is None:
-            usage = StepUsage()
-            for part in self._usage.values():
-                usage = usage + part
+            usage = self._usage_so_far()
         failure = self._failure[1] if self.has_failure() and self._failure is not None else None
         ending = decide_ending(
             outcome,
@@ -346,6 +418,12 @@ class StepAssembler:
         events.append(DoneEvent(reason=reason, message=message))
         return events
 
+    def _usage_so_far(self) -> StepUsage:
+        usage = StepUsage()
+        for part in self._usage.values():
+            usage = usage + part
+        return usage
+
     # -- steps ------------------------------------------------------------------------------
 
     def _in_turn(self, step: Step) -> bool:
@@ -368,7 +446,7 @@ class StepAssembler:
     def _take(self, step: Step, events: list[AssistantMessageEvent]) -> None:
         if not self._in_turn(step):
             return
-        if step.usage is not None:
+        if step.usage is not None and step.index not in self._reported:
             self._usage[step.index] = step.usage
         if step.index >= self._last_index:
             self._last_index = step.index
@@ -383,6 +461,8 @@ class StepAssembler:
                 self._answered(step.index)
                 self._stop_length = step.stop_reason == "max_tokens"
         elif kind is StepKind.TOOL:
+            if step.tool is not None and step.tool.name in self._hidden_tools:
+                return
             self._grow(step.index, "tool", "thinking", render_tool_run(step, self._edits), events)
         elif kind is StepKind.ERROR:
             self._fail(step.index, step.error or "agy reported an error.")
@@ -443,11 +523,16 @@ class StepAssembler:
         events.append(end(content_index=self._open, content=block.text, partial=self._snapshot()))
         self._open = None
 
-    def _content(self) -> list[TextContent | ThinkingContent]:
-        return [
-            TextContent(text=b.text) if b.kind == "text" else ThinkingContent(thinking=b.text)
-            for b in self._blocks
-        ]
+    def _content(self) -> list[TextContent | ThinkingContent | ToolCall]:
+        content: list[TextContent | ThinkingContent | ToolCall] = []
+        for b in self._blocks:
+            if b.call is not None:
+                content.append(b.call)
+            elif b.kind == "text":
+                content.append(TextContent(text=b.text))
+            else:
+                content.append(ThinkingContent(thinking=b.text))
+        return content
 
     def _snapshot(self) -> AssistantMessage:
         if self._partial is None:

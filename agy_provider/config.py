@@ -41,7 +41,7 @@ _CHOICES: Mapping[str, tuple[str, ...]] = {
 # Timeouts in seconds must be finite and positive; the bound keeps agy's --print-timeout (a Go
 # duration our deadline plus a margin) far from overflow and catches minutes typed as milliseconds.
 MAX_TIMEOUT = 7 * 24 * 3600.0
-_TIMEOUTS = ("turn_timeout", "idle_timeout")
+_TIMEOUTS = ("turn_timeout", "idle_timeout", "host_tool_timeout")
 
 # Environment variable -> setting. Set variables win over the file, for this process only.
 ENV_OVERRIDES: Mapping[str, str] = {
@@ -53,6 +53,7 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_EVENT_SOURCE": "event_source",
     "AGY_TURN_TIMEOUT": "turn_timeout",
     "AGY_IDLE_TIMEOUT": "idle_timeout",
+    "AGY_HOST_TOOL_TIMEOUT": "host_tool_timeout",
     "AGY_APP_DATA_DIR": "app_data_dir",
     "AGY_CSRF": "csrf",
 }
@@ -60,7 +61,8 @@ ENV_OVERRIDES: Mapping[str, str] = {
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Config:
-    """Settings for a turn. Timeouts are seconds; `idle_timeout` is the no-progress deadline."""
+    """Settings for a turn. Timeouts are seconds; `idle_timeout` is the no-progress deadline;
+    `host_tool_timeout` bounds how long agy waits for the host to answer a call to its tools."""
 
     mode: str = "default"
     permissions: str = "ask"
@@ -69,6 +71,7 @@ class Config:
     event_source: str = "auto"
     turn_timeout: float = 600.0
     idle_timeout: float = 180.0
+    host_tool_timeout: float = 600.0
     agy_bin: str = ""
     app_data_dir: str = ""
     csrf: bool = True

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 
 from agy_provider.errors import UsageError
 from agy_provider.types import (
+    AssistantMessage,
     Context,
     ImageContent,
     Message,
     TextContent,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
@@ -47,8 +49,18 @@ def build_prompt(context: Context, *, resume: bool) -> str:
     if not messages:
         raise UsageError("the context has no messages to send")
     newest = messages[-1]
+    if isinstance(newest, ToolResultMessage):
+        # Results for tool calls of a turn that is no longer waiting for them (agy exited, or
+        # this process is not the one that ran it): they are the newest input, and the history
+        # before them (with the calls) goes in the preamble.
+        first = len(messages)
+        while first > 0 and isinstance(messages[first - 1], ToolResultMessage):
+            first -= 1
+        text = "\n\n".join(_tool_result(m) for m in messages[first:])
+        text += "\n\nThese are the results of the host tools you called; continue the task."
+        return _with_preamble(context, messages[:first], text, resume=resume)
     if not isinstance(newest, UserMessage):
-        raise UsageError("the last message must be the user's (agy runs its own tools)")
+        raise UsageError("the last message must be the user's or tool results")
     images = (
         []
         if isinstance(newest.content, str)
@@ -59,13 +71,17 @@ def build_prompt(context: Context, *, resume: bool) -> str:
             f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
             "describe them in text instead"
         )
-    text = _text_of(newest)
+    return _with_preamble(context, messages[:-1], _text_of(newest), resume=resume)
+
+
+def _with_preamble(
+    context: Context, earlier: Sequence[Message], text: str, *, resume: bool
+) -> str:
     if resume:
         return text
     parts: list[str] = []
     if context.system_prompt:
         parts.append(f"<system>\n{context.system_prompt}\n</system>")
-    earlier = messages[:-1]
     if earlier:
         lines = ["<conversation>"]
         for message in earlier:
@@ -75,6 +91,21 @@ def build_prompt(context: Context, *, resume: bool) -> str:
                 else ("user" if isinstance(message, UserMessage) else "assistant")
             )
             lines.append(f"<{role}>\n{_text_of(message)}\n</{role}>")
+            if isinstance(message, AssistantMessage):
+                lines.extend(
+                    f'<tool_call tool="{b.name}">\n'
+                    f"{json.dumps(dict(b.arguments), ensure_ascii=False, sort_keys=True)}\n"
+                    "</tool_call>"
+                    for b in message.content
+                    if isinstance(b, ToolCall)
+                )
         lines.append("</conversation>")
         parts.append("\n".join(lines))
     return "\n\n".join([*parts, text]) if parts else text
+
+
+def _tool_result(message: Message) -> str:
+    assert isinstance(message, ToolResultMessage)
+    error = " error" if message.is_error else ""
+    return f'<tool_result tool="{message.tool_name}"{error}>\n{_text_of(message)}\n</tool_result>'
+

@@ -12,11 +12,18 @@ from typing import Any
 
 from agy_provider.assembler import StepAssembler
 from agy_provider.diffs import GitBaselines
-from agy_provider.host_input import normalise_turn, warn_host_tools
+from agy_provider.host_input import normalise_turn
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.sessions import SessionStore
 from agy_provider.stream import AssistantMessageEventStream
-from agy_provider.turn import TurnContext, TurnDriver, TurnEdges, build_prompt, history_digest
+from agy_provider.turn import (
+    PARKED,
+    TurnContext,
+    TurnDriver,
+    TurnEdges,
+    build_prompt,
+    history_digest,
+)
 from agy_provider.types import AssistantMessage, Context, Model
 
 __all__ = [
@@ -52,15 +59,27 @@ def stream_simple(
     camelCase JSON, another port's pydantic models or dataclasses, options as a mapping or any
     object, any abort signal. Input that cannot be understood raises `UsageError` here, before
     a stream exists (as pi-ai throws for a model no provider serves); host adapters whose
-    contract forbids raising (`agy_provider.hosts`) turn it into an `error` event. A turn
-    offering host tools logs one warning naming them: agy cannot call them yet.
+    contract forbids raising (`agy_provider.hosts`) turn it into an `error` event.
+
+    Host tools (`context.tools`) are offered to agy for the turn through the MCP bridge. When agy
+    calls one, the stream ends with `done` and stop reason `toolUse` whose message holds the
+    `toolCall`s, while agy waits; the host runs them (pi's tool loop) and calls `stream_simple`
+    again with the context ending in their `toolResult`s, which resumes the same agy turn into the
+    new stream. A host that moves on instead (a new user message in the session) or does not
+    answer within `host_tool_timeout` ends the waiting turn.
     """
     turn = normalise_turn(model, context, options)
     model, context, options = turn.model, turn.context, turn.options
-    warn_host_tools(context)
     stream = AssistantMessageEventStream()
     if turn.abort is not None:
         turn.abort.attach(stream)
+    found = PARKED.find(context.messages)
+    if found is not None:
+        parked, results = found
+        if parked.loop is asyncio.get_running_loop() and parked.resume(
+            context, options, stream, results
+        ):
+            return stream
     assembler = StepAssembler(
         model=model.id,
         provider=model.provider or "agy",
@@ -85,6 +104,7 @@ def stream_simple(
         edges=edges,
     )
     task = asyncio.get_running_loop().create_task(driver.run())
+    driver.task = task
     _running.add(task)
     task.add_done_callback(_running.discard)
     return stream
@@ -102,8 +122,14 @@ _running: set[asyncio.Task[None]] = set()
 
 async def wait_for_turns() -> None:
     """Wait until every turn started in this loop has finished its work after its final event
-    (saving the session, stopping agy): for tests and for programs about to exit."""
+    (saving the session, stopping agy): for tests and for programs about to exit.
+
+    A turn still waiting for the host's tool results is ended first: no one will answer it.
+    """
     loop = asyncio.get_running_loop()
+    for parked in PARKED.all():
+        if parked.loop is loop:
+            await parked.end_parked("the program stopped before the host answered agy's tool call")
     pending = [t for t in _running if t.get_loop() is loop and t is not asyncio.current_task()]
     if pending:
         await asyncio.wait(pending)

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from agy_provider.discovery import (
 )
 from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from agy_provider.host_tools import ParkedTurns, TurnTools, plugin_tools_registered
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.prompt import build_prompt, history_digest
@@ -42,10 +44,13 @@ from agy_provider.types import (
     AssistantMessage,
     Context,
     Model,
+    ToolCall,
+    ToolResultMessage,
 )
 from agy_provider.workers import off_loop
 
 __all__ = [
+    "PARKED",
     "TurnContext",
     "TurnDriver",
     "TurnEdges",
@@ -88,6 +93,10 @@ _unsaved: dict[tuple[str, str], SessionRecord] = {}
 # The newest turn to settle per session: an earlier turn's late save (agy's version arriving
 # after the host already ran the next turn) must not overwrite the newer record.
 _newest: dict[tuple[str, str], object] = {}
+
+# Turns waiting for the host to run the tools agy called (pi's tool-use loop): the host's next
+# `stream_simple`, whose context ends in those calls' results, resumes its turn from here.
+PARKED = ParkedTurns()
 
 
 class TurnDriver:
@@ -132,6 +141,17 @@ class TurnDriver:
         self._answered_by = ""  # the model slug agy recorded for this turn
         self._started_at = 0.0
         self._observer_failed = False  # an observe_event hook raised (logged once per turn)
+        # Host tools offered to agy (the MCP bridge), and the turn parked on the host's answer:
+        # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
+        self.tools: TurnTools | None = None
+        self._resumed: asyncio.Future[str] | None = None
+        self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
+        self.task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
+
+    @property
+    def session_id(self) -> str:
+        return self.options.session_id or ""
 
     # -- events ------------------------------------------------------------------------------
 
@@ -151,6 +171,7 @@ class TurnDriver:
 
     async def run(self) -> None:
         """Run the phases; every failure, abort or cancellation becomes the one final event."""
+        self.loop = asyncio.get_running_loop()
         outcome: TurnOutcome
         try:
             try:
@@ -172,6 +193,14 @@ class TurnDriver:
             await self._cleanup()
 
     async def _phases(self) -> TurnOutcome:
+        # A turn of this session still waiting for the host's tool results will not get them:
+        # the host moved on. It ends (and saves the session) before this one reads the store.
+        for parked in PARKED.of_session(self.session_id):
+            if parked is not self:
+                await parked.end_parked(
+                    "the host started a new turn in this session instead of answering agy's "
+                    "tool call"
+                )
         # Reading settings and the session store (file locks) and loading plugins the first
         # time can take a while: not on the host's loop.
         plan = await off_loop(self.prepare)
@@ -181,24 +210,30 @@ class TurnDriver:
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
         binding, streaming, draining) and the turn ends `aborted` within ~200 ms."""
-        signal = self.options.signal
         task = asyncio.ensure_future(work)
-        if signal is None:
-            return await task
-        if signal.aborted:
-            task.cancel()
-        else:
-            aborted = asyncio.ensure_future(signal.wait())
+        while True:
+            # A turn resumed by the host's tool results watches that call's signal from then on.
+            self._signal_swapped.clear()
+            signal = self.options.signal
+            if signal is not None and signal.aborted:
+                break
+            swapped = asyncio.ensure_future(self._signal_swapped.wait())
+            waits: set[asyncio.Future[Any]] = {task, swapped}
+            if signal is not None:
+                waits.add(asyncio.ensure_future(signal.wait()))
             try:
-                await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 task.cancel()
                 raise
             finally:
-                aborted.cancel()
+                for waiting in waits - {task}:
+                    waiting.cancel()
             if task.done():
                 return task.result()
-            task.cancel()
+            if not swapped.done() or (signal is not None and signal.aborted):
+                break
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError, AgyError):
             await task
         return await self._aborted()
@@ -239,8 +274,12 @@ class TurnDriver:
             self.emit(self.assembler.feed(changed))
 
     async def _cleanup(self) -> None:
+        PARKED.release(self)
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
+        if self.tools is not None:
+            # First, while agy can still read them: calls still open are answered with an error.
+            await self.tools.aclose()
         if self.process is not None:
             # Also after agy exited on its own: what it left running in its group goes too.
             await self.process.terminate(
@@ -312,7 +351,10 @@ class TurnDriver:
             log_file=log_file,
         )
         self.assembler.begin_after(min_index + 1)
+        plugin_tools = plugin_tools_registered(self.pm)
         return TurnPlan(
+            offers_tools=bool(self.context.tools) or plugin_tools,
+            plugin_tools=plugin_tools,
             config=config,
             state_dir=state_dir,
             session_id=session_id,
@@ -347,14 +389,25 @@ class TurnDriver:
         assert self.ctx is not None
         folder = conversations_dir(plan.state_dir)
         before = await off_loop(snapshot_stems, folder)
-        process = self.edges.spawn(plan.request)
+        request = plan.request
+        if plan.offers_tools:
+            # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
+            self.tools = TurnTools(
+                self.context.tools or (), turn=self.ctx, with_plugins=plan.plugin_tools
+            )
+            await self.tools.start()
+            self.assembler.hide_tools(self.tools.host_step_names)
+            request = dataclasses.replace(
+                request, extra_dirs=(*request.extra_dirs, self.tools.config_dir)
+            )
+        process = self.edges.spawn(request)
         self.process = self.ctx.process = process
         self._started_at = asyncio.get_running_loop().time()
         self._starting = asyncio.ensure_future(process.start())
         await asyncio.shield(self._starting)
         self._starting = None
         # Learned beside the turn (cached by the binary's identity), for the session record.
-        self.version_task = asyncio.ensure_future(self.edges.version(plan.request.agy_bin))
+        self.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
         config = plan.config
         try:
             self.ctx.binding = await self.edges.bind(
@@ -454,9 +507,19 @@ class TurnDriver:
         assert self.process is not None and self.source is not None
         loop = asyncio.get_running_loop()
         exit_task = asyncio.ensure_future(self.process.wait())
+        calls_task: asyncio.Future[list[ToolCall]] | None = None
         last_progress = loop.time()
         try:
             while True:
+                if calls_task is not None and calls_task.done():
+                    calls, calls_task = calls_task.result(), None
+                    if calls:
+                        ended = await self._park(calls, exit_task, config)
+                        if ended is not None:
+                            return ended
+                        last_progress = loop.time()
+                if self.tools is not None and calls_task is None:
+                    calls_task = asyncio.ensure_future(self.tools.next_calls())
                 changed = await self._poll()
                 if self.switch_to_backup:
                     self.switch_to_backup = False
@@ -491,6 +554,8 @@ class TurnDriver:
                 waits: set[asyncio.Future[Any]] = {wait_task, exit_task}
                 if self._upgrade is not None:
                     waits.add(self._upgrade[2])
+                if calls_task is not None:
+                    waits.add(calls_task)
                 try:
                     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -498,6 +563,96 @@ class TurnDriver:
         finally:
             if not exit_task.done():
                 exit_task.cancel()
+            if calls_task is not None:
+                calls_task.cancel()
+
+    # -- host tools: park the stream on agy's call, resume on the host's results -------------
+
+    async def _park(
+        self, calls: list[ToolCall], exit_task: asyncio.Future[int | None], config: Config
+    ) -> TurnOutcome | None:
+        """End the host's stream with agy's tool calls (`toolUse`) and wait, agy kept running,
+        until the host resumes the turn with their results (None), or the wait ends (the turn's
+        outcome). The turn's deadlines do not count the host's time."""
+        loop = asyncio.get_running_loop()
+        self._resumed = loop.create_future()
+        # What agy wrote before it called (the planner's thinking and text) goes first.
+        await self._feed(await self._poll())
+        await self._read_answering_model()
+        self.emit(self.assembler.park(calls))
+        PARKED.park((call.id for call in calls), self)
+        names = ", ".join(sorted({call.name for call in calls}))
+        log.info("agy called host tool(s) %s; waiting for the host's results", names)
+        parked_at = loop.time()
+        waits: set[asyncio.Future[Any]] = {self._resumed, exit_task}
+        try:
+            await asyncio.wait(
+                waits,
+                timeout=config.host_tool_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            PARKED.release(self)
+            self._started_at += loop.time() - parked_at
+        if self._resumed.done():
+            why = self._resumed.result()
+            if not why:
+                return None
+        elif exit_task.done():
+            self._resumed.cancel()
+            # The host's stream has ended: only the log can say that agy stopped waiting.
+            log.warning("agy exited while waiting for the host's results of %s", names)
+            return None  # the pump reads how it ended
+        else:
+            self._resumed.cancel()
+            why = (
+                f"the host did not answer agy's call to {names} within "
+                f"{config.host_tool_timeout:g}s (host_tool_timeout, AGY_HOST_TOOL_TIMEOUT); "
+                "run the tool calls of a `toolUse` message and call stream_simple again with "
+                "their results"
+            )
+        # The host's stream has ended (`toolUse`), so the log is where this can be said.
+        log.warning("the turn waiting for host tools ends: %s", why)
+        if self.tools is not None:
+            await self.tools.aclose()  # agy's open calls get an error answer before it stops
+        return await self._deadline(why)
+
+    @property
+    def parked(self) -> bool:
+        """True while the turn waits for the host's tool results."""
+        return self._resumed is not None and not self._resumed.done()
+
+    def resume(
+        self,
+        context: Context,
+        options: SimpleStreamOptions,
+        stream: AssistantMessageEventStream,
+        results: dict[str, ToolResultMessage],
+    ) -> bool:
+        """Continue the parked turn into `stream` with the host's `results` (by call id).
+
+        Synchronous, on the turn's loop; False when the turn is no longer waiting (the host
+        then starts a new turn with those results).
+        """
+        if not self.parked or self.tools is None or self._resumed is None:
+            return False
+        PARKED.release(self)
+        self.context, self.options, self.stream = context, options, stream
+        events = self.assembler.resume(timestamp=int(time.time() * 1000))
+        for event in events:
+            stream.push(event)  # `start` (emit pushes every event but that one)
+        self.emit(events)
+        self.tools.answer(results)
+        self._resumed.set_result("")
+        self._signal_swapped.set()
+        return True
+
+    async def end_parked(self, why: str) -> None:
+        """End a parked turn that will not be resumed, and wait until it has settled."""
+        if self.parked and self._resumed is not None:
+            self._resumed.set_result(why)
+        if self.task is not None and self.task is not asyncio.current_task():
+            await asyncio.wait({self.task})
 
     async def _feed(self, steps: list[Step]) -> None:
         """Feed the assembler, first reading (in a worker thread) the old texts of files these
@@ -598,6 +753,19 @@ class TurnDriver:
 
     # -- phase 4: settle (final event first, then the session) -------------------------------
 
+    async def _read_answering_model(self) -> None:
+        """The model that answered, as agy recorded it (the asked id may be a base or alias)."""
+        ctx = self.ctx
+        if ctx is None or ctx.binding is None:
+            return
+        with contextlib.suppress(AgyError, TimeoutError):
+            self._answered_by = await asyncio.wait_for(
+                off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
+                _MODEL_READ,
+            )
+        if self._answered_by:
+            self.assembler.use_model(self._answered_by)
+
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
         """Finish the assembler and deliver its final event; returns the `done` message."""
         if self._answered_by:
@@ -617,13 +785,8 @@ class TurnDriver:
     async def settle(self, outcome: TurnOutcome) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
         ctx = self.ctx
-        if ctx is not None and ctx.binding is not None and not outcome.aborted:
-            # The model that answered, as agy recorded it (the asked id may be a base or alias).
-            with contextlib.suppress(AgyError, TimeoutError):
-                self._answered_by = await asyncio.wait_for(
-                    off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
-                    _MODEL_READ,
-                )
+        if not outcome.aborted:
+            await self._read_answering_model()
         key = (str(self.edges.store.path), ctx.session_id if ctx is not None else "")
         # Kept in memory before the final event goes out, so a turn the host starts right
         # after `done` resumes even while the save below is still running.

@@ -91,6 +91,10 @@ class TurnPlan:
     prompt: str
     source_name: str
     request: TurnRequest
+    # Whether the turn offers agy tools (the host's `context.tools`, or plugins' through
+    # `register_host_tools`): the MCP bridge then starts before agy.
+    offers_tools: bool = False
+    plugin_tools: bool = False
 
 
 def state_dir(config: Config, binary: str) -> str:

@@ -17,7 +17,7 @@ from agy_provider.agy.step import (
     TurnOutcome,
 )
 from agy_provider.assembler import StepAssembler
-from agy_provider.events import DoneEvent, ErrorEvent
+from agy_provider.events import DoneEvent, ErrorEvent, ToolCallDeltaEvent
 from agy_provider.outcome import CANCELLED, EMPTY_ANSWER
 from agy_provider.types import TextContent, ThinkingContent
 
@@ -275,3 +275,54 @@ def test_a_turn_agy_cancelled_says_so_instead_of_blaming_permissions() -> None:
     later = StepAssembler(model="m")
     ended = later.feed([USER, cancelled_tool, planner(2, thinking="retry")]) + later.finish()
     assert isinstance(ended[-1], ErrorEvent) and ended[-1].error.error_message == EMPTY_ANSWER
+
+
+# -- host tools: one turn streamed as several messages (park → resume) ---------------------------
+
+
+def test_a_parked_turn_ends_its_message_with_the_calls_and_resumes_in_a_new_one() -> None:
+    from agy_provider.types import ToolCall as PiToolCall
+
+    asm = StepAssembler(model="m")
+    call = PiToolCall(id="mcp-1", name="lookup", arguments={"id": "A-1", "n": 2})
+    asked = planner(1, thinking="I will look it up", status=StepStatus.DONE, usage=StepUsage(10, 3))
+    first = asm.feed([USER, asked]) + asm.park([call])
+    assert types(first)[-4:] == ["toolcall_start", "toolcall_delta", "toolcall_end", "done"]
+    delta = first[-3]
+    assert isinstance(delta, ToolCallDeltaEvent) and delta.delta == '{"id": "A-1", "n": 2}'
+    done = first[-1]
+    assert isinstance(done, DoneEvent) and done.reason == "toolUse"
+    assert done.message.stop_reason == "toolUse"
+    assert done.message.content == (ThinkingContent(thinking="I will look it up"), call)
+    assert done.message.usage.input == 10
+    assert asm.parked and asm.park([call]) == []  # once
+
+    # The host-run tool's step is not rendered; the planner re-fed with its usage is not
+    # counted twice; the answer streams in the new message.
+    asm.hide_tools({"host/lookup"})
+    tool = Step(
+        index=2,
+        kind=StepKind.TOOL,
+        status=StepStatus.DONE,
+        tool=ToolCall(id="t2", name="host/lookup", arguments={"id": "A-1"}),
+        result=ToolResult(output="shipped"),
+    )
+    answer = planner(3, text="It shipped.", status=StepStatus.DONE, usage=StepUsage(20, 4))
+    second = asm.resume(timestamp=7) + asm.feed([asked, tool, answer]) + asm.finish()
+    assert types(second) == ["start", "text_start", "text_delta", "text_end", "done"]
+    final = second[-1]
+    assert isinstance(final, DoneEvent) and final.reason == "stop"
+    assert final.message.content == (TextContent(text="It shipped."),)
+    assert final.message.usage.input == 20 and final.message.timestamp == 7
+    assert asm.resume() == []  # not parked any more
+
+
+def test_a_resumed_message_without_an_answer_is_the_empty_answer_error() -> None:
+    from agy_provider.types import ToolCall as PiToolCall
+
+    asm = StepAssembler(model="m")
+    asm.feed([USER, planner(1, text="Let me check.", status=StepStatus.DONE)])
+    asm.park([PiToolCall(id="mcp-1", name="lookup", arguments={})])
+    events = asm.resume() + asm.finish()
+    assert isinstance(events[-1], ErrorEvent)
+    assert events[-1].error.error_message == EMPTY_ANSWER

@@ -433,15 +433,21 @@ async def test_a_turn_from_pi_json_answers(live_env: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_host_tools_get_one_warning_naming_them(
-    live_env: Path, caplog: pytest.LogCaptureFixture
+async def test_host_tools_in_pi_json_are_offered_and_a_turn_that_calls_none_is_unchanged(
+    live_env: Path, recorder: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Tools from pi JSON (`tools`, and a system message's `toolsAdded`) reach agy through the
+    bridge's folder; agy (the default scenario) calls none, so the turn ends as without them."""
     context = {
-        "messages": [{"role": "user", "content": "hello"}],
-        "tools": [
-            {"name": "read_file", "description": "Read", "parameters": {}},
-            {"name": "web_search", "description": "Search", "parameters": {}},
+        "messages": [
+            {
+                "role": "system",
+                "content": "Be brief.",
+                "toolsAdded": [{"name": "web_search", "description": "Search", "parameters": {}}],
+            },
+            {"role": "user", "content": "hello"},
         ],
+        "tools": [{"name": "read_file", "description": "Read", "parameters": {}}],
     }
     with caplog.at_level(logging.WARNING):
         stream = stream_simple(MODEL, context)
@@ -449,18 +455,11 @@ async def test_host_tools_get_one_warning_naming_them(
         message = await stream.result()
         await wait_for_turns()
     expect_done(events, message, scenario_answer("default"))
-    about_tools = [r for r in caplog.records if "read_file" in r.getMessage()]
-    assert len(about_tools) == 1, [r.getMessage() for r in caplog.records]
-    text = about_tools[0].getMessage()
-    assert about_tools[0].levelno == logging.WARNING
-    assert "web_search" in text and "cannot call" in text
-    # A turn without tools says nothing about tools.
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        stream = stream_simple(MODEL, {"messages": [{"role": "user", "content": "hi"}]})
-        await stream.result()
-        await wait_for_turns()
-    assert not [r for r in caplog.records if "host tool" in r.getMessage()]
+    assert caplog.records == [], [r.getMessage() for r in caplog.records]
+    (turn,) = recorder.turns
+    (folder,) = turn.process.request.extra_dirs
+    assert not Path(folder).exists()  # the bridge's folder went with the turn
+    assert leftovers(live_env, recorder) == []
 
 
 @pytest.mark.slow

@@ -1,0 +1,295 @@
+"""Host tools through a live turn: agy (agy-sim's MCP client) calls a tool of the host's
+`context.tools` through the MCP bridge; the stream ends `toolUse`, agy waits, and the host's next
+`stream_simple` with the tool's result resumes the same agy turn. Also from pi-ai-python's real
+`Agent`, whose tool must run exactly once and whose answer must use its result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_helpers import conversations
+from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
+
+from agy_provider.events import DoneEvent
+from agy_provider.options import AbortSignal, SimpleStreamOptions
+from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.runner import build_argv
+from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER, PlannerSpec, load_scenario
+from agy_provider.turn import PARKED
+from agy_provider.types import (
+    AssistantMessage,
+    Context,
+    TextContent,
+    ThinkingContent,
+    Tool,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+pytestmark = pytest.mark.slow
+
+SCENARIO = "mcp-host-tool"
+LOOKUP = Tool(
+    "lookup_order",
+    "Look up an order's status by its id.",
+    {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+        "required": ["order_id"],
+    },
+)
+RESULT = "order A-1042 shipped on 2026-11-28"
+
+
+def asked_arguments() -> dict[str, Any]:
+    """The arguments the scenario's model passes to the host tool."""
+    (spec,) = (
+        t.mcp
+        for s in load_scenario(SCENARIO).turn(0).steps
+        if isinstance(s, PlannerSpec)
+        for t in s.tools
+        if t.mcp is not None
+    )
+    return dict(spec.arguments)
+
+
+def answer() -> str:
+    return scenario_answer(SCENARIO).replace(MCP_RESULT_PLACEHOLDER, RESULT)
+
+
+def result_for(call: ToolCall, text: str = RESULT) -> ToolResultMessage:
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=[TextContent(text=text)],
+        timestamp=0,
+    )
+
+
+@pytest.fixture
+def tool_env(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", SCENARIO)
+    return live_env
+
+
+async def first_part(context: Context, **kwargs: Any) -> tuple[list[Any], AssistantMessage]:
+    stream = stream_simple(MODEL, context, **kwargs)
+    events = [event async for event in stream]
+    return events, await stream.result()
+
+
+@pytest.mark.parametrize("source", ["sqlite", "rpc"])
+async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
+    tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    if source == "rpc":
+        monkeypatch.delenv("AGY_SIM_NO_SERVER")
+    monkeypatch.setenv("AGY_EVENT_SOURCE", source)
+    context = Context(
+        messages=[UserMessage(content="Where is my order A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    events, first = await first_part(context, options=SimpleStreamOptions(session_id="orders"))
+
+    # The first message: what agy thought, then the call, ending `toolUse` while agy waits.
+    last = terminal(events)
+    assert isinstance(last, DoneEvent) and last.reason == "toolUse"
+    assert first.stop_reason == "toolUse"
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    assert (call.name, dict(call.arguments)) == ("lookup_order", asked_arguments())
+    kinds = [e.type for e in events]
+    assert kinds[-4:] == ["toolcall_start", "toolcall_delta", "toolcall_end", "done"]
+    delta = next(e for e in events if e.type == "toolcall_delta")
+    assert json.loads(delta.delta) == asked_arguments()
+    assert any(isinstance(b, ThinkingContent) for b in first.content)
+    assert first.usage.input > 0
+    running = [turn for turn in recorder.turns if turn.process.returncode is None]
+    assert len(running) == 1, "agy waits for the host's result"
+
+    # The host answers: the same agy turn goes on, in a new message, with the result in it.
+    context = Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
+    stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id="orders"))
+    events = [event async for event in stream]
+    second = await stream.result()
+    await wait_for_turns()
+    expect_done(events, second, answer())
+    assert second.stop_reason == "stop"
+    assert not any(isinstance(b, ToolCall) for b in second.content)
+    # The MCP step of a host-run tool is not shown again: the host's transcript holds the call.
+    assert "lookup_order" not in "".join(
+        b.thinking for b in second.content if isinstance(b, ThinkingContent)
+    )
+    # Each step's usage is counted in one message: the answer's model call is in the second.
+    assert second.usage.input > 0 and second.usage.input != first.usage.input
+    assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
+    assert leftovers(tool_env, recorder) == []
+    assert PARKED.all() == []
+
+    # The session resumes after the tool loop: the next prompt continues the conversation.
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "default")
+    context = Context(
+        messages=[*context.messages, second, UserMessage(content="thanks", timestamp=0)]
+    )
+    events, third = await first_part(context, options=SimpleStreamOptions(session_id="orders"))
+    await wait_for_turns()
+    expect_done(events, third, scenario_answer("default"))
+    assert len(conversations(tool_env)) == 1
+    assert leftovers(tool_env, recorder) == []
+
+
+async def test_the_bridge_folder_is_given_to_agy_and_removed(tool_env: Path, recorder: Any) -> None:
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context)
+    (turn,) = recorder.turns
+    folders = list(turn.process.request.extra_dirs)
+    argv = build_argv(turn.process.request)
+    added = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--add-dir"]
+    assert len(folders) == 1 and folders[0] in added
+    config = Path(folders[0]) / ".agents" / "mcp_config.json"
+    assert config.is_file() and (os.stat(config).st_mode & 0o777) == 0o600
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    stream = stream_simple(
+        MODEL,
+        Context(messages=[*context.messages, first, result_for(call)], tools=context.tools),
+    )
+    await stream.result()
+    await wait_for_turns()
+    assert not Path(folders[0]).exists()
+
+
+async def test_a_host_that_moves_on_ends_the_waiting_turn(
+    tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user message in the session instead of the tool's result: the waiting agy is ended
+    (and its session saved) before the new turn starts."""
+    options = SimpleStreamOptions(session_id="moves-on")
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context, options=options)
+    assert first.stop_reason == "toolUse"
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "default")
+    events, message = await first_part(
+        Context(messages=[UserMessage(content="never mind; say hi", timestamp=0)]), options=options
+    )
+    await wait_for_turns()
+    expect_done(events, message, scenario_answer("default"))
+    assert len(recorder.turns) == 2
+    assert recorder.turns[0].process.returncode is not None
+    assert leftovers(tool_env, recorder) == []
+
+
+async def test_a_host_that_never_answers_is_bounded(
+    tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("AGY_HOST_TOOL_TIMEOUT", "0.5")
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    with caplog.at_level(logging.INFO, logger="agy_provider"):
+        _events, first = await first_part(context)
+        assert first.stop_reason == "toolUse"
+        (task,) = [t for t in asyncio.all_tasks() if "TurnDriver.run" in repr(t.get_coro())]
+        await asyncio.wait_for(task, 60)  # a hang bound only
+    assert leftovers(tool_env, recorder) == []
+    assert any("host_tool_timeout" in r.getMessage() for r in caplog.records)
+    # Its results arriving later start a new turn that carries them (nothing is lost).
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "default")
+    monkeypatch.setenv("AGY_HOST_TOOL_TIMEOUT", "600")
+    late = Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
+    events, message = await first_part(late)
+    await wait_for_turns()
+    expect_done(events, message, scenario_answer("default"))
+    assert RESULT in recorder.turns[-1].prompt
+    assert leftovers(tool_env, recorder) == []
+
+
+@pytest.mark.parametrize("when", ["while parked", "on resume"])
+async def test_an_abort_ends_a_parked_turn(tool_env: Path, recorder: Any, when: str) -> None:
+    first_signal = AbortSignal()
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context, options=SimpleStreamOptions(signal=first_signal))
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    (task,) = [t for t in asyncio.all_tasks() if "TurnDriver.run" in repr(t.get_coro())]
+    if when == "while parked":
+        # pi's Agent aborts the controller of its last request when the user stops it mid-tool.
+        first_signal.abort("stopped by the user")
+        await asyncio.wait_for(task, 60)  # a hang bound only
+        assert leftovers(tool_env, recorder) == []
+        return
+    second_signal = AbortSignal()
+    second_signal.abort("stopped by the user")
+    stream = stream_simple(
+        MODEL,
+        Context(messages=[*context.messages, first, result_for(call)], tools=context.tools),
+        SimpleStreamOptions(signal=second_signal),
+    )
+    events = [event async for event in stream]
+    message = await stream.result()
+    await asyncio.wait_for(task, 60)
+    expect_error(events, message, reason="aborted")
+    assert leftovers(tool_env, recorder) == []
+
+
+# --- pi-ai-python's Agent ----------------------------------------------------------------------
+
+
+async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
+    tool_env: Path, recorder: Any
+) -> None:
+    pi_ai = pytest.importorskip(
+        "pi_ai", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
+    )
+    pi_agent = pytest.importorskip(
+        "pi_agent", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
+    )
+    from agy_provider.hosts.pi_ai_python import provider
+
+    runs: list[dict[str, Any]] = []
+
+    @pi_agent.agent_tool  # type: ignore[untyped-decorator]
+    async def lookup_order(order_id: str, verbose: bool = False) -> str:
+        """Look up an order's status by its id.
+
+        Args:
+            order_id: The order's id.
+            verbose: Whether to give details.
+        """
+        runs.append({"order_id": order_id, "verbose": verbose})
+        return f"order {order_id} shipped on 2026-11-28"
+
+    models = pi_ai.create_models()
+    models.set_provider(provider())
+    agent = pi_agent.Agent(
+        initial_state={
+            "model": models.get_model("agy", "default"),
+            "tools": [lookup_order],
+        },
+        stream_fn=models,
+        session_id="pi-agent-tools",
+    )
+    await agent.prompt("Where is my order A-1042?")
+    await wait_for_turns()
+
+    assert runs == [asked_arguments()]  # exactly once, with the model's arguments
+    messages = [m for m in agent.state.messages if m.role != "system"]  # pi's tool declarations
+    assert [m.role for m in messages] == ["user", "assistant", "toolResult", "assistant"]
+    asked, tool_result, final = messages[1:]
+    assert asked.stop_reason == "toolUse"
+    assert [b.name for b in asked.content if b.type == "toolCall"] == ["lookup_order"]
+    assert tool_result.tool_call_id == next(b.id for b in asked.content if b.type == "toolCall")
+    assert final.stop_reason == "stop"
+    assert "".join(b.text for b in final.content if b.type == "text") == answer()
+    assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
+    assert leftovers(tool_env, recorder) == []
