@@ -10,6 +10,7 @@ to. Importing `agy_provider.mcp_bridge` loads the MCP SDK (~1–2 s the first ti
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,12 @@ from agy_provider.workers import off_loop
 if TYPE_CHECKING:
     from agy_provider.mcp_bridge import HostTool, HostToolBridge, HostToolCall, HostToolResult
 
-__all__ = ["ParkedTurns", "TurnTools", "plugin_tools_registered", "result_text"]
+__all__ = ["ParkedTurns", "ToolExecutor", "TurnTools", "plugin_tools_registered", "result_text"]
+
+# Runs one of the host's tools at once (instead of handing the call back to the host's tool
+# loop): given the call, returns the result's text, or raises; a plain function runs in a worker
+# thread, a coroutine function on the loop.
+ToolExecutor = Callable[[ToolCall], "str | Awaitable[str]"]
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +55,24 @@ class TurnTools:
 
     `host_tools` (the host's `context.tools`) are run by the host: each call agy makes is parked
     and handed out by `next_calls()` as pi `ToolCall`s (ids are the bridge's, unique per
-    process); `answer()` gives agy the host's results. `plugin_tools` run at once through the
+    process); `answer()` gives agy the host's results. With an `executor` they run at once
+    instead, and their runs show as agy's own. Plugins' tools run at once through the
     `invoke_host_tool` hook. A plugin tool with the name of a host tool is left out (the host's
     wins; logged).
     """
 
-    def __init__(self, host_tools: Sequence[Tool], *, turn: Any, with_plugins: bool) -> None:
+    def __init__(
+        self,
+        host_tools: Sequence[Tool],
+        *,
+        turn: Any,
+        with_plugins: bool,
+        executor: ToolExecutor | None = None,
+    ) -> None:
         self._host_tools = list(host_tools)
         self._turn = turn
         self._with_plugins = with_plugins
+        self._executor = executor
         self._plugin_names: frozenset[str] = frozenset()
         self._bridge: HostToolBridge | None = None
         self._parked: Any = None  # mcp_bridge.ParkedToolCalls, once started
@@ -72,7 +87,9 @@ class TurnTools:
 
     @property
     def host_step_names(self) -> frozenset[str]:
-        """How agy names the steps of tools the host runs (`host/<tool>`)."""
+        """How agy names the steps of tools the host's own tool loop runs (`host/<tool>`)."""
+        if self._executor is not None:
+            return frozenset()
         return frozenset(f"{SERVER_NAME}/{tool.name}" for tool in self._host_tools)
 
     async def start(self) -> TurnTools:
@@ -101,9 +118,29 @@ class TurnTools:
     async def _handle(self, call: HostToolCall) -> HostToolResult | str:
         if call.name in self._plugin_names and self._run_plugin_tool is not None:
             return await self._run_plugin_tool(call)
+        if self._executor is not None:
+            return await self._execute(call)
         assert self._parked is not None
         result: HostToolResult = await self._parked.handle(call)
         return result
+
+    async def _execute(self, call: HostToolCall) -> HostToolResult | str:
+        """The host's executor on one call; what it raises is the model's error result (the
+        bridge turns an exception into one, naming the tool)."""
+        assert self._executor is not None
+        pi_call = ToolCall(id=call.id, name=call.name, arguments=dict(call.arguments))
+        if inspect.iscoroutinefunction(self._executor):
+            answer = await self._executor(pi_call)
+        else:
+            answer = await off_loop(self._executor, pi_call)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        if not isinstance(answer, str):
+            raise TypeError(
+                f"the tool executor returned {type(answer).__name__} for {call.name!r}; "
+                "return the result's text (str), or raise for an error"
+            )
+        return answer
 
     async def next_calls(self) -> list[ToolCall]:
         """Wait for agy's next call to a host tool; return it with every other call agy has

@@ -13,6 +13,7 @@ from typing import Any
 from agy_provider.assembler import StepAssembler
 from agy_provider.diffs import GitBaselines
 from agy_provider.host_input import normalise_turn
+from agy_provider.host_tools import ToolExecutor
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.sessions import SessionStore
 from agy_provider.stream import AssistantMessageEventStream
@@ -47,6 +48,7 @@ def stream_simple(
     store: SessionStore | None = None,
     continue_session: bool = False,
     edges: TurnEdges | None = None,
+    tool_executor: ToolExecutor | None = None,
 ) -> AssistantMessageEventStream:
     """Start a turn with agy and return its event stream at once (call from a running loop).
 
@@ -66,7 +68,9 @@ def stream_simple(
     `toolCall`s, while agy waits; the host runs them (pi's tool loop) and calls `stream_simple`
     again with the context ending in their `toolResult`s, which resumes the same agy turn into the
     new stream. A host that moves on instead (a new user message in the session) or does not
-    answer within `host_tool_timeout` ends the waiting turn.
+    answer within `host_tool_timeout` ends the waiting turn. With `tool_executor` (a function of
+    the `ToolCall` returning the result's text, or raising; sync functions run in a worker
+    thread) agy's calls run at once instead, and the turn stays one message.
     """
     turn = normalise_turn(model, context, options)
     model, context, options = turn.model, turn.context, turn.options
@@ -102,6 +106,7 @@ def stream_simple(
         event_source=event_source,
         continue_session=continue_session,
         edges=edges,
+        tool_executor=tool_executor,
     )
     task = asyncio.get_running_loop().create_task(driver.run())
     driver.task = task

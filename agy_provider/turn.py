@@ -30,7 +30,12 @@ from agy_provider.discovery import (
 )
 from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
-from agy_provider.host_tools import ParkedTurns, TurnTools, plugin_tools_registered
+from agy_provider.host_tools import (
+    ParkedTurns,
+    ToolExecutor,
+    TurnTools,
+    plugin_tools_registered,
+)
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.prompt import build_prompt, history_digest
@@ -115,6 +120,7 @@ class TurnDriver:
         event_source: str | None = None,
         continue_session: bool = False,
         edges: TurnEdges | None = None,
+        tool_executor: ToolExecutor | None = None,
     ) -> None:
         self.model = model
         self.context = context
@@ -144,6 +150,7 @@ class TurnDriver:
         # Host tools offered to agy (the MCP bridge), and the turn parked on the host's answer:
         # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
         self.tools: TurnTools | None = None
+        self.tool_executor = tool_executor
         self._resumed: asyncio.Future[str] | None = None
         self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
         self.task: asyncio.Task[None] | None = None
@@ -393,7 +400,10 @@ class TurnDriver:
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
             self.tools = TurnTools(
-                self.context.tools or (), turn=self.ctx, with_plugins=plan.plugin_tools
+                self.context.tools or (),
+                turn=self.ctx,
+                with_plugins=plan.plugin_tools,
+                executor=self.tool_executor,
             )
             await self.tools.start()
             self.assembler.hide_tools(self.tools.host_step_names)

@@ -293,3 +293,48 @@ async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
     assert "".join(b.text for b in final.content if b.type == "text") == answer()
     assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
     assert leftovers(tool_env, recorder) == []
+
+
+# --- a host-supplied executor: the calls run at once, the turn stays one message ---------------
+
+
+async def test_a_tool_executor_runs_each_call_at_once_in_one_message(
+    tool_env: Path, recorder: Any
+) -> None:
+    calls: list[ToolCall] = []
+
+    async def execute(call: ToolCall) -> str:
+        calls.append(call)
+        return RESULT
+
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    events, message = await first_part(context, tool_executor=execute)
+    await wait_for_turns()
+    expect_done(events, message, answer())
+    assert [(c.name, dict(c.arguments)) for c in calls] == [("lookup_order", asked_arguments())]
+    assert not any(isinstance(b, ToolCall) for b in message.content)
+    # The run shows in the turn's tool block, as agy's own tools do.
+    thinking = "".join(b.thinking for b in message.content if isinstance(b, ThinkingContent))
+    assert "▸ host/lookup_order A-1042" in thinking and RESULT in thinking
+    assert leftovers(tool_env, recorder) == []
+
+
+def test_the_sync_api_takes_a_plain_function_and_its_exception_is_the_models_error_result(
+    tool_env: Path,
+) -> None:
+    from agy_provider.sync import complete
+
+    def execute(call: ToolCall) -> str:
+        raise LookupError(f"no order {call.arguments['order_id']}")
+
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    message = complete(MODEL, context, tool_executor=execute)
+    assert message.stop_reason == "stop"
+    text = "".join(b.text for b in message.content if isinstance(b, TextContent))
+    # agy-sim answers with whatever the tool gave it: here the failure, naming the tool.
+    assert "lookup_order" in text and "LookupError: no order A-1042" in text
+    assert leftovers(tool_env) == []
