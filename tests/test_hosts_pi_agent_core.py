@@ -81,3 +81,45 @@ async def test_the_agents_own_abort(
     last = agent.state.messages[-1]
     assert last.role == "assistant" and last.stop_reason == "aborted" and last.error_message
     assert leftovers(live_env, recorder) == []
+
+
+async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
+    the agent runs it once and agy's same turn answers with its result."""
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    runs: list[dict[str, Any]] = []
+
+    async def execute(tool_call_id: str, params: dict[str, Any], *_: Any) -> Any:
+        runs.append(dict(params))
+        return core.AgentToolResult(
+            content=[core.TextContent(text=f"order {params['order_id']} shipped on 2026-11-28")]
+        )
+
+    lookup = core.AgentTool(
+        name="lookup_order",
+        description="Look up an order's status by its id.",
+        parameters=core.AgentToolSchema(
+            properties={"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+            required=["order_id"],
+        ),
+        execute=execute,
+    )
+    agent = core.Agent(core.AgentOptions(stream_fn=stream_fn(), session_id="pi-agent-core-tool"))
+    agent.set_model(model())
+    agent.set_tools([lookup])
+    await agent.prompt("Where is my order A-1042?")
+    await wait_for_turns()
+    assert runs == [{"order_id": "A-1042", "verbose": True}]
+    roles = [m.role for m in agent.state.messages]
+    assert roles == ["user", "assistant", "toolResult", "assistant"]
+    final = agent.state.messages[-1]
+    expected = scenario_answer("mcp-host-tool").replace(
+        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
+    )
+    assert final.stop_reason == "stop" and text_of(final) == expected
+    assert len(conversations(live_env)) == 1
+    assert leftovers(live_env) == []

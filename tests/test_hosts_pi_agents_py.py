@@ -85,3 +85,60 @@ async def test_a_two_prompt_agent_is_one_agy_conversation(
     )
     assert len(conversations(live_env)) == 1
     assert leftovers(live_env) == []
+
+
+async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
+    the agent runs it once and agy's same turn answers with its result."""
+    from pi_agents.agent.types import AgentTool, AgentToolResult
+
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    runs: list[dict[str, Any]] = []
+
+    class Lookup(AgentTool):  # type: ignore[misc]
+        async def execute(
+            self,
+            tool_call_id: str,
+            params: dict[str, Any],
+            signal: Any = None,
+            on_update: Any = None,
+        ) -> AgentToolResult:
+            runs.append(dict(params))
+            text = f"order {params['order_id']} shipped on 2026-11-28"
+            return AgentToolResult(content=[pi.TextContent(text=text)])
+
+    lookup = Lookup(
+        name="lookup_order",
+        description="Look up an order's status by its id.",
+        parameters={
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+            "required": ["order_id"],
+        },
+    )
+    agent = Agent(
+        {
+            "initial_state": {"model": model(), "tools": [lookup]},
+            "stream_fn": stream_fn(session_id="pi-agents-py-tool"),
+        }
+    )
+    await agent.prompt("Where is my order A-1042?")
+    await wait_for_turns()
+    assert agent.state.error is None
+    assert runs == [{"order_id": "A-1042", "verbose": True}]
+    assert [m.role for m in agent.state.messages] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
+    expected = scenario_answer("mcp-host-tool").replace(
+        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
+    )
+    assert text_of(agent.state.messages[-1]) == expected
+    assert len(conversations(live_env)) == 1
+    assert leftovers(live_env) == []

@@ -157,3 +157,55 @@ def test_the_agents_own_abort(
     )
     assert answer["role"] == "assistant" and answer["stop"] == "aborted" and answer["error"]
     assert leftovers(live_env) == []
+
+
+def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
+    pi-agent-loop runs it once and agy's same turn answers with its result."""
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    answer = run_host(
+        """
+        from pydantic import BaseModel
+        from pi_ai import TextContent
+        from pi_agent_loop.tools import AgentTool, AgentToolResult
+
+        runs = []
+
+        class LookupParams(BaseModel):
+            order_id: str
+            verbose: bool = False
+
+        class Lookup(AgentTool):
+            name = "lookup_order"
+            label = "Look up an order"
+            description = "Look up an order's status by its id."
+            params = LookupParams
+
+            async def execute(self, tool_call_id, params, signal=None, on_update=None):
+                runs.append(params.model_dump())
+                text = f"order {params.order_id} shipped on 2026-11-28"
+                return AgentToolResult(content=[TextContent(text=text)])
+
+        async def main():
+            models = agy_models()
+            agent = pi_agent_loop.Agent(model=models.get_model("agy", "default"),
+                                        stream_fn=models.stream_simple, tools=[Lookup()],
+                                        stream_options={"session_id": "pi-agent-loop-tool"})
+            await agent.prompt("Where is my order A-1042?")
+            await wait_for_turns()
+            return {"runs": runs, "roles": [m.role for m in agent.state.messages],
+                    "text": text_of(agent.state.messages[-1])}
+        """,
+        tmp_path,
+    )
+    assert answer["runs"] == [{"order_id": "A-1042", "verbose": True}]
+    assert answer["roles"] == ["user", "assistant", "toolResult", "assistant"]
+    assert answer["text"] == scenario_answer("mcp-host-tool").replace(
+        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
+    )
+    assert len(conversations(live_env)) == 1
+    assert leftovers(live_env) == []
