@@ -37,3 +37,36 @@ async def until_agy_runs(app: Path, bound: float = 60.0) -> None:
 def conversations(app: Path) -> list[str]:
     """The agy conversations (database stems) this test's state folder holds."""
     return sorted(p.stem for p in (app / "conversations").glob("*.db"))
+
+
+# A host's agent with a tool: agy-sim's scenario in which the model calls the host tool
+# `lookup_order` (through the MCP bridge) and answers with what it returned.
+TOOL_SCENARIO = "mcp-host-tool"
+
+
+def tool_arguments() -> dict[str, object]:
+    """The arguments the scenario's model passes to the host tool."""
+    from agy_provider.sim.scenario import PlannerSpec, load_scenario
+
+    (spec,) = (
+        t.mcp
+        for s in load_scenario(TOOL_SCENARIO).turn(0).steps
+        if isinstance(s, PlannerSpec)
+        for t in s.tools
+        if t.mcp is not None
+    )
+    return dict(spec.arguments)
+
+
+def tool_output(order_id: str) -> str:
+    """What every test's `lookup_order` returns."""
+    return f"order {order_id} shipped on 2026-11-28"
+
+
+def tool_answer() -> str:
+    """The scenario's answer once the host's tool answered `tool_output("A-1042")`."""
+    from live_helpers import scenario_answer
+
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+
+    return scenario_answer(TOOL_SCENARIO).replace(MCP_RESULT_PLACEHOLDER, tool_output("A-1042"))

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import conversations
+from host_helpers import TOOL_SCENARIO, conversations, tool_answer, tool_arguments, tool_output
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
 
 from agy_provider.events import DoneEvent
 from agy_provider.options import AbortSignal, SimpleStreamOptions
 from agy_provider.provider import stream_simple, wait_for_turns
 from agy_provider.runner import build_argv
-from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER, PlannerSpec, load_scenario
 from agy_provider.turn import PARKED
 from agy_provider.types import (
     AssistantMessage,
@@ -35,7 +34,6 @@ from agy_provider.types import (
 
 pytestmark = pytest.mark.slow
 
-SCENARIO = "mcp-host-tool"
 LOOKUP = Tool(
     "lookup_order",
     "Look up an order's status by its id.",
@@ -45,23 +43,7 @@ LOOKUP = Tool(
         "required": ["order_id"],
     },
 )
-RESULT = "order A-1042 shipped on 2026-11-28"
-
-
-def asked_arguments() -> dict[str, Any]:
-    """The arguments the scenario's model passes to the host tool."""
-    (spec,) = (
-        t.mcp
-        for s in load_scenario(SCENARIO).turn(0).steps
-        if isinstance(s, PlannerSpec)
-        for t in s.tools
-        if t.mcp is not None
-    )
-    return dict(spec.arguments)
-
-
-def answer() -> str:
-    return scenario_answer(SCENARIO).replace(MCP_RESULT_PLACEHOLDER, RESULT)
+RESULT = tool_output("A-1042")
 
 
 def result_for(call: ToolCall, text: str = RESULT) -> ToolResultMessage:
@@ -75,7 +57,7 @@ def result_for(call: ToolCall, text: str = RESULT) -> ToolResultMessage:
 
 @pytest.fixture
 def tool_env(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AGY_SIM_SCENARIO", SCENARIO)
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     return live_env
 
 
@@ -102,11 +84,11 @@ async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
     assert isinstance(last, DoneEvent) and last.reason == "toolUse"
     assert first.stop_reason == "toolUse"
     (call,) = [b for b in first.content if isinstance(b, ToolCall)]
-    assert (call.name, dict(call.arguments)) == ("lookup_order", asked_arguments())
+    assert (call.name, dict(call.arguments)) == ("lookup_order", tool_arguments())
     kinds = [e.type for e in events]
     assert kinds[-4:] == ["toolcall_start", "toolcall_delta", "toolcall_end", "done"]
     delta = next(e for e in events if e.type == "toolcall_delta")
-    assert json.loads(delta.delta) == asked_arguments()
+    assert json.loads(delta.delta) == tool_arguments()
     assert any(isinstance(b, ThinkingContent) for b in first.content)
     assert first.usage.input > 0
     running = [turn for turn in recorder.turns if turn.process.returncode is None]
@@ -118,7 +100,7 @@ async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
     events = [event async for event in stream]
     second = await stream.result()
     await wait_for_turns()
-    expect_done(events, second, answer())
+    expect_done(events, second, tool_answer())
     assert second.stop_reason == "stop"
     assert not any(isinstance(b, ToolCall) for b in second.content)
     # The MCP step of a host-run tool is not shown again: the host's transcript holds the call.
@@ -267,7 +249,7 @@ async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
             verbose: Whether to give details.
         """
         runs.append({"order_id": order_id, "verbose": verbose})
-        return f"order {order_id} shipped on 2026-11-28"
+        return tool_output(order_id)
 
     models = pi_ai.create_models()
     models.set_provider(provider())
@@ -282,7 +264,7 @@ async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
     await agent.prompt("Where is my order A-1042?")
     await wait_for_turns()
 
-    assert runs == [asked_arguments()]  # exactly once, with the model's arguments
+    assert runs == [tool_arguments()]  # exactly once, with the model's arguments
     messages = [m for m in agent.state.messages if m.role != "system"]  # pi's tool declarations
     assert [m.role for m in messages] == ["user", "assistant", "toolResult", "assistant"]
     asked, tool_result, final = messages[1:]
@@ -290,7 +272,7 @@ async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
     assert [b.name for b in asked.content if b.type == "toolCall"] == ["lookup_order"]
     assert tool_result.tool_call_id == next(b.id for b in asked.content if b.type == "toolCall")
     assert final.stop_reason == "stop"
-    assert "".join(b.text for b in final.content if b.type == "text") == answer()
+    assert "".join(b.text for b in final.content if b.type == "text") == tool_answer()
     assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
     assert leftovers(tool_env, recorder) == []
 
@@ -312,8 +294,8 @@ async def test_a_tool_executor_runs_each_call_at_once_in_one_message(
     )
     events, message = await first_part(context, tool_executor=execute)
     await wait_for_turns()
-    expect_done(events, message, answer())
-    assert [(c.name, dict(c.arguments)) for c in calls] == [("lookup_order", asked_arguments())]
+    expect_done(events, message, tool_answer())
+    assert [(c.name, dict(c.arguments)) for c in calls] == [("lookup_order", tool_arguments())]
     assert not any(isinstance(b, ToolCall) for b in message.content)
     # The run shows in the turn's tool block, as agy's own tools do.
     thinking = "".join(b.thinking for b in message.content if isinstance(b, ThinkingContent))

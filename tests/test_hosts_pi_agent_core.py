@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import conversations, slow_start_scenario, until_agy_runs
+from host_helpers import (
+    TOOL_SCENARIO,
+    conversations,
+    slow_start_scenario,
+    tool_answer,
+    tool_arguments,
+    tool_output,
+    until_agy_runs,
+)
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
@@ -86,17 +94,14 @@ async def test_the_agents_own_abort(
 async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
-    the agent runs it once and agy's same turn answers with its result."""
-    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
-
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    """agy calls the agent's tool through the MCP bridge (`host_helpers.TOOL_SCENARIO`)."""
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     runs: list[dict[str, Any]] = []
 
     async def execute(tool_call_id: str, params: dict[str, Any], *_: Any) -> Any:
         runs.append(dict(params))
         return core.AgentToolResult(
-            content=[core.TextContent(text=f"order {params['order_id']} shipped on 2026-11-28")]
+            content=[core.TextContent(text=tool_output(params["order_id"]))]
         )
 
     lookup = core.AgentTool(
@@ -113,13 +118,10 @@ async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     agent.set_tools([lookup])
     await agent.prompt("Where is my order A-1042?")
     await wait_for_turns()
-    assert runs == [{"order_id": "A-1042", "verbose": True}]
+    assert runs == [tool_arguments()]
     roles = [m.role for m in agent.state.messages]
     assert roles == ["user", "assistant", "toolResult", "assistant"]
     final = agent.state.messages[-1]
-    expected = scenario_answer("mcp-host-tool").replace(
-        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
-    )
-    assert final.stop_reason == "stop" and text_of(final) == expected
+    assert final.stop_reason == "stop" and text_of(final) == tool_answer()
     assert len(conversations(live_env)) == 1
     assert leftovers(live_env) == []

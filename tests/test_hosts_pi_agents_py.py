@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import conversations
+from host_helpers import TOOL_SCENARIO, conversations, tool_answer, tool_arguments, tool_output
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
@@ -90,13 +90,10 @@ async def test_a_two_prompt_agent_is_one_agy_conversation(
 async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
-    the agent runs it once and agy's same turn answers with its result."""
+    """agy calls the agent's tool through the MCP bridge (`host_helpers.TOOL_SCENARIO`)."""
     from pi_agents.agent.types import AgentTool, AgentToolResult
 
-    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
-
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     runs: list[dict[str, Any]] = []
 
     class Lookup(AgentTool):  # type: ignore[misc]
@@ -108,8 +105,7 @@ async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
             on_update: Any = None,
         ) -> AgentToolResult:
             runs.append(dict(params))
-            text = f"order {params['order_id']} shipped on 2026-11-28"
-            return AgentToolResult(content=[pi.TextContent(text=text)])
+            return AgentToolResult(content=[pi.TextContent(text=tool_output(params["order_id"]))])
 
     lookup = Lookup(
         name="lookup_order",
@@ -129,16 +125,13 @@ async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     await agent.prompt("Where is my order A-1042?")
     await wait_for_turns()
     assert agent.state.error is None
-    assert runs == [{"order_id": "A-1042", "verbose": True}]
+    assert runs == [tool_arguments()]
     assert [m.role for m in agent.state.messages] == [
         "user",
         "assistant",
         "toolResult",
         "assistant",
     ]
-    expected = scenario_answer("mcp-host-tool").replace(
-        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
-    )
-    assert text_of(agent.state.messages[-1]) == expected
+    assert text_of(agent.state.messages[-1]) == tool_answer()
     assert len(conversations(live_env)) == 1
     assert leftovers(live_env) == []

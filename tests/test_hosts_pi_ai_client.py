@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import conversations, slow_start_scenario
+from host_helpers import (
+    TOOL_SCENARIO,
+    conversations,
+    slow_start_scenario,
+    tool_answer,
+    tool_arguments,
+)
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
@@ -162,11 +168,8 @@ def test_the_agents_own_abort(
 def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """agy (agy-sim's scenario `mcp-host-tool`) calls the agent's tool through the MCP bridge;
-    pi-agent-loop runs it once and agy's same turn answers with its result."""
-    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
-
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "mcp-host-tool")
+    """agy calls pi-agent-loop's tool through the MCP bridge (`host_helpers.TOOL_SCENARIO`)."""
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     answer = run_host(
         """
         from pydantic import BaseModel
@@ -202,10 +205,8 @@ def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
         """,
         tmp_path,
     )
-    assert answer["runs"] == [{"order_id": "A-1042", "verbose": True}]
+    assert answer["runs"] == [tool_arguments()]
     assert answer["roles"] == ["user", "assistant", "toolResult", "assistant"]
-    assert answer["text"] == scenario_answer("mcp-host-tool").replace(
-        MCP_RESULT_PLACEHOLDER, "order A-1042 shipped on 2026-11-28"
-    )
+    assert answer["text"] == tool_answer()
     assert len(conversations(live_env)) == 1
     assert leftovers(live_env) == []
