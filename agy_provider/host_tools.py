@@ -153,6 +153,14 @@ class TurnTools:
         return [ToolCall(id=c.id, name=c.name, arguments=dict(c.arguments)) for c in fresh]
 
     @property
+    def running(self) -> bool:
+        """True while a call agy made is being run at once (an executor's or a plugin's tool)."""
+        if self._bridge is None:
+            return False
+        waiting = set() if self._parked is None else {c.id for c in self._parked.pending}
+        return any(c.id not in waiting for c in self._bridge.pending_calls)
+
+    @property
     def waiting_ids(self) -> frozenset[str]:
         """Calls handed to the host and still unanswered."""
         if self._parked is None:

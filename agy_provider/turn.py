@@ -552,8 +552,10 @@ class TurnDriver:
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
                         "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
                     )
-                if self.source.deciding:
-                    last_progress = now  # waiting on our own decision hooks is not agy hanging
+                if self.source.deciding or (self.tools is not None and self.tools.running):
+                    # Waiting on our own decision hooks, or on a tool the host runs for agy
+                    # at once (an executor, a plugin), is not agy hanging.
+                    last_progress = now
                 if now - last_progress > config.idle_timeout:
                     return await self._deadline(
                         f"agy made no progress for {config.idle_timeout:.0f}s (the idle deadline); "
@@ -594,25 +596,28 @@ class TurnDriver:
         names = ", ".join(sorted({call.name for call in calls}))
         log.info("agy called host tool(s) %s; waiting for the host's results", names)
         parked_at = loop.time()
+        deadline = parked_at + config.host_tool_timeout
         waits: set[asyncio.Future[Any]] = {self._resumed, exit_task}
         try:
             await asyncio.wait(
-                waits,
-                timeout=config.host_tool_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
+                waits, timeout=config.host_tool_timeout, return_when=asyncio.FIRST_COMPLETED
             )
+            if exit_task.done() and not self._resumed.done():
+                # agy stopped waiting (it gave up on the call, or failed): what it did after
+                # is the host's still, so the turn waits for the host's next call all the same.
+                log.warning(
+                    "agy exited while waiting for the host's results of %s; what it wrote goes "
+                    "to the host's next call",
+                    names,
+                )
+                await asyncio.wait({self._resumed}, timeout=max(0.0, deadline - loop.time()))
         finally:
             PARKED.release(self)
             self._started_at += loop.time() - parked_at
         if self._resumed.done():
             why = self._resumed.result()
             if not why:
-                return None
-        elif exit_task.done():
-            self._resumed.cancel()
-            # The host's stream has ended: only the log can say that agy stopped waiting.
-            log.warning("agy exited while waiting for the host's results of %s", names)
-            return None  # the pump reads how it ended
+                return None  # resumed: the pump goes on (and reads how agy ended, if it did)
         else:
             self._resumed.cancel()
             why = (

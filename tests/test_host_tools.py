@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +321,29 @@ def test_the_sync_api_takes_a_plain_function_and_its_exception_is_the_models_err
     # agy-sim answers with whatever the tool gave it: here the failure, naming the tool.
     assert "lookup_order" in text and "LookupError: no order A-1042" in text
     assert leftovers(tool_env) == []
+
+
+async def test_agy_ending_while_the_host_works_reaches_the_hosts_next_call(
+    tool_env: Path, recorder: Any
+) -> None:
+    """agy dies while the host runs its tool: the host's stream has already ended (`toolUse`),
+    so the turn waits for the host's results all the same and tells that next call."""
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context)
+    (turn,) = recorder.turns
+    os.kill(turn.process.pid, signal.SIGKILL)
+    while turn.process.returncode is None:  # a hang bound: the test's own timeout
+        await asyncio.sleep(0.05)
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    stream = stream_simple(
+        MODEL, Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
+    )
+    events = [event async for event in stream]
+    message = await stream.result()
+    await wait_for_turns()
+    error = expect_error(events, message)
+    assert "agy exited with code -9" in (error.error.error_message or "")
+    assert len(recorder.turns) == 1  # the same turn, not a new one
+    assert leftovers(tool_env, recorder) == []
