@@ -106,7 +106,9 @@ class _AgyModelBase:
 
     model_id: str
     can_stream = True
-    supports_tools = False  # host tools reach agy only through the MCP bridge (not yet)
+    # llm's tool chain runs each tool between two `execute` calls, while agy's turn waits parked
+    # on the MCP bridge; the sync model runs each call on a loop of its own, which ends with it.
+    supports_tools = False
     supports_schema = False
 
     def __init__(self, model_id: str, agy_id: str, efforts: Sequence[str] = ()) -> None:
