@@ -1,4 +1,4 @@
-"""Any host's abort signal as our `AbortSignal`, for as long as one turn's stream is open.
+"""Any host's abort signal as our `AbortSignal`, for as long as the turn behind a stream runs.
 
 Owns the bridges: a listener on signals that offer one, a task for an `asyncio.Event`, a small
 watcher thread for a `threading.Event` or anything with `aborted` / `is_set()`.
@@ -37,7 +37,8 @@ class SignalBridge:
         self._start = start
 
     def attach(self, stream: AssistantMessageEventStream) -> None:
-        """Start following the host's signal; everything stops once `stream` is done."""
+        """Start following the host's signal; everything stops once the turn behind `stream`
+        has ended (`stream.turn_ended()`: after the stream, for a turn parked on host tools)."""
         self._start(stream)
 
 
@@ -90,7 +91,7 @@ def _bridge_listener(host_signal: Any, register: Any, ours: AbortSignal) -> Sign
 
         async def unsubscribe_at_end() -> None:
             with contextlib.suppress(Exception):
-                await stream.result()
+                await stream.turn_ended()
             unsubscribe()
 
         _keep(loop.create_task(unsubscribe_at_end()))
@@ -104,7 +105,7 @@ def _bridge_asyncio(event: asyncio.Event, ours: AbortSignal) -> SignalBridge:
     def start(stream: AssistantMessageEventStream) -> None:
         async def follow() -> None:
             raised = asyncio.ensure_future(event.wait())
-            ended = asyncio.ensure_future(stream.result())
+            ended = asyncio.ensure_future(stream.turn_ended())
             try:
                 await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -129,7 +130,7 @@ def _bridge_thread(host_signal: Any, ours: AbortSignal) -> SignalBridge:
         wait = host_signal.wait if isinstance(host_signal, threading.Event) else None
 
         def watch() -> None:
-            while not stream.done and not ours.aborted:
+            while not stream.turn_done and not ours.aborted:
                 if wait is not None:
                     raised = wait(_WATCH_INTERVAL)
                 else:

@@ -10,8 +10,10 @@ to. Importing `agy_provider.mcp_bridge` loads the MCP SDK (~1–2 s the first ti
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -202,15 +204,21 @@ class ParkedTurns:
 
     def __init__(self) -> None:
         self._by_call: dict[str, Any] = {}
+        # Turns run on several loops at once (the sync API gives each a thread of its own).
+        self._lock = threading.Lock()
+        # Loops whose turns are being waited for (`wait_for_turns`): a turn parking there ends.
+        self.stopping: set[asyncio.AbstractEventLoop] = set()
 
     def park(self, call_ids: Iterable[str], turn: Any) -> None:
-        for call_id in call_ids:
-            self._by_call[call_id] = turn
+        with self._lock:
+            for call_id in call_ids:
+                self._by_call[call_id] = turn
 
     def release(self, turn: Any) -> None:
         """Forget every call of `turn` (it resumed or ended)."""
-        for call_id in [k for k, v in self._by_call.items() if v is turn]:
-            del self._by_call[call_id]
+        with self._lock:
+            for call_id in [k for k, v in self._by_call.items() if v is turn]:
+                del self._by_call[call_id]
 
     def find(self, messages: Sequence[object]) -> tuple[Any, dict[str, ToolResultMessage]] | None:
         """The parked turn the trailing tool results of `messages` answer, with those results."""
@@ -219,7 +227,10 @@ class ParkedTurns:
             if not isinstance(message, ToolResultMessage):
                 break
             results.setdefault(message.tool_call_id, message)
-        turns = {id(t): t for k, t in self._by_call.items() if k in results}
+        if not results:
+            return None
+        with self._lock:
+            turns = {id(t): t for k, t in self._by_call.items() if k in results}
         if len(turns) != 1:
             return None
         (turn,) = turns.values()
@@ -229,8 +240,10 @@ class ParkedTurns:
         """Parked turns of `session_id` (a new turn of that session ends them first)."""
         if not session_id:
             return []
-        found = {id(t): t for t in self._by_call.values() if t.session_id == session_id}
+        with self._lock:
+            found = {id(t): t for t in self._by_call.values() if t.session_id == session_id}
         return list(found.values())
 
     def all(self) -> list[Any]:
-        return list({id(t): t for t in self._by_call.values()}.values())
+        with self._lock:
+            return list({id(t): t for t in self._by_call.values()}.values())

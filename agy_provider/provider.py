@@ -19,6 +19,7 @@ from agy_provider.sessions import SessionStore
 from agy_provider.stream import AssistantMessageEventStream
 from agy_provider.turn import (
     PARKED,
+    STOPPED_WAITING,
     TurnContext,
     TurnDriver,
     TurnEdges,
@@ -75,14 +76,17 @@ def stream_simple(
     turn = normalise_turn(model, context, options)
     model, context, options = turn.model, turn.context, turn.options
     stream = AssistantMessageEventStream()
-    if turn.abort is not None:
-        turn.abort.attach(stream)
     found = PARKED.find(context.messages)
     if found is not None:
         parked, results = found
-        if parked.loop is asyncio.get_running_loop() and parked.resume(
-            context, options, stream, results
+        if (
+            parked.loop is asyncio.get_running_loop()
+            and parked.task is not None
+            and parked.resume(context, options, stream, results)
         ):
+            stream.follow_turn(parked.task)
+            if turn.abort is not None:
+                turn.abort.attach(stream)
             return stream
     assembler = StepAssembler(
         model=model.id,
@@ -110,6 +114,10 @@ def stream_simple(
     )
     task = asyncio.get_running_loop().create_task(driver.run())
     driver.task = task
+    # The host's abort follows the turn, which outlives a stream that ends `toolUse`.
+    stream.follow_turn(task)
+    if turn.abort is not None:
+        turn.abort.attach(stream)
     _running.add(task)
     task.add_done_callback(_running.discard)
     return stream
@@ -132,9 +140,13 @@ async def wait_for_turns() -> None:
     A turn still waiting for the host's tool results is ended first: no one will answer it.
     """
     loop = asyncio.get_running_loop()
-    for parked in PARKED.all():
-        if parked.loop is loop:
-            await parked.end_parked("the program stopped before the host answered agy's tool call")
-    pending = [t for t in _running if t.get_loop() is loop and t is not asyncio.current_task()]
-    if pending:
-        await asyncio.wait(pending)
+    PARKED.stopping.add(loop)  # a turn that parks from now on ends at once
+    try:
+        for parked in PARKED.all():
+            if parked.loop is loop:
+                await parked.end_parked(STOPPED_WAITING)
+        pending = [t for t in _running if t.get_loop() is loop and t is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending)
+    finally:
+        PARKED.stopping.discard(loop)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import Any
 
 from .errors import IncompleteStreamError
 from .events import AssistantMessageEvent, DoneEvent, ErrorEvent
@@ -41,6 +42,26 @@ class AssistantMessageEventStream:
         self._result: AssistantMessage | None = None
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
+        self._turn: asyncio.Future[Any] | None = None  # the turn feeding this stream
+
+    def follow_turn(self, turn: asyncio.Future[Any]) -> None:
+        """Tie the stream to the turn that feeds it (a task): `turn_done` and `turn_ended()`
+        then follow the turn, which outlives a stream that ended `toolUse` while agy waits for
+        the host's tool results — the host's abort signal must still reach it."""
+        self._turn = turn
+
+    @property
+    def turn_done(self) -> bool:
+        """True once the turn behind the stream has ended (the stream's end if none is tied)."""
+        return self._done if self._turn is None else self._turn.done()
+
+    async def turn_ended(self) -> None:
+        """Wait until the turn behind the stream has ended (the stream's end if none is tied)."""
+        if self._turn is None:
+            self._bind()
+            await self._finished.wait()
+        else:
+            await asyncio.wait({self._turn})
 
     @property
     def done(self) -> bool:

@@ -56,6 +56,7 @@ from agy_provider.workers import off_loop
 
 __all__ = [
     "PARKED",
+    "STOPPED_WAITING",
     "TurnContext",
     "TurnDriver",
     "TurnEdges",
@@ -90,6 +91,14 @@ _MODEL_READ = 0.5
 _MODEL_RECORDS = 64
 # How long the session record waits for agy's version (asked beside the turn) before saving.
 _VERSION_WAIT = 10.0
+# agy's own --print-timeout for a turn that offers host tools also allows this many full waits
+# for the host (host_tool_timeout each): agy's clock does not stop while the host works.
+_HOST_WAITS_IN_AGY_CLOCK = 4
+# A wait for the host ends this long before agy's own clock would end the turn.
+_AGY_CLOCK_MARGIN = 10.0
+STOPPED_WAITING = (
+    "the program stopped waiting for its turns before the host answered agy's tool call"
+)
 
 
 # Records of turns whose final event went out before their session was saved (the save runs in a
@@ -154,6 +163,9 @@ class TurnDriver:
         self._resumed: asyncio.Future[str] | None = None
         self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
         self.task: asyncio.Task[None] | None = None
+        self._delivered: AssistantMessage | None = None  # the `toolUse` message of a parked turn
+        self._print_timeout = 0.0  # agy's own clock for the turn (--print-timeout), and its end
+        self._agy_deadline = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
 
     @property
@@ -315,7 +327,13 @@ class TurnDriver:
         config = self.edges.config()
         session_id = self.options.session_id or ""
         record = self._session(session_id)
-        earlier = list(self.context.messages)[:-1]
+        earlier = list(self.context.messages)
+        # The history before the newest input: a user message, or the tool results that end it.
+        if earlier and isinstance(earlier[-1], ToolResultMessage):
+            while earlier and isinstance(earlier[-1], ToolResultMessage):
+                earlier.pop()
+        else:
+            earlier = earlier[:-1]
         resume = record is not None and (
             self.continue_session or record.history_digest == history_digest(earlier)
         )
@@ -343,6 +361,10 @@ class TurnDriver:
             if rpc_capable
             else ""
         )
+        print_timeout = config.turn_timeout + _PRINT_TIMEOUT_MARGIN
+        if self.context.tools and self.tool_executor is None:
+            # Waits for the host's tool results stop our deadlines, not agy's own clock.
+            print_timeout += _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
         request = TurnRequest(
             prompt=prompt,
             cwd=self.cwd,
@@ -351,7 +373,7 @@ class TurnDriver:
             mode=config.mode,
             skip_permissions=config.permissions == "skip",
             conversation_id=conversation_id,
-            print_timeout=config.turn_timeout + _PRINT_TIMEOUT_MARGIN,
+            print_timeout=print_timeout,
             # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
             csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
             env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
@@ -413,6 +435,8 @@ class TurnDriver:
         process = self.edges.spawn(request)
         self.process = self.ctx.process = process
         self._started_at = asyncio.get_running_loop().time()
+        self._print_timeout = request.print_timeout
+        self._agy_deadline = self._started_at + request.print_timeout
         self._starting = asyncio.ensure_future(process.start())
         await asyncio.shield(self._starting)
         self._starting = None
@@ -591,17 +615,24 @@ class TurnDriver:
         # What agy wrote before it called (the planner's thinking and text) goes first.
         await self._feed(await self._poll())
         await self._read_answering_model()
-        self.emit(self.assembler.park(calls))
+        events = self.assembler.park(calls)
+        self.emit(events)
+        if events and isinstance(events[-1], DoneEvent):
+            # What the host now holds: the history its next turn starts from if this one ends.
+            self._delivered = events[-1].message
         PARKED.park((call.id for call in calls), self)
         names = ", ".join(sorted({call.name for call in calls}))
         log.info("agy called host tool(s) %s; waiting for the host's results", names)
         parked_at = loop.time()
-        deadline = parked_at + config.host_tool_timeout
+        # agy's own clock (--print-timeout) runs on while the host works: the wait ends before it.
+        agy_left = self._agy_deadline - parked_at - _AGY_CLOCK_MARGIN
+        wait = min(config.host_tool_timeout, max(0.0, agy_left))
+        deadline = parked_at + wait
+        if loop in PARKED.stopping:
+            self._resumed.set_result(STOPPED_WAITING)
         waits: set[asyncio.Future[Any]] = {self._resumed, exit_task}
         try:
-            await asyncio.wait(
-                waits, timeout=config.host_tool_timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if exit_task.done() and not self._resumed.done():
                 # agy stopped waiting (it gave up on the call, or failed): what it did after
                 # is the host's still, so the turn waits for the host's next call all the same.
@@ -618,6 +649,13 @@ class TurnDriver:
             why = self._resumed.result()
             if not why:
                 return None  # resumed: the pump goes on (and reads how agy ended, if it did)
+        elif wait < config.host_tool_timeout:
+            self._resumed.cancel()
+            why = (
+                f"the host did not answer agy's call to {names} before agy's own clock for the "
+                f"turn (--print-timeout {self._print_timeout:g}s, from turn_timeout and "
+                "host_tool_timeout) ran out; raise turn_timeout or host_tool_timeout"
+            )
         else:
             self._resumed.cancel()
             why = (
@@ -626,8 +664,13 @@ class TurnDriver:
                 "run the tool calls of a `toolUse` message and call stream_simple again with "
                 "their results"
             )
-        # The host's stream has ended (`toolUse`), so the log is where this can be said.
-        log.warning("the turn waiting for host tools ends: %s", why)
+        # The host's stream has ended (`toolUse`), so the log is where this can be said (a
+        # program that stopped waiting for its turns knows, and is told more quietly).
+        log.log(
+            logging.INFO if why == STOPPED_WAITING else logging.WARNING,
+            "the turn waiting for host tools ends: %s",
+            why,
+        )
         if self.tools is not None:
             await self.tools.aclose()  # agy's open calls get an error answer before it stops
         return await self._deadline(why)
@@ -652,6 +695,7 @@ class TurnDriver:
         if not self.parked or self.tools is None or self._resumed is None:
             return False
         PARKED.release(self)
+        self._delivered = None
         self.context, self.options, self.stream = context, options, stream
         events = self.assembler.resume(timestamp=int(time.time() * 1000))
         for event in events:
@@ -663,7 +707,13 @@ class TurnDriver:
         return True
 
     async def end_parked(self, why: str) -> None:
-        """End a parked turn that will not be resumed, and wait until it has settled."""
+        """End a parked turn that will not be resumed, and wait until it has settled.
+
+        Callable from any loop: the turn is ended on its own."""
+        loop = self.loop
+        if loop is not None and loop is not asyncio.get_running_loop():
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.end_parked(why), loop))
+            return
         if self.parked and self._resumed is not None:
             self._resumed.set_result(why)
         if self.task is not None and self.task is not asyncio.current_task():
@@ -810,6 +860,10 @@ class TurnDriver:
             _unsaved[key] = provisional
             _newest[key] = self
         final = self._settle_events(outcome)
+        if final is None and self._delivered is not None:
+            # Ended while parked: the host's transcript ends with the `toolUse` message, so its
+            # next turn (the tool results, late) resumes this conversation.
+            final = self._delivered
         if provisional is None:
             return
         record = self._record(outcome, final=final) or provisional

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +175,12 @@ async def test_a_host_that_never_answers_is_bounded(
     tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("AGY_HOST_TOOL_TIMEOUT", "0.5")
+    options = SimpleStreamOptions(session_id="late")
     context = Context(
         messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
     )
     with caplog.at_level(logging.INFO, logger="agy_provider"):
-        _events, first = await first_part(context)
+        _events, first = await first_part(context, options=options)
         assert first.stop_reason == "toolUse"
         (task,) = [t for t in asyncio.all_tasks() if "TurnDriver.run" in repr(t.get_coro())]
         await asyncio.wait_for(task, 60)  # a hang bound only
@@ -189,10 +191,13 @@ async def test_a_host_that_never_answers_is_bounded(
     monkeypatch.setenv("AGY_SIM_SCENARIO", "default")
     monkeypatch.setenv("AGY_HOST_TOOL_TIMEOUT", "600")
     late = Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
-    events, message = await first_part(late)
+    events, message = await first_part(late, options=options)
     await wait_for_turns()
     expect_done(events, message, scenario_answer("default"))
-    assert RESULT in recorder.turns[-1].prompt
+    # The session was saved with the `toolUse` message the host holds: the results go on in
+    # the same agy conversation, as the newest input alone.
+    assert recorder.turns[-1].prompt.startswith(f'<tool_result tool="lookup_order">\n{RESULT}')
+    assert len(conversations(tool_env)) == 1
     assert leftovers(tool_env, recorder) == []
 
 
@@ -346,4 +351,96 @@ async def test_agy_ending_while_the_host_works_reaches_the_hosts_next_call(
     error = expect_error(events, message)
     assert "agy exited with code -9" in (error.error.error_message or "")
     assert len(recorder.turns) == 1  # the same turn, not a new one
+    assert leftovers(tool_env, recorder) == []
+
+
+class ListenerSignal:
+    """A host's signal of the listener kind (pi-ai-python's and pi-agent-loop's shape)."""
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self.reason: object = None
+        self._listeners: list[Any] = []
+
+    def add_listener(self, listener: Any) -> Any:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def abort(self, reason: object = None) -> None:
+        self.aborted, self.reason = True, reason
+        for listener in list(self._listeners):
+            listener()
+
+
+@pytest.mark.parametrize("kind", ["asyncio.Event", "listener"])
+async def test_the_hosts_own_signal_still_reaches_a_parked_turn(
+    tool_env: Path, recorder: Any, kind: str
+) -> None:
+    """The host's stream has ended (`toolUse`), but its abort signal follows the turn: a user
+    stopping the agent while the tool runs ends agy's waiting turn."""
+    host_signal: Any = asyncio.Event() if kind == "asyncio.Event" else ListenerSignal()
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context, options={"signal": host_signal})
+    assert first.stop_reason == "toolUse"
+    (task,) = [t for t in asyncio.all_tasks() if "TurnDriver.run" in repr(t.get_coro())]
+    if isinstance(host_signal, asyncio.Event):
+        host_signal.set()
+    else:
+        host_signal.abort("stopped by the user")
+    await asyncio.wait_for(asyncio.shield(task), 60)  # a hang bound: host_tool_timeout is 600 s
+    assert leftovers(tool_env, recorder) == []
+    if isinstance(host_signal, ListenerSignal):
+        assert host_signal._listeners == []  # unsubscribed once the turn ended
+
+
+async def test_wait_for_turns_ends_a_turn_that_parks_while_it_waits(
+    tool_env: Path, recorder: Any
+) -> None:
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    stream = stream_simple(MODEL, context)
+    # Called before agy calls the tool: the turn parks meanwhile, and ends at once.
+    await asyncio.wait_for(wait_for_turns(), 60)  # a hang bound: host_tool_timeout is 600 s
+    assert (await stream.result()).stop_reason == "toolUse"
+    assert PARKED.all() == [] and leftovers(tool_env, recorder) == []
+
+
+async def test_a_new_turn_on_another_loop_ends_the_parked_turn_of_its_session(
+    tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A threaded server: a session's turn parked on loop A, its next turn started on loop B."""
+    parked, release = threading.Event(), threading.Event()
+
+    async def on_loop_a() -> str:
+        context = Context(
+            messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+        )
+        stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id="shared"))
+        first = await stream.result()
+        parked.set()
+        while not release.is_set():  # loop A serves other requests meanwhile
+            await asyncio.sleep(0.05)
+        await wait_for_turns()
+        return first.stop_reason
+
+    loop_a = asyncio.ensure_future(asyncio.to_thread(asyncio.run, on_loop_a()))
+    assert await asyncio.to_thread(parked.wait, 60)
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "default")
+    try:
+        events, message = await asyncio.wait_for(
+            first_part(
+                Context(messages=[UserMessage(content="hi", timestamp=0)]),
+                options=SimpleStreamOptions(session_id="shared"),
+            ),
+            60,  # a hang bound only
+        )
+    finally:
+        release.set()
+    assert await asyncio.wait_for(loop_a, 60) == "toolUse"
+    await wait_for_turns()
+    expect_done(events, message, scenario_answer("default"))
+    assert recorder.turns[0].process.returncode is not None
     assert leftovers(tool_env, recorder) == []

@@ -456,3 +456,61 @@ async def test_live_and_replay_end_the_same_steps_the_same_way(tmp_path: Path, n
         assert live.error.error_message == offline.error.error_message
     if name == "empty-answer":
         assert isinstance(live, ErrorEvent) and live.error.error_message == EMPTY_ANSWER
+
+
+def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
+    tmp_path: Path,
+) -> None:
+    """Waiting for the host's tool results pauses our deadlines, not agy's --print-timeout: a turn
+    whose host runs the tools gives agy's clock room for them; tool results resume the session
+    recorded with the `toolUse` message (its history is what precedes the results)."""
+    from agy_provider.turn import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
+    from agy_provider.types import AssistantMessage, TextContent, Tool, ToolCall, ToolResultMessage
+
+    script = Script()
+    edges = edges_for(script, tmp_path)
+    config = edges.config()
+    tool = Tool("lookup", "Look up", {"type": "object"})
+    asked = AssistantMessage(
+        content=(ToolCall(id="mcp-1", name="lookup", arguments={}),),
+        api="agy",
+        provider="agy",
+        model="m",
+        stop_reason="toolUse",
+        timestamp=0,
+    )
+    earlier: list[Any] = [UserMessage(content="look it up", timestamp=0), asked]
+    edges.store.put(
+        "s", SessionRecord(CONVERSATION, last_step_index=3, history_digest=history_digest(earlier))
+    )
+    results = [
+        ToolResultMessage(
+            tool_call_id="mcp-1", tool_name="lookup", content=[TextContent(text=t)], timestamp=0
+        )
+        for t in ("found", "again")
+    ]
+    context = Context(messages=[*earlier, *results], tools=[tool])
+
+    def plan_for(executor: Any = None) -> Any:
+        driver = TurnDriver(
+            MODEL,
+            context,
+            SimpleStreamOptions(session_id="s"),
+            stream=None,  # type: ignore[arg-type]  # prepare never touches the stream
+            assembler=StepAssembler(model=MODEL.id),
+            edges=edges,
+            tool_executor=executor,
+        )
+        return driver.prepare()
+
+    parked = plan_for()
+    assert parked.offers_tools and parked.resume and parked.conversation_id == CONVERSATION
+    assert parked.prompt.startswith('<tool_result tool="lookup">\nfound\n')
+    assert parked.request.print_timeout == (
+        config.turn_timeout
+        + _PRINT_TIMEOUT_MARGIN
+        + _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
+    )
+    # Run at once by an executor, tool time counts against our turn deadline like agy's work.
+    at_once = plan_for(lambda call: "ok")
+    assert at_once.request.print_timeout == config.turn_timeout + _PRINT_TIMEOUT_MARGIN

@@ -92,20 +92,36 @@ async def host_events(
     if turn.abort is not None:
         turn.abort.attach(stream)
     host_signal = turn.options.signal
-    follow = None if host_signal is None else asyncio.ensure_future(_follow(host_signal, stop))
+    if host_signal is not None:
+        # Until the turn ends, which may be after this stream: a stream that ends `toolUse`
+        # leaves agy waiting for the host's tool results, and the host's abort must reach it.
+        _keep(asyncio.ensure_future(_follow(host_signal, stop, stream)))
     try:
         async for event in stream:
             yield event
     finally:
-        if follow is not None:
-            follow.cancel()
         if not stream.done:
             stop.abort("the host stopped reading the turn")
 
 
-async def _follow(host_signal: AbortSignal, stop: AbortSignal) -> None:
-    await host_signal.wait()
-    stop.abort(host_signal.reason)
+async def _follow(host_signal: AbortSignal, stop: AbortSignal, stream: Any) -> None:
+    raised = asyncio.ensure_future(host_signal.wait())
+    ended = asyncio.ensure_future(stream.turn_ended())
+    try:
+        await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        raised.cancel()
+        ended.cancel()
+    if host_signal.aborted:
+        stop.abort(host_signal.reason)
+
+
+_following: set[asyncio.Future[None]] = set()
+
+
+def _keep(task: asyncio.Future[None]) -> None:
+    _following.add(task)
+    task.add_done_callback(_following.discard)
 
 
 def refusal(model: Any, exc: AgyError) -> ErrorEvent:
