@@ -4,8 +4,8 @@ Owns the process (arguments, log lines, lifecycle), the control channel to the p
 and the HTTP side of Connect: routing, CSRF, unary JSON bodies, error bodies and stream responses.
 
 Run as `python -m agy_provider.sim.server --app-dir DIR --control-fd FD --parent-pid PID
-[--csrf-token TOKEN] [--log-file PATH]`. It binds HTTPS (a self-signed certificate made at start)
-and plain HTTP on 127.0.0.1, logs agy's "Language server listening on random port at P for ..."
+[--csrf-token TOKEN] [--log-file PATH]`. It binds HTTPS (a self-signed certificate, made at the first
+handshake) and plain HTTP on 127.0.0.1, logs agy's "Language server listening on random port at P for ..."
 lines, sends `{"op":"ready","https":P1,"http":P2}` and serves until the parent dies or closes the
 control socket.
 """
@@ -46,7 +46,7 @@ from agy_provider.sim.rpc_methods import (
     ModelEntry,
 )
 from agy_provider.sim.step_reader import ConversationSteps
-from agy_provider.sim.tls import make_server_context
+from agy_provider.sim.tls import lazy_server_context
 
 __all__ = [
     "CSRF_HEADER",
@@ -482,7 +482,7 @@ async def serve(args: argparse.Namespace) -> int:
         service, control, csrf_token=args.csrf_token, parent_pid=args.parent_pid
     )
     try:
-        tls = make_server_context(app_dir / "tmp")
+        tls = lazy_server_context(app_dir / "tmp")  # the certificate: at the first handshake
         https_port, http_port = await process.listen(tls)
     except OSError as exc:
         _log.error("language server could not start: %s", exc)
