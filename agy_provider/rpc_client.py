@@ -196,7 +196,9 @@ class ConnectClient:
             unparsed = 0  # bytes fed since the last message came out
             while True:
                 try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), watchdog)
+                    # asyncio.timeout, not wait_for: no task per chunk on the loop.
+                    async with asyncio.timeout(watchdog):
+                        chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
