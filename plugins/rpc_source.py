@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.25  # polling after stream errors, while the turn is active (AGY-FORMATS §4.4)
 REOPEN_DELAY = 0.05  # between a clean end of the stream and reopening it
+# After a clean end, how long agy may take to exit before we reconcile: in print mode agy exits
+# right after its turn settles, taking its server along, and the database has the last word.
+EXIT_AFTER_END = 0.25
+EXIT_CHECK_EVERY = 0.02
 INTERACTION_ATTEMPTS = 3  # answers tried against re-asked steps before giving up
 SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
 # Under `auto` another source can take over, so waiting for a server that may not exist is short.
@@ -245,7 +249,12 @@ class RpcEventSource:
                     "StreamAgentStateUpdates", {"conversationId": self.conversation_id}
                 ):
                     self._take_update(message)
-                # A clean end: the turn settled; the snapshot is the truth. Then reopen.
+                # A clean end: the turn settled; the snapshot is the truth. Then reopen. Unless
+                # agy exits: its server goes with it, so a snapshot could only fail (a refused
+                # connection costs the loop more than an answer), and the database has the last
+                # word anyway.
+                if await self._agy_exits_within(EXIT_AFTER_END):
+                    return
                 if not await self._reconcile_or_fail():
                     return
                 await asyncio.sleep(REOPEN_DELAY)
@@ -258,6 +267,19 @@ class RpcEventSource:
                 log.info("agy's update stream failed (%s); polling every %.2fs", exc, POLL_INTERVAL)
                 await self._poll_forever()
                 return
+
+    async def _agy_exits_within(self, timeout: float) -> bool:
+        """True once agy has exited, looking until `timeout` (a turn without a process: False)."""
+        process = getattr(self.turn, "process", None)
+        if process is None:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while process.returncode is None:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(EXIT_CHECK_EVERY)
+        return True
 
     async def _reconcile_or_fail(self) -> bool:
         try:
