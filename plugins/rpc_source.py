@@ -157,7 +157,8 @@ class RpcEventSource:
         if self._latest or self._failure is not None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: no task per wait
+                await self._arrived.wait()
         self._arrived.clear()
 
     def last_final_index(self, after: int = -1) -> int:
