@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.25  # polling after stream errors, while the turn is active (AGY-FORMATS §4.4)
 REOPEN_DELAY = 0.05  # between a clean end of the stream and reopening it
 # After a clean end, how long agy may take to exit before we reconcile: in print mode agy exits
-# right after its turn settles, taking its server along, and the database has the last word.
-EXIT_AFTER_END = 0.25
-EXIT_CHECK_EVERY = 0.02
+# right after its turn settles, taking its server along, and the database has the last word. On
+# a busy machine (20 turns on 2 cores) its exit takes most of a second.
+EXIT_AFTER_END = 1.0
+EXIT_CHECK_FIRST = 0.02  # then doubling, up to EXIT_CHECK_MAX
+EXIT_CHECK_MAX = 0.2
 INTERACTION_ATTEMPTS = 3  # answers tried against re-asked steps before giving up
 SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
 # Under `auto` another source can take over, so waiting for a server that may not exist is short.
@@ -276,10 +278,13 @@ class RpcEventSource:
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        pause = EXIT_CHECK_FIRST
         while process.returncode is None:
-            if loop.time() >= deadline:
+            left = deadline - loop.time()
+            if left <= 0:
                 return False
-            await asyncio.sleep(EXIT_CHECK_EVERY)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, EXIT_CHECK_MAX)
         return True
 
     async def _reconcile_or_fail(self) -> bool:
