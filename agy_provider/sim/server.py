@@ -19,14 +19,13 @@ import datetime
 import hmac
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
 import sys
 from pathlib import Path
 from typing import Any, Final
-
-import psutil
 
 from agy_provider.errors import UsageError
 from agy_provider.sim.agent_stream import Conversation, ServerFaults, StreamPhase
@@ -273,6 +272,21 @@ class LanguageServerProcess:
 
     async def watch_parent(self) -> None:
         """Stop when the parent process is gone (or a zombie)."""
+        if self.parent_pid == os.getppid():
+            # Our own parent (agy-sim): an exiting process's children are handed to another
+            # parent at once, before it is reaped, so this sees a zombie parent too, and needs
+            # no psutil (whose import is a good part of a server's start).
+            while not self.stopping.is_set() and os.getppid() == self.parent_pid:
+                await asyncio.sleep(_PARENT_POLL_S)
+        else:
+            await self._watch_other_parent()
+        if not self.stopping.is_set():
+            _log.info("parent %d is gone; shutting down", self.parent_pid)
+        self.stopping.set()
+
+    async def _watch_other_parent(self) -> None:
+        import psutil
+
         try:
             parent = psutil.Process(self.parent_pid)
             while not self.stopping.is_set():
@@ -281,9 +295,6 @@ class LanguageServerProcess:
                 await asyncio.sleep(_PARENT_POLL_S)
         except psutil.Error:
             pass
-        if not self.stopping.is_set():
-            _log.info("parent %d is gone; shutting down", self.parent_pid)
-        self.stopping.set()
 
     async def shutdown(self) -> None:
         """Close the listeners and every open connection, the databases and the channel."""
