@@ -79,13 +79,15 @@ class LoopbackTransport(httpx.AsyncBaseTransport):
             connection = await self._connect(key, timeouts.get("connect"), request)
         try:
             await self._send(connection, request, body, timeouts.get("write"))
-            status, reason, headers = await self._read_head(
+            status, reason, headers, http11 = await self._read_head(
                 connection, timeouts.get("read"), request, reused
             )
         except BaseException:
             connection.close()
             raise
-        stream = _Body(self, key, connection, request, headers, status, timeouts.get("read"))
+        stream = _Body(
+            self, key, connection, request, headers, status, http11, timeouts.get("read")
+        )
         return httpx.Response(
             status,
             headers=headers,
@@ -148,7 +150,8 @@ class LoopbackTransport(httpx.AsyncBaseTransport):
     @staticmethod
     async def _read_head(
         connection: _Connection, timeout: float | None, request: httpx.Request, reused: bool
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bool]:
+        """(status, reason, headers, whether the server speaks HTTP/1.1 rather than 1.0)."""
         while True:
             try:
                 async with _within(timeout):
@@ -185,7 +188,7 @@ class LoopbackTransport(httpx.AsyncBaseTransport):
                 headers.append((name.strip(), value.strip()))
             status = int(code)
             if not 100 <= status < 200:  # an interim response (100 Continue): the next head
-                return status, reason, headers
+                return status, reason, headers, version != b"HTTP/1.0"
 
 
 class _Body(httpx.AsyncByteStream):
@@ -199,6 +202,7 @@ class _Body(httpx.AsyncByteStream):
         request: httpx.Request,
         headers: list[tuple[bytes, bytes]],
         status: int,
+        http11: bool,
         timeout: float | None,
     ) -> None:
         self._transport = transport
@@ -220,8 +224,9 @@ class _Body(httpx.AsyncByteStream):
             self._length = int(length)
         elif not self._chunked and (status in (204, 304) or request.method == "HEAD"):
             self._length = 0
+        said = fields.get(b"connection", b"")  # HTTP/1.1 keeps alive unless told; 1.0 if told
         self._keep_alive = (
-            b"close" not in fields.get(b"connection", b"")
+            (b"close" not in said if http11 else b"keep-alive" in said)
             and b"close" not in request.headers.get("connection", "").lower().encode()
             and (self._chunked or self._length is not None)
         )

@@ -112,6 +112,18 @@ async def test_connection_close_and_a_body_read_to_the_end_are_not_reused() -> N
     assert per_connection == [1, 1]
 
 
+async def test_an_http_1_0_answer_is_kept_alive_only_when_it_says_so() -> None:
+    async def old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
+
+    async with serving(old) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "ok"
+        assert (await http.post(url, content=b"")).text == "ok"
+    assert per_connection == [1, 1]
+
+
 async def test_a_server_that_closed_an_idle_connection_gets_a_new_one() -> None:
     async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await _ok(reader, writer)
