@@ -104,6 +104,7 @@ class ConnectClient:
         self.base_url = base_url.rstrip("/")
         self.call_timeout = call_timeout
         self.stream_read_timeout = stream_read_timeout
+        self._urls: dict[str, httpx.URL] = {}
         headers = {"Connect-Protocol-Version": CONNECT_PROTOCOL_VERSION}
         if csrf_token:
             headers[CSRF_HEADER] = csrf_token
@@ -123,10 +124,15 @@ class ConnectClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    def _path(self, method: str) -> str:
-        if not method.isidentifier():
-            raise UsageError(f"not an RPC method name: {method!r}")
-        return f"/{SERVICE}/{method}"
+    def _path(self, method: str) -> httpx.URL:
+        """The method's absolute URL, parsed once: httpx parses and merges a relative URL
+        with the base on every request (~10% of a request's CPU on the loop)."""
+        url = self._urls.get(method)
+        if url is None:
+            if not method.isidentifier():
+                raise UsageError(f"not an RPC method name: {method!r}")
+            url = self._urls[method] = httpx.URL(f"{self.base_url}/{SERVICE}/{method}")
+        return url
 
     async def call(
         self, method: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
