@@ -83,7 +83,9 @@ class FolderWatch:
         """True when a change was notified before `timeout` seconds passed."""
         if not self._changed.is_set():
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                # asyncio.timeout, not wait_for: no task per wait (20 turns wait very often).
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
             except TimeoutError:
                 return False
         self._changed.clear()

@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.25  # polling after stream errors, while the turn is active (AGY-FORMATS §4.4)
 REOPEN_DELAY = 0.05  # between a clean end of the stream and reopening it
+# After a clean end, how long agy may take to exit before we reconcile: in print mode agy exits
+# right after its turn settles, taking its server along, and the database has the last word. On
+# a busy machine (20 turns on 2 cores) its exit takes most of a second.
+EXIT_AFTER_END = 1.0
+EXIT_CHECK_FIRST = 0.02  # then doubling, up to EXIT_CHECK_MAX
+EXIT_CHECK_MAX = 0.2
 INTERACTION_ATTEMPTS = 3  # answers tried against re-asked steps before giving up
 SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
 # Under `auto` another source can take over, so waiting for a server that may not exist is short.
@@ -153,7 +159,8 @@ class RpcEventSource:
         if self._latest or self._failure is not None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: no task per wait
+                await self._arrived.wait()
         self._arrived.clear()
 
     def last_final_index(self, after: int = -1) -> int:
@@ -245,7 +252,12 @@ class RpcEventSource:
                     "StreamAgentStateUpdates", {"conversationId": self.conversation_id}
                 ):
                     self._take_update(message)
-                # A clean end: the turn settled; the snapshot is the truth. Then reopen.
+                # A clean end: the turn settled; the snapshot is the truth. Then reopen. Unless
+                # agy exits: its server goes with it, so a snapshot could only fail (a refused
+                # connection costs the loop more than an answer), and the database has the last
+                # word anyway.
+                if await self._agy_exits_within(EXIT_AFTER_END):
+                    return
                 if not await self._reconcile_or_fail():
                     return
                 await asyncio.sleep(REOPEN_DELAY)
@@ -258,6 +270,22 @@ class RpcEventSource:
                 log.info("agy's update stream failed (%s); polling every %.2fs", exc, POLL_INTERVAL)
                 await self._poll_forever()
                 return
+
+    async def _agy_exits_within(self, timeout: float) -> bool:
+        """True once agy has exited, looking until `timeout` (a turn without a process: False)."""
+        process = getattr(self.turn, "process", None)
+        if process is None:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pause = EXIT_CHECK_FIRST
+        while process.returncode is None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, EXIT_CHECK_MAX)
+        return True
 
     async def _reconcile_or_fail(self) -> bool:
         try:

@@ -139,3 +139,28 @@ async def test_agy_and_everything_it_runs_know_they_are_inside_a_turn(tmp_path: 
     await process.start()
     assert await process.wait(30) == 0
     assert seen.read_text().strip() == "1"  # AskAntigravity refuses to recurse on this
+
+
+def test_descendants_from_proc_children_match_psutils_scan() -> None:
+    import subprocess
+    import time
+
+    import psutil
+
+    if not runner._PROC_CHILDREN:
+        pytest.skip("no /proc/<pid>/task/<tid>/children here")
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & (sleep 30 & wait) & wait"])
+    try:
+        expected: list[int] = []
+        for _ in range(100):  # until the shells have forked all three
+            expected = sorted(p.pid for p in psutil.Process(shell.pid).children(recursive=True))
+            if len(expected) >= 3:
+                break
+            time.sleep(0.02)
+        found = runner._descendants(shell.pid)
+        assert found is not None and sorted(p.pid for p in found) == expected
+    finally:
+        for proc in psutil.Process(shell.pid).children(recursive=True):
+            proc.kill()
+        shell.kill()
+        shell.wait()

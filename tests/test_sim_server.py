@@ -856,3 +856,41 @@ def test_tls_context_without_the_cryptography_package(
     monkeypatch.setattr(tls, "_self_signed_with_cryptography", missing)
     context = tls.make_server_context(tmp_path)
     assert context.get_ca_certs() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_tls_certificate_is_made_at_the_first_handshake_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from agy_provider.sim import tls
+
+    made: list[Path] = []
+    real = tls.make_server_context
+
+    def counting(work_dir: Path) -> Any:
+        made.append(work_dir)
+        return real(work_dir)
+
+    monkeypatch.setattr(tls, "make_server_context", counting)
+
+    async def serve_twice() -> list[str]:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(
+            answer, "127.0.0.1", 0, ssl=tls.lazy_server_context(tmp_path / "tls")
+        )
+        assert made == []  # nothing made until a client shakes hands
+        port = server.sockets[0].getsockname()[1]
+        texts = []
+        async with server, httpx.AsyncClient(verify=False) as client:
+            for _ in range(2):  # by IP address: no SNI, the callback still runs
+                texts.append((await client.get(f"https://127.0.0.1:{port}/")).text)
+        return texts
+
+    assert asyncio.run(serve_twice()) == ["ok", "ok"]
+    assert made == [tmp_path / "tls"]

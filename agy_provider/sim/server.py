@@ -4,8 +4,8 @@ Owns the process (arguments, log lines, lifecycle), the control channel to the p
 and the HTTP side of Connect: routing, CSRF, unary JSON bodies, error bodies and stream responses.
 
 Run as `python -m agy_provider.sim.server --app-dir DIR --control-fd FD --parent-pid PID
-[--csrf-token TOKEN] [--log-file PATH]`. It binds HTTPS (a self-signed certificate made at start)
-and plain HTTP on 127.0.0.1, logs agy's "Language server listening on random port at P for ..."
+[--csrf-token TOKEN] [--log-file PATH]`. It binds HTTPS (a self-signed certificate, made at the first
+handshake) and plain HTTP on 127.0.0.1, logs agy's "Language server listening on random port at P for ..."
 lines, sends `{"op":"ready","https":P1,"http":P2}` and serves until the parent dies or closes the
 control socket.
 """
@@ -19,14 +19,13 @@ import datetime
 import hmac
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
 import sys
 from pathlib import Path
 from typing import Any, Final
-
-import psutil
 
 from agy_provider.errors import UsageError
 from agy_provider.sim.agent_stream import Conversation, ServerFaults, StreamPhase
@@ -46,7 +45,7 @@ from agy_provider.sim.rpc_methods import (
     ModelEntry,
 )
 from agy_provider.sim.step_reader import ConversationSteps
-from agy_provider.sim.tls import make_server_context
+from agy_provider.sim.tls import lazy_server_context
 
 __all__ = [
     "CSRF_HEADER",
@@ -273,6 +272,21 @@ class LanguageServerProcess:
 
     async def watch_parent(self) -> None:
         """Stop when the parent process is gone (or a zombie)."""
+        if self.parent_pid == os.getppid():
+            # Our own parent (agy-sim): an exiting process's children are handed to another
+            # parent at once, before it is reaped, so this sees a zombie parent too, and needs
+            # no psutil (whose import is a good part of a server's start).
+            while not self.stopping.is_set() and os.getppid() == self.parent_pid:
+                await asyncio.sleep(_PARENT_POLL_S)
+        else:
+            await self._watch_other_parent()
+        if not self.stopping.is_set():
+            _log.info("parent %d is gone; shutting down", self.parent_pid)
+        self.stopping.set()
+
+    async def _watch_other_parent(self) -> None:
+        import psutil
+
         try:
             parent = psutil.Process(self.parent_pid)
             while not self.stopping.is_set():
@@ -281,9 +295,6 @@ class LanguageServerProcess:
                 await asyncio.sleep(_PARENT_POLL_S)
         except psutil.Error:
             pass
-        if not self.stopping.is_set():
-            _log.info("parent %d is gone; shutting down", self.parent_pid)
-        self.stopping.set()
 
     async def shutdown(self) -> None:
         """Close the listeners and every open connection, the databases and the channel."""
@@ -482,7 +493,7 @@ async def serve(args: argparse.Namespace) -> int:
         service, control, csrf_token=args.csrf_token, parent_pid=args.parent_pid
     )
     try:
-        tls = make_server_context(app_dir / "tmp")
+        tls = lazy_server_context(app_dir / "tmp")  # the certificate: at the first handshake
         https_port, http_port = await process.listen(tls)
     except OSError as exc:
         _log.error("language server could not start: %s", exc)

@@ -1,12 +1,16 @@
 """The simulated language server's TLS: a fresh self-signed loopback certificate per run.
 
 Owns making the key and certificate, loading them into a server `ssl.SSLContext`, and the files.
+The certificate is made on the first TLS handshake (`lazy_server_context`): importing
+`cryptography` and signing cost tens of milliseconds of CPU at every start, and most runs only
+ever see plain HTTP (clients probe the plain port first).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import shutil
 import ssl
@@ -15,12 +19,49 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CERT_VALIDITY", "make_server_context"]
+__all__ = ["CERT_VALIDITY", "lazy_server_context", "make_server_context"]
+
+_log = logging.getLogger("agy_provider.sim.server")
 
 # agy makes its certificate at start and nobody verifies it (clients pin nothing, they only refuse
 # non-loopback hosts), so a short life is enough and keeps a leaked key worthless soon.
 CERT_VALIDITY: Final = datetime.timedelta(days=2)
 _OPENSSL_TIMEOUT_S: Final = 30.0
+
+
+def lazy_server_context(work_dir: Path) -> ssl.SSLContext:
+    """A server-side TLS context whose certificate is made (by `make_server_context`) during the
+    first handshake, then used by every later one.
+
+    OpenSSL calls the server-name callback for every ClientHello, with or without SNI (clients of
+    127.0.0.1 send none), and the callback may switch the connection to another context: the one
+    holding the certificate. A certificate that cannot be made fails that handshake (logged).
+    """
+    made: list[ssl.SSLContext] = []
+
+    def with_certificate(
+        connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _context: ssl.SSLContext
+    ) -> int | None:
+        if not made:
+            try:
+                made.append(make_server_context(work_dir))
+            except OSError as exc:
+                _log.error("no TLS certificate for the HTTPS port: %s", exc)
+                return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+        connection.context = made[0]
+        return None
+
+    context = _server_context()
+    context.sni_callback = with_certificate
+    return context
+
+
+def _server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # Our HTTP layer speaks HTTP/1.1 only; advertising it keeps h2-capable clients off h2.
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def make_server_context(work_dir: Path) -> ssl.SSLContext:
@@ -46,10 +87,7 @@ def make_server_context(work_dir: Path) -> ssl.SSLContext:
             _write_private(key_path, key_pem)
         else:
             _self_signed_with_openssl(cert_path, key_path)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        # Our HTTP layer speaks HTTP/1.1 only; advertising it keeps h2-capable clients off h2.
-        context.set_alpn_protocols(["http/1.1"])
+        context = _server_context()
         context.load_cert_chain(cert_path, key_path)
         return context
     finally:

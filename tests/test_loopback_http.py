@@ -1,0 +1,186 @@
+"""LoopbackTransport (httpx over asyncio streams) against small scripted HTTP/1.1 servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agy_provider.loopback_http import LoopbackTransport
+from agy_provider.rpc_client import _unverified_tls
+from agy_provider.sim.tls import make_server_context
+
+Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + await reader.readexactly(length)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    reply: Reply, *, tls: bool = False, tmp: Path | None = None
+) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server answering each request with `reply` (False closes the connection); yields its
+    base URL and the number of requests each connection carried."""
+    per_connection: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        per_connection.append(0)
+        slot = len(per_connection) - 1
+        try:
+            while await _read_request(reader) is not None:
+                per_connection[slot] += 1
+                if not await reply(reader, writer):
+                    break
+        finally:
+            writer.close()
+
+    context = make_server_context(tmp) if tls and tmp is not None else None
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}", per_connection
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=LoopbackTransport(ssl_context=_unverified_tls()))
+
+
+async def _ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Seen: yes\r\n\r\nhello")
+    await writer.drain()
+    return True
+
+
+async def test_a_kept_alive_connection_carries_the_next_request() -> None:
+    async with serving(_ok) as (url, per_connection), client() as http:
+        for _ in range(3):
+            response = await http.post(url + "/a", content=b"{}")
+            assert (response.status_code, response.text) == (200, "hello")
+            assert response.headers["x-seen"] == "yes"
+    assert per_connection == [3]
+
+
+async def test_tls_with_the_shared_unverified_context(tmp_path: Path) -> None:
+    async with serving(_ok, tls=True, tmp=tmp_path) as (url, per_connection), client() as http:
+        assert (await http.post(url + "/a", content=b"{}")).text == "hello"
+        assert (await http.post(url + "/a", content=b"{}")).text == "hello"
+    assert per_connection == [2]
+
+
+async def test_a_chunked_body_split_into_single_bytes() -> None:
+    body = b"5\r\nhello\r\n1;ext=1\r\n \r\n5\r\nworld\r\n0\r\n\r\n"
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(len(body)):
+            writer.write(body[i : i + 1])
+            await writer.drain()
+        return True
+
+    async with serving(chunked) as (url, per_connection), client() as http:
+        async with http.stream("POST", url, content=b"x") as response:
+            pieces = [piece async for piece in response.aiter_raw()]
+        assert b"".join(pieces) == b"hello world" and pieces == [b"hello", b" ", b"world"]
+        assert (await http.post(url, content=b"x")).text == "hello world"
+    assert per_connection == [2]
+
+
+async def test_connection_close_and_a_body_read_to_the_end_are_not_reused() -> None:
+    async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        await writer.drain()
+        return False
+
+    async with serving(until_close) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "all of it"
+        assert (await http.post(url, content=b"")).text == "all of it"
+    assert per_connection == [1, 1]
+
+
+async def test_an_http_1_0_answer_is_kept_alive_only_when_it_says_so() -> None:
+    async def old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
+
+    async with serving(old) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "ok"
+        assert (await http.post(url, content=b"")).text == "ok"
+    assert per_connection == [1, 1]
+
+
+async def test_a_server_that_closed_an_idle_connection_gets_a_new_one() -> None:
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await _ok(reader, writer)
+        return False  # closes without saying so
+
+    async with serving(once) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "hello"
+        await asyncio.sleep(0.05)  # the close reaches us
+        assert (await http.post(url, content=b"")).text == "hello"
+    assert per_connection == [1, 1]
+
+
+async def test_failures_are_httpx_exceptions() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        return False
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(5)
+        return False
+
+    async def short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        return False
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        return False
+
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.post("http://127.0.0.1:1/", content=b"")
+        async with serving(hang_up) as (url, _):
+            with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
+                await http.post(url, content=b"")
+        async with serving(silent) as (url, _):
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post(url, content=b"", timeout=httpx.Timeout(5, read=0.1))
+        async with serving(short) as (url, _):
+            with pytest.raises(httpx.RemoteProtocolError, match="short"):
+                await http.post(url, content=b"")
+        async with serving(garbage) as (url, _):
+            with pytest.raises(httpx.RemoteProtocolError, match=r"not an HTTP/1\.1 response"):
+                await http.post(url, content=b"")
+
+
+async def test_a_stream_abandoned_midway_closes_its_connection() -> None:
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+        return True
+
+    async with serving(endless) as (url, per_connection), client() as http:
+        async with http.stream("POST", url, content=b"") as response:
+            async for piece in response.aiter_raw():
+                assert piece == b"abc"
+                break
+        async with http.stream("POST", url, content=b"") as response:
+            assert response.status_code == 200
+    assert per_connection == [1, 1]
