@@ -69,10 +69,11 @@ def stream_simple(
     `toolCall`s, while agy waits; the host runs them (pi's tool loop) and calls `stream_simple`
     again with the context ending in their `toolResult`s, which resumes the same agy turn into the
     new stream (the turn keeps what it started with — model, `cwd`, session, keywords; the new
-    call gives its context and abort signal). A host that moves on instead (a new user message in the session) or does not
-    answer within `host_tool_timeout` ends the waiting turn. With `tool_executor` (a function of
-    the `ToolCall` returning the result's text, or raising; sync functions run in a worker
-    thread) agy's calls run at once instead, and the turn stays one message.
+    call gives its context and abort signal). A host that moves on instead (a new user message
+    in the session) or does not answer within `host_tool_timeout` ends the waiting turn. With
+    `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
+    functions run in a worker thread) agy's calls run at once instead, and the turn stays one
+    message.
     """
     turn = normalise_turn(model, context, options)
     model, context, options = turn.model, turn.context, turn.options
