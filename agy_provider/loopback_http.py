@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -31,6 +32,15 @@ READ_BYTES: Final = 64 * 1024
 _Key = tuple[str, str, int]
 
 
+
+def _unanswered(exc: httpx.HTTPError) -> bool:
+    """True when the request reached a socket the server had closed (a reset, a broken pipe):
+    what a request on a kept-alive connection the server closed just then meets, and proof that
+    no server code read it. A bare end of stream proves nothing (the server may have read the
+    request, then closed): that is not retried."""
+    return isinstance(exc.__cause__, BrokenPipeError | ConnectionResetError)
+
+
 def _within(seconds: float | None) -> Any:
     """A timeout scope (`asyncio.timeout`: no task per read), or none for `None`."""
     return asyncio.timeout(seconds) if seconds is not None else contextlib.nullcontext()
@@ -42,8 +52,18 @@ class _Connection:
         self.writer = writer
 
     def reusable(self) -> bool:
-        # The server may have closed an idle connection: then its EOF is already buffered.
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        # The server may have closed an idle connection: its EOF may be buffered already, or
+        # still in the socket (readable while idle: EOF, or bytes no request asked for).
+        if self.writer.is_closing() or self.reader.at_eof():
+            return False
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return True
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
 
     def close(self) -> None:
         self.writer.transport.abort()
@@ -74,17 +94,26 @@ class LoopbackTransport(httpx.AsyncBaseTransport):
         timeouts = request.extensions.get("timeout", {})
         body = await request.aread()
         connection = self._reuse(key)
-        reused = connection is not None
-        if connection is None:
-            connection = await self._connect(key, timeouts.get("connect"), request)
-        try:
-            await self._send(connection, request, body, timeouts.get("write"))
-            status, reason, headers, http11 = await self._read_head(
-                connection, timeouts.get("read"), request, reused
-            )
-        except BaseException:
-            connection.close()
-            raise
+        while True:
+            reused = connection is not None
+            if connection is None:
+                connection = await self._connect(key, timeouts.get("connect"), request)
+            try:
+                await self._send(connection, request, body, timeouts.get("write"))
+                status, reason, headers, http11 = await self._read_head(
+                    connection, timeouts.get("read"), request, reused
+                )
+                break
+            except (httpx.RemoteProtocolError, httpx.WriteError, httpx.ReadError) as exc:
+                connection.close()
+                # A kept-alive connection the server closed as this request went out: nothing
+                # read it, so it is sent once more on a new connection.
+                if not reused or not _unanswered(exc):
+                    raise
+                connection = None
+            except BaseException:
+                connection.close()
+                raise
         stream = _Body(
             self, key, connection, request, headers, status, http11, timeouts.get("read")
         )

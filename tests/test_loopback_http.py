@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -183,4 +184,44 @@ async def test_a_stream_abandoned_midway_closes_its_connection() -> None:
                 break
         async with http.stream("POST", url, content=b"") as response:
             assert response.status_code == 200
+    assert per_connection == [1, 1]
+
+
+async def test_a_closed_idle_connection_is_not_reused_even_before_the_loop_saw_its_end() -> None:
+    """The server's end of stream is in the socket, not yet read by the loop (a busy loop): the
+    connection is seen to be closed before a request goes out on it."""
+
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await _ok(reader, writer)
+        return False  # closes without saying so
+
+    async with serving(once) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "hello"
+        time.sleep(0.05)  # the loop is held on purpose: the close arrives, unread
+        assert (await http.post(url, content=b"")).text == "hello"
+    assert per_connection == [1, 1]
+
+
+async def test_a_request_that_meets_a_reset_kept_alive_connection_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reset proves the server read nothing: the request goes out once more, on a new
+    connection."""
+    import socket
+    import struct
+
+    from agy_provider import loopback_http
+
+    async def reset_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await _ok(reader, writer)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return False  # closing now sends a reset
+
+    # As if the reset came just after the connection was checked before reuse.
+    monkeypatch.setattr(loopback_http._Connection, "reusable", lambda self: True)
+    async with serving(reset_after_one) as (url, per_connection), client() as http:
+        assert (await http.post(url, content=b"")).text == "hello"
+        await asyncio.sleep(0.05)  # the reset arrives
+        assert (await http.post(url, content=b"")).text == "hello"
     assert per_connection == [1, 1]
