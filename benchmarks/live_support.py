@@ -113,11 +113,40 @@ def private_world(prefix: str) -> Iterator[Path]:
                 "AGY_PROVIDER_PLUGINS": "",
             }
         )
+        _bytecode_ahead(tmp)
         yield tmp
     finally:
         os.environ.clear()
         os.environ.update(saved)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bytecode_ahead(tmp: Path) -> None:
+    """Bytecode for every agy-sim and language-server start, made once by a warm-up turn.
+
+    An installed package has its bytecode; a checkout may not (stale or missing caches, or
+    PYTHONDONTWRITEBYTECODE set, as on this machine), and then each of the 40 simulator processes
+    of a 20-turn run compiles its modules again: tens of ms of CPU apiece, competing with the
+    provider being measured. One agy-sim turn (in a state folder of its own) writes the caches of
+    all it imports into a private prefix that every later child reads (PYTHONPYCACHEPREFIX);
+    nothing in the checkout or site-packages is written.
+    """
+    prefix = tmp / "pycache"
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["ANTIGRAVITY_APP_DATA_DIR"] = str(tmp / "warm-up-state")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            [agy_sim(), "-p", "warm up", "--output-format", "stream-json"],
+            env=env,
+            cwd=tmp / "work",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+            start_new_session=True,
+        )
 
 
 def end_tree(pid: int) -> None:
