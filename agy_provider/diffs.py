@@ -116,8 +116,11 @@ def _int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str):
+        text = value.strip()
+        # ASCII digits only: "²".isdigit() is True, but int("²") raises.
+        if text.isascii() and text.isdigit():
+            return int(text)
     return None
 
 

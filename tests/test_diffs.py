@@ -430,3 +430,9 @@ def test_a_replacement_found_in_the_old_text_is_applied_there(
     assert diff.new_text is not None
     at = old.find(target)
     assert diff.new_text == old[:at] + replacement + old[at + len(target) :]
+
+
+def test_a_start_line_of_non_ascii_digits_is_no_line_number() -> None:
+    """Found by the property test above on a clean clone: "²".isdigit() is True, int("²") raises."""
+    diff = edit_diff("replace_file_content", {"StartLine": "²", "TargetContent": "a"})
+    assert diff.lines is not None

@@ -894,3 +894,13 @@ def test_tls_certificate_is_made_at_the_first_handshake_only(
 
     assert asyncio.run(serve_twice()) == ["ok", "ok"]
     assert made == [tmp_path / "tls"]
+
+
+def test_a_number_of_non_ascii_digits_is_invalid_argument_not_a_crash() -> None:
+    """"²".isdigit() is True, but int("²") raises: the simulator answers invalid_argument."""
+    from agy_provider.sim.rpc_methods import ConnectError, _int_field
+
+    for bad in ("²", "-٣"):
+        with pytest.raises(ConnectError, match="invalid value"):
+            _int_field(bad, "stepOffset")
+    assert _int_field("-12", "stepOffset") == -12

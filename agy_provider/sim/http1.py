@@ -92,7 +92,7 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
         if "chunked" in headers.get("transfer-encoding", "").lower():
             return await _read_chunked(reader)
         length_text = headers.get("content-length", "0")
-        if not length_text.isdigit():
+        if not (length_text.isascii() and length_text.isdigit()):
             raise HttpProtocolError(f"bad Content-Length {length_text[:40]!r}")
         length = int(length_text)
         if length > MAX_BODY_BYTES:

@@ -105,7 +105,8 @@ def _int_field(value: object, what: str) -> int:
         raise ConnectError("invalid_argument", f"invalid value for {what}: {value!r}")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    # ASCII digits only: "²".isdigit() is True, but int("²") raises.
+    if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
         return int(value)
     raise ConnectError("invalid_argument", f"invalid value for {what}: {value!r}")
 
