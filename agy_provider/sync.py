@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import queue
@@ -21,6 +23,7 @@ from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.host_input import HostTurn, normalise_turn
 from agy_provider.options import AbortSignal
 from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.turn import PARKED, STOPPED_WAITING
 from agy_provider.types import AssistantMessage
 
 __all__ = ["complete", "iter_events"]
@@ -40,11 +43,17 @@ class _End:
 
 
 class _TurnThread:
-    """One turn on a private event loop in a daemon thread, feeding a thread-safe queue."""
+    """One turn on a private event loop in a daemon thread, feeding a thread-safe queue.
+
+    A turn that ends its stream with `toolUse` (agy waits for the caller's tool results) keeps
+    its loop: the caller's events end, and the call that brings the results (`_Resumed`) runs
+    on the same loop. The thread ends with the turn.
+    """
 
     def __init__(self, turn: HostTurn, kwargs: dict[str, Any]) -> None:
         self.stop = AbortSignal()
         self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
+        self.parked = False  # the stream ended `toolUse`: the turn waits for tool results
         self._turn = turn
         self._kwargs = kwargs
         self._thread = threading.Thread(target=self._main, name="agy-provider turn", daemon=True)
@@ -64,37 +73,132 @@ class _TurnThread:
             _live.discard(self)
 
     async def _run(self) -> None:
-        turn = self._turn
-        host_signal = turn.options.signal
-        options = dataclasses.replace(turn.options, signal=self.stop)
-        stream = stream_simple(turn.model, turn.context, options, **self._kwargs)
-        if turn.abort is not None:
-            turn.abort.attach(stream)
-        follow = None
-        if host_signal is not None:
-            follow = asyncio.ensure_future(self._follow(host_signal))
-        try:
-            async for event in stream:
-                self.events.put(event)
-        finally:
-            if follow is not None:
-                follow.cancel()
-            # The session is saved and agy stopped after the final event: wait for both here,
-            # so the caller is handed back control only when nothing of the turn runs.
-            await wait_for_turns()
-
-    async def _follow(self, host_signal: AbortSignal) -> None:
-        await host_signal.wait()
-        self.stop.abort(host_signal.reason)
+        stream = _start(self._turn, self._kwargs, self.stop)
+        self.parked = await _relay(stream, self._turn, self.stop, self.events)
+        if self.parked:
+            self.events.put(_End())  # the caller's events end; this loop serves the turn on
+        # The session is saved and agy stopped after the final event: wait for both here, so
+        # the caller is handed back control only when nothing of the turn runs (a parked turn:
+        # until the calls that resume it have ended it, or it ends unanswered).
+        await stream.turn_ended()
+        await wait_for_turns()
 
     def finish(self, reason: str) -> None:
-        """Abort the turn (if still running) and wait until its thread, and so agy, is done."""
+        """Abort the turn (if still running) and wait until its thread, and so agy, is done;
+        a turn parked on the caller's tool results is left waiting for them."""
+        if self.parked and reason != _EXITING:
+            return
         self.stop.abort(reason)
+        if self.parked:
+            _end_parked_turns()
         self._thread.join(_STOP_BOUND)
         if self._thread.is_alive():
             log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
 
 
+class _Resumed:
+    """The call that brings a parked turn its tool results, run on that turn's loop."""
+
+    def __init__(self, turn: HostTurn, kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        self.stop = AbortSignal()
+        self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
+        self.parked = False
+        self._turn = turn
+        self._kwargs = kwargs
+        self._loop = loop
+        self._done: concurrent.futures.Future[None] | None = None
+
+    def start(self) -> None:
+        work = self._run()
+        try:
+            self._done = asyncio.run_coroutine_threadsafe(work, self._loop)
+        except RuntimeError:  # the loop has closed
+            work.close()
+            raise
+
+    def lost(self) -> bool:
+        """True when the turn's loop closed before this call ran (the turn ended meanwhile)."""
+        return self._loop.is_closed() and self._done is not None and not self._done.done()
+
+    async def _run(self) -> None:
+        try:
+            stream = _start(self._turn, self._kwargs, self.stop)
+            self.parked = await _relay(stream, self._turn, self.stop, self.events)
+            if not self.parked:
+                await stream.turn_ended()  # agy stopped and the session saved
+        except BaseException as exc:
+            self.events.put(_End(exc))
+            raise
+        self.events.put(_End())
+
+    def finish(self, reason: str) -> None:
+        if self.parked and reason != _EXITING:
+            return
+        self.stop.abort(reason)
+        if self._done is not None:
+            try:
+                self._done.result(_STOP_BOUND)
+            except concurrent.futures.TimeoutError:
+                log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
+            except BaseException:  # already handed to the caller as its _End
+                pass
+
+
+def _start(turn: HostTurn, kwargs: dict[str, Any], stop: AbortSignal) -> Any:
+    options = dataclasses.replace(turn.options, signal=stop)
+    stream = stream_simple(turn.model, turn.context, options, **kwargs)
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    return stream
+
+
+async def _relay(
+    stream: Any,
+    turn: HostTurn,
+    stop: AbortSignal,
+    events: queue.SimpleQueue[AssistantMessageEvent | _End],
+) -> bool:
+    """Pass the stream's events on; True when it ended `toolUse` (the turn is parked)."""
+    host_signal = turn.options.signal
+    follow = None
+    if host_signal is not None:
+        follow = asyncio.ensure_future(_follow(host_signal, stop, stream))
+    last: AssistantMessageEvent | None = None
+    try:
+        async for event in stream:
+            events.put(event)
+            last = event
+    finally:
+        if follow is not None and not (isinstance(last, DoneEvent) and last.reason == "toolUse"):
+            follow.cancel()
+    return isinstance(last, DoneEvent) and last.reason == "toolUse"
+
+
+async def _follow(host_signal: AbortSignal, stop: AbortSignal, stream: Any) -> None:
+    """The caller's signal aborts the turn until the turn ends (a parked one included)."""
+    raised = asyncio.ensure_future(host_signal.wait())
+    ended = asyncio.ensure_future(stream.turn_ended())
+    try:
+        await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        raised.cancel()
+        ended.cancel()
+    if host_signal.aborted:
+        stop.abort(host_signal.reason)
+
+
+def _end_parked_turns() -> None:
+    """End every parked turn on its own loop, from any thread (the interpreter is exiting)."""
+    for parked in PARKED.all():
+        loop = parked.loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(parked.end_parked(STOPPED_WAITING), loop)
+
+
+_EXITING = "the interpreter exiting"
+# How often a caller waiting for a resumed turn's events checks that its loop still runs.
+_LOST_CHECK = 1.0
 _live: set[_TurnThread] = set()
 
 
@@ -102,7 +206,7 @@ _live: set[_TurnThread] = set()
 def _stop_all_turns() -> None:
     # Daemon threads die with the interpreter without cleaning up: end every turn first.
     for runner in list(_live):
-        runner.finish("the interpreter exiting")
+        runner.finish(_EXITING)
 
 
 def iter_events(
@@ -114,7 +218,10 @@ def iter_events(
     …). The turn starts at the first `next()`, on a private event loop in a daemon thread, so
     no loop needs to be running. Stopping early — `close()` on the iterator, leaving a `for`
     loop with `break`, an exception or Ctrl-C while waiting — aborts the turn and returns only
-    once agy's process tree is gone; when the events run out, agy is gone too.
+    once agy's process tree is gone; when the events run out, agy is gone too — unless they end
+    `done` with `toolUse`: agy then waits (on that private loop) for the results of the calls,
+    and the `iter_events` whose context ends in them resumes the same turn (host tools; see
+    `stream_simple`). The interpreter's exit ends a turn still waiting.
 
     Raises `UsageError` at once for input `stream_simple` cannot use; every failure of the turn
     itself is its final `error` event.
@@ -124,12 +231,30 @@ def iter_events(
 
 
 def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessageEvent, None, None]:
-    runner = _TurnThread(turn, kwargs)
-    runner.start()
+    runner: _TurnThread | _Resumed = _TurnThread(turn, kwargs)
+    found = PARKED.find(turn.context.messages)
+    loop = found[0].loop if found is not None else None
+    if loop is not None and loop.is_running():
+        try:  # tool results for a turn parked on its loop: the same turn goes on
+            resumed = _Resumed(turn, kwargs, loop)
+            resumed.start()
+            runner = resumed
+        except RuntimeError:  # its loop closed just now: the results make a new turn
+            runner.start()
+    else:
+        runner.start()
     ended = False
     try:
         while True:
-            item = runner.events.get()
+            try:
+                item = runner.events.get(timeout=_LOST_CHECK)
+            except queue.Empty:
+                if isinstance(runner, _Resumed) and runner.lost():
+                    runner = _TurnThread(turn, kwargs)  # the results make a new turn
+                    runner.start()
+                continue
+            if isinstance(item, DoneEvent) and item.reason == "toolUse":
+                runner.parked = True  # agy waits for the caller's tool results: leave it so
             if isinstance(item, _End):
                 ended = True
                 if item.error is not None:

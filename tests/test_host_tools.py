@@ -444,3 +444,24 @@ async def test_a_new_turn_on_another_loop_ends_the_parked_turn_of_its_session(
     expect_done(events, message, scenario_answer("default"))
     assert recorder.turns[0].process.returncode is not None
     assert leftovers(tool_env, recorder) == []
+
+
+def test_the_sync_api_runs_the_tool_loop_in_one_agy_turn(tool_env: Path, recorder: Any) -> None:
+    """Without an event loop: `complete` returns `toolUse` while agy waits on a private loop;
+    the next `complete` with the results resumes that same turn."""
+    from agy_provider.sync import complete
+
+    context = Context(
+        messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    first = complete(MODEL, context)
+    assert first.stop_reason == "toolUse"
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    assert dict(call.arguments) == tool_arguments()
+    second = complete(
+        MODEL, Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
+    )
+    assert second.stop_reason == "stop"
+    assert "".join(b.text for b in second.content if isinstance(b, TextContent)) == tool_answer()
+    assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
+    assert leftovers(tool_env, recorder) == []
