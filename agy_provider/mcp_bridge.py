@@ -339,7 +339,10 @@ class HostToolBridge:
                 await asyncio.shield(task)
         folder, self._config_dir = self._config_dir, None
         if folder is not None:
-            await asyncio.to_thread(shutil.rmtree, folder, True)
+            try:
+                await asyncio.to_thread(shutil.rmtree, folder, True)
+            except RuntimeError:  # the loop is shutting down (its executor is gone): here, then
+                shutil.rmtree(folder, True)
 
     async def _serve(self, sock: socket.socket, ready: asyncio.Future[None]) -> None:
         self._manager = manager = StreamableHTTPSessionManager(
@@ -520,7 +523,36 @@ class HostToolBridge:
 
     async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._manager is not None  # requests arrive only while _serve runs it
-        await self._manager.handle_request(scope, receive, send)
+        state = {"started": False, "complete": False}
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                state["complete"] = True
+            await send(message)
+
+        try:
+            await self._manager.handle_request(scope, receive, tracked)
+            return
+        except asyncio.CancelledError:
+            # The host's loop is shutting down (asyncio.run cancels every task) or the bridge
+            # closes: the request ends here, with a proper end, not as uvicorn's logged error.
+            log.debug("host tool bridge: a request was cancelled (the loop or the turn ended)")
+        except RuntimeError as exc:
+            if not self._closing.is_set() and self._manager_alive():
+                raise
+            # The SDK's session manager has already stopped (a loop shutting down).
+            log.debug("host tool bridge: a request after the SDK stopped: %s", exc)
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            if not state["started"]:
+                await _respond(send, 503, "the host tool bridge is closing: the turn ended")
+            elif not state["complete"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _manager_alive(self) -> bool:
+        task = self._serve_task
+        return task is not None and not task.done() and not task.cancelling()
 
     def _authorized(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
         given = [value for key, value in headers if key.lower() == _TOKEN_HEADER_KEY]
