@@ -202,11 +202,20 @@ _LOST_CHECK = 1.0
 _live: set[_TurnThread] = set()
 
 
-@atexit.register
 def _stop_all_turns() -> None:
     # Daemon threads die with the interpreter without cleaning up: end every turn first.
     for runner in list(_live):
         runner.finish(_EXITING)
+
+
+# Before concurrent.futures refuses new work at exit (its own hook, registered earlier, runs
+# after this one): ending a turn saves its session and reads agy's database in worker threads.
+# `threading._register_atexit` is how concurrent.futures itself does it; plain atexit otherwise.
+_register_early = getattr(threading, "_register_atexit", None)
+if callable(_register_early):
+    _register_early(_stop_all_turns)
+else:
+    atexit.register(_stop_all_turns)
 
 
 def iter_events(
