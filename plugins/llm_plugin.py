@@ -106,9 +106,9 @@ class _AgyModelBase:
 
     model_id: str
     can_stream = True
-    # llm's tool chain runs each tool between two `execute` calls, while agy's turn waits parked
-    # on the MCP bridge; the sync model runs each call on a loop of its own, which ends with it.
-    supports_tools = False
+    # llm's tools reach agy through the MCP bridge; llm's chain runs each call (with its own
+    # approval hooks) between two `execute` calls while agy's turn waits, parked, for the results.
+    supports_tools = True
     supports_schema = False
 
     def __init__(self, model_id: str, agy_id: str, efforts: Sequence[str] = ()) -> None:
@@ -162,8 +162,19 @@ class _AgyModelBase:
 
 
 def _context(prompt: llm.Prompt) -> Any:
-    """llm's messages (system, user, assistant text) as pi's context; the newest is the user's."""
-    from agy_provider.types import AssistantMessage, Context, TextContent, UserMessage
+    """llm's messages (system, user, assistant text and tool calls, tool results) and tools as
+    pi's context; the newest message is the user's, or the results of the tools agy called."""
+    from llm.parts import ToolCallPart, ToolResultPart
+
+    from agy_provider.types import (
+        AssistantMessage,
+        Context,
+        TextContent,
+        Tool,
+        ToolCall,
+        ToolResultMessage,
+        UserMessage,
+    )
 
     system: list[str] = []
     messages: list[Any] = []
@@ -173,20 +184,46 @@ def _context(prompt: llm.Prompt) -> Any:
             system.append(text)
         elif message.role == "user" and text:
             messages.append(UserMessage(content=text, timestamp=0))
-        elif message.role == "assistant" and text:
-            messages.append(
-                AssistantMessage(
-                    content=[TextContent(text=text)],
-                    api="agy",
-                    provider="agy",
-                    model="agy",
-                    stop_reason="stop",
+        elif message.role == "assistant":
+            calls = [
+                ToolCall(id=p.tool_call_id or "", name=p.name, arguments=dict(p.arguments))
+                for p in message.parts
+                if isinstance(p, ToolCallPart) and not p.server_executed
+            ]
+            if text or calls:
+                messages.append(
+                    AssistantMessage(
+                        content=[*([TextContent(text=text)] if text else []), *calls],
+                        api="agy",
+                        provider="agy",
+                        model="agy",
+                        stop_reason="toolUse" if calls else "stop",
+                        timestamp=0,
+                    )
+                )
+        elif message.role == "tool":
+            messages.extend(
+                ToolResultMessage(
+                    tool_call_id=p.tool_call_id or "",
+                    tool_name=p.name,
+                    content=[TextContent(text=p.output)],
+                    is_error=p.exception is not None,
                     timestamp=0,
                 )
+                for p in message.parts
+                if isinstance(p, ToolResultPart) and not p.server_executed
             )
-    if not messages or not isinstance(messages[-1], UserMessage):
+    if not messages or not isinstance(messages[-1], UserMessage | ToolResultMessage):
         messages.append(UserMessage(content=prompt.prompt or "", timestamp=0))
-    return Context(system_prompt="\n\n".join(s for s in system if s) or None, messages=messages)
+    tools = [
+        Tool(t.name, t.description or "", dict(t.input_schema or {"type": "object"}))
+        for t in prompt.tools or ()
+    ]
+    return Context(
+        system_prompt="\n\n".join(s for s in system if s) or None,
+        messages=messages,
+        tools=tools or None,
+    )
 
 
 def _is_text(part: Any) -> bool:
@@ -235,11 +272,20 @@ class EventsToLlm:
                 result = _tool_event("tool_result", run.result, f"agy-tool-{index}")
                 result.tool_name = run.name
                 out.append(result)
+        elif kind == "toolcall_end":
+            # A call of one of llm's tools (through the MCP bridge): llm's chain runs it.
+            call = event.tool_call
+            for part, chunk in (("tool_call_name", call.name), ("tool_call_args", _json(call))):
+                out.append(StreamEvent(type=part, chunk=chunk, tool_call_id=call.id))
         elif kind == "done":
             self.message = event.message
         elif kind == "error":
             self.message = event.error
         return out
+
+
+def _json(call: Any) -> str:
+    return json.dumps(dict(call.arguments), ensure_ascii=False)
 
 
 def _tool_event(kind: str, chunk: str, call_id: str) -> StreamEvent:
@@ -258,6 +304,11 @@ def _finish(response: Any, message: Any) -> None:
         response.set_resolved_model(message.model)
     if message.stop_reason in ("error", "aborted"):
         raise llm.ModelError(f"agy: {message.error_message or 'the turn failed'}")
+    for block in message.content:
+        if getattr(block, "type", "") == "toolCall":  # for llm's chain to run (agy waits)
+            response.add_tool_call(
+                llm.ToolCall(name=block.name, arguments=dict(block.arguments), tool_call_id=block.id)
+            )
 
 
 class AgySyncModel(_AgyModelBase, llm.Model):
@@ -317,6 +368,9 @@ class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
         finally:
             if not finished:
                 abort.abort("llm stopped reading the response")
-        # agy is stopped and the session saved after the final event: llm closes its loop next.
-        await wait_for_turns()
-        _finish(response, mapper.message)
+        message = mapper.message
+        if message is None or message.stop_reason != "toolUse":
+            # agy is stopped and the session saved after the final event: llm may close its
+            # loop next. After `toolUse` agy waits for llm's chain to bring the results.
+            await wait_for_turns()
+        _finish(response, message)

@@ -465,3 +465,37 @@ def test_the_sync_api_runs_the_tool_loop_in_one_agy_turn(tool_env: Path, recorde
     assert "".join(b.text for b in second.content if isinstance(b, TextContent)) == tool_answer()
     assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
     assert leftovers(tool_env, recorder) == []
+
+
+def test_a_program_that_exits_with_agy_waiting_for_its_tools_leaves_nothing(
+    tool_env: Path, tmp_path: Path
+) -> None:
+    """The sync API's caller got `toolUse` and exits without answering: the exit ends agy's
+    waiting turn (saving its session) quietly, and no process of it is left."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "caller.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from agy_provider.sync import complete
+            tool = {"name": "lookup_order", "description": "Look up an order",
+                    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}
+            message = complete("default", {"messages": [{"role": "user", "content": "A-1042?"}],
+                                           "tools": [tool]}, {"sessionId": "exits"})
+            print(message.stop_reason, flush=True)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["toolUse"]
+    assert "Traceback" not in done.stderr, done.stderr
+    assert leftovers(tool_env) == []
+    from agy_provider.sessions import SessionStore
+
+    assert SessionStore().get("exits") is not None  # the session was saved at the exit

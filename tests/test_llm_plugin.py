@@ -222,3 +222,75 @@ def test_listing_models_does_not_load_the_runner(llm_env: dict[str, str]) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# -- llm's tools: agy calls them through the MCP bridge, llm's chain runs them -----------------
+
+
+def _tool_runs() -> tuple[list[dict[str, Any]], Any]:
+    from host_helpers import tool_output
+
+    runs: list[dict[str, Any]] = []
+
+    def lookup_order(order_id: str, verbose: bool = False) -> str:
+        """Look up an order's status by its id."""
+        runs.append({"order_id": order_id, "verbose": verbose})
+        return tool_output(order_id)
+
+    return runs, lookup_order
+
+
+def test_llms_chain_runs_a_tool_agy_calls_once_in_one_agy_turn(
+    llm_env: dict[str, str], live_env: Path, recorder: Observed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from host_helpers import TOOL_SCENARIO, tool_answer, tool_arguments
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    runs, lookup_order = _tool_runs()
+    chain = llm.get_model("agy").chain("Where is my order A-1042?", tools=[lookup_order])
+    assert chain.text() == tool_answer()
+    assert runs == [tool_arguments()]
+    first, second = chain._responses  # what ran (`responses()` would run the chain again)
+    assert [(c.name, c.arguments) for c in first.tool_calls()] == [
+        ("lookup_order", tool_arguments())
+    ]
+    assert second.tool_calls() == []
+    assert len(recorder.turns) == 1  # the results went on in the same agy turn
+    assert leftovers(live_env, recorder) == []
+
+
+async def test_llms_async_chain_runs_a_tool_agy_calls(
+    llm_env: dict[str, str], live_env: Path, recorder: Observed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from host_helpers import TOOL_SCENARIO, tool_answer, tool_arguments
+
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    runs, lookup_order = _tool_runs()
+    chain = llm.get_async_model("agy").chain("Where is my order A-1042?", tools=[lookup_order])
+    assert await chain.text() == tool_answer()
+    assert runs == [tool_arguments()] and len(recorder.turns) == 1
+    assert leftovers(live_env, recorder) == []
+
+
+def test_the_llm_command_runs_a_function_agy_calls(
+    llm_env: dict[str, str], live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from host_helpers import TOOL_SCENARIO, tool_answer
+
+    function = (
+        "def lookup_order(order_id: str, verbose: bool = False) -> str:\n"
+        '    """Look up an order\'s status by its id."""\n'
+        "    return f'order {order_id} shipped on 2026-11-28'\n"
+    )
+    done = run_llm(
+        llm_env,
+        "-m",
+        "agy",
+        "--functions",
+        function,
+        "Where is my order A-1042?",
+        AGY_SIM_SCENARIO=TOOL_SCENARIO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == tool_answer()
+    assert leftovers(live_env) == []
