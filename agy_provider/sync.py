@@ -117,8 +117,10 @@ class _Resumed:
             raise
 
     def lost(self) -> bool:
-        """True when the turn's loop closed before this call ran (the turn ended meanwhile)."""
-        return self._loop.is_closed() and self._done is not None and not self._done.done()
+        """True when the turn's loop closed under this call (the turn ended meanwhile and its
+        loop with it) before the call could say how it ended."""
+        done = self._done
+        return self._loop.is_closed() and (done is None or not done.done() or done.cancelled())
 
     async def _run(self) -> None:
         try:
@@ -126,6 +128,8 @@ class _Resumed:
             self.parked = await _relay(stream, self._turn, self.stop, self.events)
             if not self.parked:
                 await stream.turn_ended()  # agy stopped and the session saved
+        except asyncio.CancelledError:
+            raise  # the loop is closing under this call: the caller sees it `lost()`
         except BaseException as exc:
             self.events.put(_End(exc))
             raise
@@ -252,13 +256,17 @@ def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessag
             runner.start()
     else:
         runner.start()
-    ended = False
+    ended = yielded = False
     try:
         while True:
             try:
                 item = runner.events.get(timeout=_LOST_CHECK)
             except queue.Empty:
                 if isinstance(runner, _Resumed) and runner.lost():
+                    if yielded:
+                        raise IncompleteStreamError(
+                            "the turn ended while its tool results were being delivered"
+                        ) from None
                     runner = _TurnThread(turn, kwargs)  # the results make a new turn
                     runner.start()
                 continue
@@ -269,6 +277,7 @@ def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessag
                 if item.error is not None:
                     raise item.error
                 return
+            yielded = True
             yield item
     finally:
         runner.finish("the turn ending" if ended else "the caller stopping")
