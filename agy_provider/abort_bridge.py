@@ -16,7 +16,7 @@ from agy_provider.errors import UsageError
 from agy_provider.options import AbortSignal
 from agy_provider.stream import AssistantMessageEventStream
 
-__all__ = ["SignalBridge", "bridge_signal"]
+__all__ = ["SignalBridge", "bridge_signal", "forward_until_turn_ends"]
 
 # How often a watcher thread looks at a signal it cannot wait on (or at the turn having ended,
 # while it blocks in threading.Event.wait): well inside the ~200 ms an abort may take, and a
@@ -155,3 +155,19 @@ def _keep(task: asyncio.Task[None]) -> None:
     # The loop holds tasks weakly: keep each watcher until it is done.
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+
+
+async def forward_until_turn_ends(
+    source: AbortSignal, target: AbortSignal, stream: AssistantMessageEventStream
+) -> None:
+    """Abort `target` when `source` is aborted, until the turn behind `stream` has ended (a turn
+    parked on host tools outlives its stream, and its caller's abort must still reach it)."""
+    raised = asyncio.ensure_future(source.wait())
+    ended = asyncio.ensure_future(stream.turn_ended())
+    try:
+        await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        raised.cancel()
+        ended.cancel()
+    if source.aborted:
+        target.abort(source.reason)

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Generator, Iterator
 from typing import Any
 
+from agy_provider.abort_bridge import forward_until_turn_ends
 from agy_provider.errors import IncompleteStreamError
 from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.host_input import HostTurn, normalise_turn
@@ -166,7 +167,7 @@ async def _relay(
     host_signal = turn.options.signal
     follow = None
     if host_signal is not None:
-        follow = asyncio.ensure_future(_follow(host_signal, stop, stream))
+        follow = asyncio.ensure_future(forward_until_turn_ends(host_signal, stop, stream))
     last: AssistantMessageEvent | None = None
     try:
         async for event in stream:
@@ -176,19 +177,6 @@ async def _relay(
         if follow is not None and not (isinstance(last, DoneEvent) and last.reason == "toolUse"):
             follow.cancel()
     return isinstance(last, DoneEvent) and last.reason == "toolUse"
-
-
-async def _follow(host_signal: AbortSignal, stop: AbortSignal, stream: Any) -> None:
-    """The caller's signal aborts the turn until the turn ends (a parked one included)."""
-    raised = asyncio.ensure_future(host_signal.wait())
-    ended = asyncio.ensure_future(stream.turn_ended())
-    try:
-        await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        raised.cancel()
-        ended.cancel()
-    if host_signal.aborted:
-        stop.abort(host_signal.reason)
 
 
 def _end_parked_turns() -> None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agy_provider.abort_bridge import forward_until_turn_ends
 from agy_provider.agy.models import AgyModel, list_models
 from agy_provider.config import load_config
 from agy_provider.errors import AgyError, UsageError
@@ -95,25 +96,13 @@ async def host_events(
     if host_signal is not None:
         # Until the turn ends, which may be after this stream: a stream that ends `toolUse`
         # leaves agy waiting for the host's tool results, and the host's abort must reach it.
-        _keep(asyncio.ensure_future(_follow(host_signal, stop, stream)))
+        _keep(asyncio.ensure_future(forward_until_turn_ends(host_signal, stop, stream)))
     try:
         async for event in stream:
             yield event
     finally:
         if not stream.done:
             stop.abort("the host stopped reading the turn")
-
-
-async def _follow(host_signal: AbortSignal, stop: AbortSignal, stream: Any) -> None:
-    raised = asyncio.ensure_future(host_signal.wait())
-    ended = asyncio.ensure_future(stream.turn_ended())
-    try:
-        await asyncio.wait({raised, ended}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        raised.cancel()
-        ended.cancel()
-    if host_signal.aborted:
-        stop.abort(host_signal.reason)
 
 
 _following: set[asyncio.Future[None]] = set()
