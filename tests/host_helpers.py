@@ -42,6 +42,12 @@ def conversations(app: Path) -> list[str]:
 # A host's agent with a tool: agy-sim's scenario in which the model calls the host tool
 # `lookup_order` (through the MCP bridge) and answers with what it returned.
 TOOL_SCENARIO = "mcp-host-tool"
+# The host tool that scenario calls: its JSON Schema.
+TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+    "required": ["order_id"],
+}
 
 
 def tool_arguments() -> dict[str, object]:

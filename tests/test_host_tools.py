@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import TOOL_SCENARIO, conversations, tool_answer, tool_arguments, tool_output
+from host_helpers import (
+    TOOL_PARAMETERS,
+    TOOL_SCENARIO,
+    conversations,
+    tool_answer,
+    tool_arguments,
+    tool_output,
+)
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
 
 from agy_provider.events import DoneEvent
@@ -36,15 +43,7 @@ from agy_provider.types import (
 
 pytestmark = pytest.mark.slow
 
-LOOKUP = Tool(
-    "lookup_order",
-    "Look up an order's status by its id.",
-    {
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
-        "required": ["order_id"],
-    },
-)
+LOOKUP = Tool("lookup_order", "Look up an order's status by its id.", TOOL_PARAMETERS)
 RESULT = tool_output("A-1042")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_helpers import TOOL_PARAMETERS
 
 mcp = pytest.importorskip("mcp", reason="the MCP bridge needs the `mcp` SDK (extra `bridge`)")
 
@@ -43,15 +44,7 @@ from agy_provider.plugin_manager import get_plugin_manager  # noqa: E402
 from agy_provider.runner import TurnRequest, build_argv  # noqa: E402
 from agy_provider.types import Tool  # noqa: E402
 
-LOOKUP = HostTool(
-    "lookup_order",
-    "Look up an order by its id",
-    {
-        "type": "object",
-        "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
-        "required": ["order_id"],
-    },
-)
+LOOKUP = HostTool("lookup_order", "Look up an order by its id", TOOL_PARAMETERS)
 MODES = ["legacy", "auto", "2026-07-28"]
 
 

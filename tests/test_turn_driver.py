@@ -225,6 +225,19 @@ async def until(condition: Any) -> None:
 # -- phases alone ----------------------------------------------------------------------------
 
 
+def preparing_driver(edges: TurnEdges, context: Context, **kwargs: Any) -> TurnDriver:
+    """A driver of session "s" for calling `prepare` alone (which never touches the stream)."""
+    return TurnDriver(
+        MODEL,
+        context,
+        SimpleStreamOptions(session_id="s"),
+        stream=None,  # type: ignore[arg-type]
+        assembler=StepAssembler(model=MODEL.id),
+        edges=edges,
+        **kwargs,
+    )
+
+
 def test_prepare_alone_decides_prompt_session_source_and_argv(tmp_path: Path) -> None:
     script = Script()
     edges = edges_for(script, tmp_path)
@@ -233,14 +246,7 @@ def test_prepare_alone_decides_prompt_session_source_and_argv(tmp_path: Path) ->
         "s", SessionRecord(CONVERSATION, last_step_index=7, history_digest=history_digest(earlier))
     )
     context = Context(messages=[*earlier, UserMessage(content="now", timestamp=0)])
-    driver = TurnDriver(
-        MODEL,
-        context,
-        SimpleStreamOptions(session_id="s"),
-        stream=None,  # type: ignore[arg-type]  # prepare never touches the stream
-        assembler=StepAssembler(model=MODEL.id),
-        edges=edges,
-    )
+    driver = preparing_driver(edges, context)
     plan = driver.prepare()
     assert plan.resume and plan.conversation_id == CONVERSATION and plan.min_index == 7
     assert plan.prompt == "now"  # resumed: only the new message
@@ -492,16 +498,7 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     context = Context(messages=[*earlier, *results], tools=[tool])
 
     def plan_for(executor: Any = None) -> Any:
-        driver = TurnDriver(
-            MODEL,
-            context,
-            SimpleStreamOptions(session_id="s"),
-            stream=None,  # type: ignore[arg-type]  # prepare never touches the stream
-            assembler=StepAssembler(model=MODEL.id),
-            edges=edges,
-            tool_executor=executor,
-        )
-        return driver.prepare()
+        return preparing_driver(edges, context, tool_executor=executor).prepare()
 
     parked = plan_for()
     assert parked.offers_tools and parked.resume and parked.conversation_id == CONVERSATION
