@@ -480,3 +480,20 @@ async def test_a_foreign_signal_aborts_a_running_turn(
     last = expect_error(events, message, reason="aborted")
     assert isinstance(last, ErrorEvent)
     assert leftovers(live_env, recorder) == []
+
+
+def test_tools_a_transcript_adds_and_later_removes_are_not_offered() -> None:
+    """pi-ai-python declares an agent's tools in the transcript: added, later removed."""
+    turn = normalise_turn(
+        PI_MODEL,
+        {
+            "messages": [
+                {"role": "system", "toolsAdded": [{"name": "a"}, {"name": "b"}]},
+                {"role": "user", "content": "hi"},
+                {"role": "system", "toolsRemoved": ["a", {"name": "c"}]},
+                {"role": "system", "toolsAdded": [{"name": "c"}]},
+                {"role": "user", "content": "and now?"},
+            ]
+        },
+    )
+    assert [tool.name for tool in turn.context.tools or ()] == ["b", "c"]
