@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator, Iterator
@@ -136,6 +137,21 @@ async def test_the_sdk_client_lists_and_calls_a_host_tool(
     assert [block.text for block in result.content if block.type == "text"] == [
         "order A-1042: shipped"
     ]
+
+
+async def test_requests_leave_no_access_lines_in_the_hosts_log(
+    bridge: tuple[HostToolBridge, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host whose root logger has a handler (caplog's) gets no uvicorn access line per MCP
+    request: uvicorn logs them whenever any handler is up the tree, whatever its config says."""
+    running, _recorder = bridge
+    with caplog.at_level(logging.INFO):
+        async with (
+            http_client(running.headers()) as hc,
+            Client(streamable_http_client(running.url, http_client=hc), mode=MODES[0]) as client,
+        ):
+            await client.call_tool("lookup_order", {"order_id": "A-1042"})
+    assert [r for r in caplog.records if r.name == "uvicorn.access"] == []
 
 
 async def test_agys_2026_07_28_header_on_a_handshake_session_is_served(
