@@ -153,7 +153,6 @@ class TurnDriver:
         self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
         self.version_task: asyncio.Task[str] | None = None
         self._starting: asyncio.Task[None] | None = None
-        self._answered_by = ""  # the model slug agy recorded for this turn
         self._started_at = 0.0
         self._observer_failed = False  # an observe_event hook raised (logged once per turn)
         # Host tools offered to agy (the MCP bridge), and the turn parked on the host's answer:
@@ -824,17 +823,14 @@ class TurnDriver:
         if ctx is None or ctx.binding is None:
             return
         with contextlib.suppress(AgyError, TimeoutError):
-            self._answered_by = await asyncio.wait_for(
+            answered_by = await asyncio.wait_for(
                 off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
                 _MODEL_READ,
             )
-        if self._answered_by:
-            self.assembler.use_model(self._answered_by)
+            self.assembler.use_model(answered_by)  # ignores "" (no record names one)
 
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
         """Finish the assembler and deliver its final event; returns the `done` message."""
-        if self._answered_by:
-            self.assembler.use_model(self._answered_by)
         events = self.assembler.finish(outcome)
         self.emit(events)
         if not self.stream.done:  # the assembler had already finished: still say what happened
