@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agy_provider.workers import off_loop
+from agy_provider.workers import in_background, off_loop
 
 try:  # Linux only; elsewhere callers tick on their own.
     import inotify_simple
@@ -46,6 +46,7 @@ class _SharedWatch:
         self._key = key
         self.loop = asyncio.get_running_loop()
         self.watchers: set[FolderWatch] = set()
+        self.closed = False
         self.loop.add_reader(fd.fileno(), self._on_readable)
 
     def _on_readable(self) -> None:
@@ -53,14 +54,18 @@ class _SharedWatch:
         for watcher in self.watchers:
             watcher.notice(names)
 
-    def leave(self, watcher: FolderWatch) -> None:
-        self.watchers.discard(watcher)
-        if not self.watchers:
+    def leave(self, watcher: FolderWatch | None) -> None:
+        if watcher is not None:
+            self.watchers.discard(watcher)
+        if not self.watchers and not self.closed:
             if _shared.get(self._key) is self:
                 del _shared[self._key]
             if not self.loop.is_closed():
                 self.loop.remove_reader(self._fd.fileno())
-            self._fd.close()
+            self.closed = True
+            # Closing an inotify descriptor waits for the kernel's grace period (~10 ms on a
+            # busy machine): never on the loop.
+            in_background(self._fd.close)
 
 
 _shared: dict[tuple[int, str], _SharedWatch] = {}
@@ -101,24 +106,51 @@ async def watch_folder(folder: Path, wanted: Callable[[str], bool]) -> FolderWat
     """A `FolderWatch`, or None where notifications are unavailable (no inotify, no folder).
 
     Watchers of one folder share one descriptor, made in a worker thread the first time: on a
-    busy machine its syscalls take milliseconds.
+    busy machine its syscalls take milliseconds. Turns that start together wait for the same
+    one rather than each making (and closing) their own.
     """
     if inotify_simple is None:
         return None
     loop = asyncio.get_running_loop()
     key = (id(loop), str(folder))
-    shared = _shared.get(key)
-    if shared is not None and shared.loop is not loop:
-        shared = None  # left behind by a loop that ended without closing its watchers
-    if shared is None:
-        try:
-            fd = await off_loop(_inotify, folder)
-        except OSError as exc:
-            log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
-            return None
-        shared = _shared.get(key)  # another watcher may have made one meanwhile
-        if shared is None or shared.loop is not loop:
-            shared = _shared[key] = _SharedWatch(fd, key)
-        else:
-            fd.close()
-    return FolderWatch(shared, wanted)
+    while True:
+        shared = _shared.get(key)
+        if shared is None or shared.loop is not loop or shared.closed:
+            making = _making.get(key)
+            if making is None or making.get_loop() is not loop:
+                making = _making[key] = loop.create_task(_share(folder, key))
+            try:
+                # Shielded: one waiter cancelled must not cancel the others' descriptor.
+                shared = await asyncio.shield(making)
+            except asyncio.CancelledError:
+                making.add_done_callback(_close_if_unwatched)
+                raise
+            except OSError as exc:
+                log.debug("no file notifications for %s (%s); ticking instead", folder, exc)
+                return None
+        if not shared.closed:  # its last watcher could have left while this one waited
+            return FolderWatch(shared, wanted)
+
+
+_making: dict[tuple[int, str], asyncio.Task[_SharedWatch]] = {}
+
+
+async def _share(folder: Path, key: tuple[int, str]) -> _SharedWatch:
+    try:
+        fd = await off_loop(_inotify, folder)
+        shared = _shared[key] = _SharedWatch(fd, key)
+        return shared
+    finally:
+        _making.pop(key, None)
+
+
+def _close_if_unwatched(making: asyncio.Task[_SharedWatch]) -> None:
+    """A descriptor made for waiters who were all cancelled must not stay open.
+
+    Checked one loop step later, after the waiters still there have joined it.
+    """
+    if making.cancelled() or making.exception() is not None:
+        return
+    shared = making.result()
+    if not shared.loop.is_closed():
+        shared.loop.call_soon(shared.leave, None)

@@ -7,11 +7,13 @@ so the orchestration is tested against fakes in milliseconds; nothing here block
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
@@ -52,7 +54,7 @@ from agy_provider.types import (
     ToolCall,
     ToolResultMessage,
 )
-from agy_provider.workers import off_loop
+from agy_provider.workers import in_background, off_loop
 
 __all__ = [
     "PARKED",
@@ -107,6 +109,30 @@ _unsaved: dict[tuple[str, str], SessionRecord] = {}
 # The newest turn to settle per session: an earlier turn's late save (agy's version arriving
 # after the host already ran the next turn) must not overwrite the newer record.
 _newest: dict[tuple[str, str], object] = {}
+# Both are forgotten from the worker thread that wrote the record.
+_unsaved_lock = threading.Lock()
+
+
+def _forget_unsaved(key: tuple[str, str], turn: object) -> None:
+    with _unsaved_lock:
+        if _newest.get(key) is turn:
+            _unsaved.pop(key, None)
+            _newest.pop(key, None)
+
+
+async def _written(write: concurrent.futures.Future[None]) -> None:
+    """Wait for a worker's write; our cancellation does not cancel the write itself.
+
+    Cancelled (`asyncio.run` ending right after `done` cancels what is left), it still holds
+    the loop until the write lands, as the loop's default executor would: a program that reads
+    the session file after `asyncio.run` returns finds the turn in it.
+    """
+    try:
+        await asyncio.shield(asyncio.wrap_future(write))
+    except asyncio.CancelledError:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(asyncio.wrap_future(write))
+        raise
 
 # Turns waiting for the host to run the tools agy called (pi's tool-use loop): the host's next
 # `stream_simple`, whose context ends in those calls' results, resumes its turn from here.
@@ -853,8 +879,9 @@ class TurnDriver:
         # after `done` resumes even while the save below is still running.
         provisional = self._record(outcome, final=None)
         if provisional is not None:
-            _unsaved[key] = provisional
-            _newest[key] = self
+            with _unsaved_lock:
+                _unsaved[key] = provisional
+                _newest[key] = self
         final = self._settle_events(outcome)
         if final is None and self._delivered is not None:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
@@ -868,22 +895,27 @@ class TurnDriver:
         if known and version_task is not None and version_task.exception() is None:
             record = dataclasses.replace(record, agy_version=version_task.result())
         _unsaved[key] = record
-        loop = asyncio.get_running_loop()
+        # In our pool's threads, which are running already: the loop's default executor would
+        # start its threads here, on the loop, and wait for each to run. A settle cancelled now
+        # (a loop shutting down right after `done`) does not stop the write, and the process
+        # finishes it before it exits.
+        write = in_background(self.edges.store.put, key[1], record)
         try:
-            # Submitted before any await, so even a turn cancelled now (a loop shutting down
-            # after `done`) completes the write: the executor's shutdown waits for it.
-            await loop.run_in_executor(None, self.edges.store.put, key[1], record)
+            await _written(write)
             if not known and version_task is not None:
                 # agy's version is still being asked (a first run): record it when it comes.
                 with contextlib.suppress(TimeoutError, AgyError, OSError):
                     version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
                     if version and _newest.get(key) is self:
                         record = dataclasses.replace(record, agy_version=version)
-                        await loop.run_in_executor(None, self.edges.store.put, key[1], record)
+                        _unsaved[key] = record
+                        write = in_background(self.edges.store.put, key[1], record)
+                        await _written(write)
         finally:
-            if _newest.get(key) is self:  # a newer turn's record stays until it is saved
-                _unsaved.pop(key, None)
-                _newest.pop(key, None)
+            # The record stays readable in memory until its write has landed (a turn started
+            # meanwhile in this process resumes from it); a newer turn's record stays until its
+            # own write lands.
+            write.add_done_callback(lambda _: _forget_unsaved(key, self))
 
     def _record(
         self, outcome: TurnOutcome, *, final: AssistantMessage | None

@@ -13,18 +13,18 @@ import contextvars
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import ParamSpec, TypeVar
 
-__all__ = ["WORKERS", "off_loop", "start_workers"]
+__all__ = ["WORKERS", "in_background", "off_loop", "start_workers"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 # Enough for 20 concurrent turns' short reads at once; each task is milliseconds.
 WORKERS = 8
-_pool = concurrent.futures.ThreadPoolExecutor(
-    max_workers=WORKERS, thread_name_prefix="agy-provider-worker"
-)
+_PREFIX = "agy-provider-worker"
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=_PREFIX)
 _started = False
 _lock = threading.Lock()
 
@@ -32,7 +32,7 @@ _lock = threading.Lock()
 def start_workers() -> None:
     """Start every worker thread now (call it off the event loop; later calls do nothing)."""
     global _started
-    if threading.current_thread().name.startswith("agy-provider-worker"):
+    if threading.current_thread().name.startswith(f"{_PREFIX}_"):  # the pool's own threads
         return  # from inside the pool the barrier could never fill
     with _lock:
         if _started:
@@ -45,7 +45,7 @@ def start_workers() -> None:
 
 
 def _start_in_background() -> None:
-    threading.Thread(target=start_workers, name="agy-provider-workers-start", daemon=True).start()
+    threading.Thread(target=start_workers, name="agy-provider-prestart", daemon=True).start()
 
 
 # Started as soon as the live path is imported, from a thread of its own, so no `submit` from
@@ -58,3 +58,14 @@ async def off_loop(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
     return await loop.run_in_executor(_pool, call)
+
+
+def in_background(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+    """Run `func` in a worker thread without waiting for it; a cancelled caller does not stop it.
+
+    For work that must finish even if the task that asked for it is cancelled (a session save),
+    or that may block for milliseconds and whose result nobody awaits (closing an inotify
+    descriptor waits for the kernel's grace period). At interpreter exit the pool finishes the
+    work already given to it before the process ends.
+    """
+    return _pool.submit(functools.partial(contextvars.copy_context().run, func, *args, **kwargs))
