@@ -52,41 +52,54 @@ def listening_ports(processes: Iterable[psutil.Process]) -> list[int]:
     return sorted(ports)
 
 
-async def _heartbeat(base_url: str, csrf_token: str) -> ConnectClient | None:
-    client = ConnectClient(base_url, csrf_token=csrf_token)
+async def _heartbeat(client: ConnectClient) -> ConnectClient | None:
     try:
         await client.call("Heartbeat", {}, timeout=PROBE_TIMEOUT)
     except RpcError as exc:
-        await client.aclose()
         if exc.status == 401:
             raise  # a CSRF refusal is its own error, not "no server here"
         return None
     return client
 
 
-async def _probe(urls: list[str], csrf_token: str) -> ConnectClient | None:
-    """The first URL that answers Heartbeat, all tried at once.
+class _Candidates:
+    """One client per URL tried, kept across tries (a client costs more to make than a try)."""
 
-    Where the scheme of a port is unknown, a TLS hello sent to the plain port can hang until its
-    timeout, so every candidate runs concurrently and the first answer wins.
-    """
-    tasks = [asyncio.create_task(_heartbeat(url, csrf_token)) for url in urls]
-    winner: ConnectClient | None = None
-    try:
-        for finished in asyncio.as_completed(tasks):
-            client = await finished
-            if client is not None:
-                winner = client
-                break
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                other = await task
-                if other is not None and other is not winner:
-                    await other.aclose()
-    return winner
+    def __init__(self, csrf_token: str) -> None:
+        self.csrf_token = csrf_token
+        self.clients: dict[str, ConnectClient] = {}
+
+    def client(self, url: str) -> ConnectClient:
+        client = self.clients.get(url)
+        if client is None:
+            client = self.clients[url] = ConnectClient(url, csrf_token=self.csrf_token)
+        return client
+
+    async def probe(self, urls: list[str]) -> ConnectClient | None:
+        """The first URL that answers Heartbeat, all tried at once.
+
+        Where the scheme of a port is unknown, a TLS hello sent to the plain port can hang until
+        its timeout, so every candidate runs concurrently and the first answer wins.
+        """
+        tasks = [asyncio.create_task(_heartbeat(self.client(url))) for url in urls]
+        try:
+            for finished in asyncio.as_completed(tasks):
+                client = await finished
+                if client is not None:
+                    return client
+            return None
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def aclose(self, keep: ConnectClient | None) -> None:
+        for client in self.clients.values():
+            if client is not keep:
+                with contextlib.suppress(Exception):
+                    await client.aclose()
 
 
 # agy's own log line naming its server's ports and their schemes (AGY-FORMATS §1).
@@ -155,38 +168,45 @@ async def connect_to_language_server(
     log_every = _RETRY  # look often at first, then back off
     next_log_read = loop.time()
     pause = _RETRY
-    while True:
-        client = None
-        urls: list[str] = logged.urls if logged is not None else []
-        if logged is not None and not urls and loop.time() >= next_log_read:
-            urls = await off_loop(logged.read)
-            log_every = min(log_every * 2, _SCAN_MAX / 2)
-            next_log_read = loop.time() + log_every
-        if urls:
-            # Schemes known: plain HTTP first, TLS only if that does not answer.
-            plain = [u for u in urls if u.startswith("http:")]
-            client = await _probe(plain, csrf_token) if plain else None
-            if client is None:
-                client = await _probe([u for u in urls if u.startswith("https:")], csrf_token)
-        elif loop.time() >= next_scan:
-            # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
-            ports = await off_loop(listening_ports, await tree())
-            scan_every = min(scan_every * 2, _SCAN_MAX)
-            next_scan = loop.time() + scan_every
-            urls = [f"{scheme}://127.0.0.1:{p}" for p in ports for scheme in ("https", "http")]
-            client = await _probe(urls, csrf_token) if urls else None
-        if client is not None:
-            return client
-        tried.update(urls)
-        if exited():
-            raise TurnError("agy exited before its language server answered")
-        if loop.time() >= deadline:
-            seen = ", ".join(map(str, sorted(tried))) or "none"
-            raise TurnError(
-                f"agy's language server did not answer within {timeout:.0f}s (tried: {seen})"
-            )
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _RETRY_MAX)  # many turns probing at once: fewer, later tries
+    candidates = _Candidates(csrf_token)
+    client: ConnectClient | None = None
+    try:
+        while True:
+            urls: list[str] = logged.urls if logged is not None else []
+            if logged is not None and not urls and loop.time() >= next_log_read:
+                urls = await off_loop(logged.read)
+                log_every = min(log_every * 2, _SCAN_MAX / 2)
+                next_log_read = loop.time() + log_every
+            if urls:
+                # Schemes known: plain HTTP first, TLS only if that does not answer.
+                plain = [u for u in urls if u.startswith("http:")]
+                client = await candidates.probe(plain) if plain else None
+                if client is None:
+                    client = await candidates.probe(
+                        [u for u in urls if u.startswith("https:")]
+                    )
+            elif loop.time() >= next_scan:
+                # Scanning sockets of a process tree can take a while on a busy machine: off the loop.
+                ports = await off_loop(listening_ports, await tree())
+                scan_every = min(scan_every * 2, _SCAN_MAX)
+                next_scan = loop.time() + scan_every
+                urls = [f"{scheme}://127.0.0.1:{p}" for p in ports for scheme in ("https", "http")]
+                client = await candidates.probe(urls) if urls else None
+            if client is not None:
+                return client
+            tried.update(urls)
+            if exited():
+                raise TurnError("agy exited before its language server answered")
+            if loop.time() >= deadline:
+                seen = ", ".join(map(str, sorted(tried))) or "none"
+                raise TurnError(
+                    f"agy's language server did not answer within {timeout:.0f}s (tried: {seen})"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)  # many turns probing at once: fewer, later tries
+    finally:
+        # The winner goes on serving the turn; every other candidate's client is closed.
+        await candidates.aclose(keep=client)
 
 
 async def prove_ownership(
