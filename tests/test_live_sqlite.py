@@ -11,6 +11,7 @@ import json
 import os
 import random
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -270,7 +271,12 @@ async def test_leftovers_names_a_process_of_this_state_folder(live_env: Path) ->
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        assert any(line.startswith(f"{proc.pid} ") for line in leftovers(live_env))
+        # Until the child has exec'd agy-sim, /proc shows a copy of pytest (its command line and
+        # its starting environment, without this test's state folder): look until it shows up.
+        deadline = time.monotonic() + 30
+        while not any(line.startswith(f"{proc.pid} ") for line in leftovers(live_env)):
+            assert proc.poll() is None and time.monotonic() < deadline, "agy-sim was not reported"
+            time.sleep(0.02)
     finally:
         proc.kill()
         proc.wait(30)
