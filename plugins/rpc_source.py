@@ -11,15 +11,17 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import InteractionKind, Step, StepStatus
 from agy_provider.errors import DecodeError, RpcError, SourceError
 from agy_provider.hookspecs import hookimpl
-from agy_provider.language_server import connect_to_language_server, prove_ownership
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.rpc_client import ConnectClient, warm_up
+from agy_provider.workers import off_loop
+
+if TYPE_CHECKING:  # httpx and its dependencies: imported by the first rpc turn, off the loop
+    from agy_provider.rpc_client import ConnectClient
 
 __all__ = ["RpcEventSource", "register_event_sources"]
 
@@ -47,9 +49,18 @@ _REFUSALS: Mapping[str, dict[str, Any]] = {
 
 @hookimpl
 def register_event_sources(register: Any) -> None:
-    # Plugins load off the host's loop (a turn's prepare phase): pay httpx's first-use costs here.
-    warm_up()
     register("rpc", RpcEventSource.for_turn)
+
+
+def _load_client() -> Any:
+    """The language-server module, imported with httpx and warmed up (~150 ms of CPU the first
+    time in a process): only turns that use the rpc source pay it, in a worker thread, while
+    the database already streams."""
+    from agy_provider import language_server
+    from agy_provider.rpc_client import warm_up
+
+    warm_up()
+    return language_server
 
 
 async def _off_loop(call: Callable[..., Any], **kwargs: Any) -> Any:
@@ -111,7 +122,8 @@ class RpcEventSource:
 
     async def open(self) -> None:
         process = self.turn.process
-        self.client = await connect_to_language_server(
+        language_server = await off_loop(_load_client)
+        self.client = await language_server.connect_to_language_server(
             process.scan_tree,
             csrf_token=process.request.csrf_token,
             log_file=process.request.log_file,
@@ -121,7 +133,7 @@ class RpcEventSource:
                 self.turn.config.idle_timeout,
             ),
         )
-        await prove_ownership(
+        await language_server.prove_ownership(
             self.client, self.conversation_id, exited=lambda: process.returncode is not None
         )
         self.turn.endpoint = self.client.base_url

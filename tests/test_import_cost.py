@@ -64,6 +64,17 @@ def test_the_live_path_loads_on_first_use() -> None:
     assert {"asyncio", "agy_provider.provider"} <= new
 
 
+def test_only_an_rpc_turn_loads_httpx() -> None:
+    """The plugins a turn loads (every event source among them) leave httpx, ~150 ms of imports
+    with its CLI and HTTP/2 dependencies installed, to the turns that talk to agy's server."""
+    new = loaded_after(
+        "from agy_provider.plugin_manager import get_plugin_manager\n"
+        "get_plugin_manager()"
+    )
+    assert "agy_provider.plugins.rpc_source" in new
+    assert not new & {"httpx", "agy_provider.language_server", "agy_provider.rpc_client"}, new
+
+
 def test_replay_keeps_its_name_after_its_module_is_imported() -> None:
     # The function and its module share a name: the package must keep answering the function.
     new = loaded_after(
