@@ -738,7 +738,7 @@ def test_fault_malformed_frame(tmp_path: Path) -> None:
                 continue
             if message is NEED_DATA:
                 break
-            outcomes.append("update" if "update" in message else "?")
+            outcomes.append("update" if isinstance(message, dict) and "update" in message else "?")
         assert outcomes == ["update", "bad", "update", "update"] and decoder.ended
         stream.close()
         conversation.writer.close()

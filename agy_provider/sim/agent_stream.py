@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from agy_provider.sim.step_reader import ConversationSteps, stream_shape
+from agy_provider.sim.step_reader import ConversationSteps, RowKey, stream_shape
 from agy_provider.wire.connect import encode_envelope, encode_json_envelope
 
 _log = logging.getLogger("agy_provider.sim.server")
@@ -152,8 +152,7 @@ def present(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v not in ("", 0, False, None, [], {})}
 
 
-def _same(sent: dict[str, Any] | None, current: dict[str, Any]) -> bool:
-    # Settled rows keep their rendered dict object, so identity answers most comparisons.
+def _same(sent: RowKey | None, current: RowKey | None) -> bool:
     return sent is current or sent == current
 
 
@@ -218,7 +217,7 @@ class AgentStateStream:
         self.sink = sink
         self.client_gone = client_gone
         self.phase = StreamPhase.WAITING
-        self.sent: dict[int, dict[str, Any]] = {}
+        self.sent: dict[int, RowKey | None] = {}
         self.frames_sent = 0
 
     def _enter(self, phase: StreamPhase) -> None:
@@ -276,17 +275,22 @@ class AgentStateStream:
     async def _send_changes(self, *, replay: bool) -> bool:
         """Send the replay or the changed steps; False when the stream is over."""
         conversation = self.conversation
-        current = conversation.steps.steps
+        steps = conversation.steps
         running = conversation.running
-        indices = [i for i in sorted(current) if replay or not _same(self.sent.get(i), current[i])]
-        if not replay and not indices and running:
+        # Unchanged rows keep their version object: identity answers for all but the few that
+        # changed since the last frame, and only those (or, in the replay, every row) render.
+        changed = [
+            i for i in steps.indices() if replay or not _same(self.sent.get(i), steps.version(i))
+        ]
+        current = steps.rendered(changed)
+        if not replay and not current and running:
             return True
         self._enter(StreamPhase.LIVE if running else StreamPhase.ENDED)
         status = RUN_STATUS_RUNNING if running else RUN_STATUS_IDLE
         steps_update = present(
-            indices=indices,
-            steps=[stream_shape(current[i]) for i in indices],
-            totalLength=len(current),
+            indices=[i for i, _ in current],
+            steps=[stream_shape(step) for _, step in current],
+            totalLength=len(steps),
         )
         main_update = {
             "stepsUpdate": steps_update,
@@ -300,7 +304,7 @@ class AgentStateStream:
             fullyIdle=not running,
         )
         await self.writer.write(self.sink, encode_json_envelope({"update": update}))
-        self.sent.update((i, current[i]) for i in indices)
+        self.sent.update((i, steps.version(i)) for i, _ in current)
         self.frames_sent += 1
         if not running:
             await self.writer.write(self.sink, encode_json_envelope({}, end_stream=True))

@@ -229,7 +229,7 @@ class LanguageServerService:
             summaries[conversation.id] = present(
                 trajectoryId=conversation.trajectory_id,
                 status=conversation.status,
-                stepCount=len(steps.steps),
+                stepCount=len(steps),
                 summary=steps.title(),
                 lastUserInputStepIndex=steps.last_user_input_index(),
                 trajectoryMetadata={"rootConversationId": conversation.id},
@@ -240,8 +240,9 @@ class LanguageServerService:
         """`{cascadeId, stepOffset?}` → `{steps}`: the poll shape, from `stepOffset` on."""
         conversation = self._conversation(body, "cascadeId")
         offset = _int_field(body.get("stepOffset", 0), "stepOffset")
-        steps = conversation.steps.steps
-        return present(steps=[steps[i] for i in sorted(steps) if i >= offset])
+        steps = conversation.steps
+        wanted = [i for i in steps.indices() if i >= offset]  # only these are rendered
+        return present(steps=[step for _, step in steps.rendered(wanted)])
 
     async def get_available_models(self, body: dict[str, Any]) -> dict[str, Any]:
         """`{}` → `{response: {models, defaultAgentModelId}}` from the scenario's catalog."""

@@ -84,59 +84,109 @@ def stream_shape(step: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
+RowKey = tuple[int, int, "bytes | None"]  # (step_type, status, step_payload) of one row
+_USER_INPUT_TYPE: Final = 14  # the `step_type` column of a user's turn (field guide §3.3)
+
+
 class ConversationSteps:
-    """Decoded steps of one conversation database, by row index, refreshed on commits.
+    """Steps of one conversation database, by row index, refreshed on commits, rendered on use.
 
     One long-lived read-only connection (`mode=ro`, `query_only`); `refresh()` skips all reads while
-    `PRAGMA data_version` stands still, reads every row in one transaction when it moves, and keeps
-    the last good snapshot when the database is missing, locked or busy. Rows that do not decode
-    are left out and logged once each.
+    `PRAGMA data_version` stands still and keeps the last good snapshot when the database is
+    missing, locked or busy. A resumed conversation of 10,000 rows must be served at once, as agy
+    serves it from memory: rendering a row costs ~40 µs here, so rows render when a method first
+    needs them and stay rendered until they change, and after the first read only the current
+    turn's rows (from its user input on) are read again; earlier turns' rows never change. Rows
+    that do not decode are left out and logged once each.
     """
 
     def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
-        self.steps: dict[int, dict[str, Any]] = {}
+        self._rows: dict[int, RowKey] = {}
         self._conn: sqlite3.Connection | None = None
         self._data_version: int | None = None
+        self._reread_from = 0  # rows before this (earlier turns) are not read again
         self._bad_rows: set[tuple[int, str]] = set()
-        self._rendered: dict[int, tuple[tuple[int, int, bytes | None], dict[str, Any]]] = {}
+        self._bad: set[int] = set()
+        self._rendered: dict[int, tuple[RowKey, dict[str, Any]]] = {}
 
     def close(self) -> None:
-        """Close the connection; `refresh()` reopens it."""
+        """Close the connection; `refresh()` reopens it and reads every row again."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
             self._data_version = None
+            self._reread_from = 0
 
     def refresh(self, *, force: bool = False) -> bool:
         """Re-read the database if another connection committed since the last read.
 
-        Returns True when the snapshot in `steps` changed. Never raises for database trouble: a
-        missing, locked or half-created database leaves the snapshot as it was.
+        Returns True when a row changed. Never raises for database trouble: a missing, locked or
+        half-created database leaves the snapshot as it was.
         """
         conn = self._connection()
         if conn is None:
             return False
+        start = self._reread_from
         try:
             version = int(conn.execute("PRAGMA data_version").fetchone()[0])
             if version == self._data_version and not force:
                 return False
-            rows = self._read_rows(conn)
+            rows = self._read_rows(conn, start)
         except sqlite3.Error as exc:
+            start = 0
             fallback = self._read_immutable(exc)
             if fallback is None:
                 return False
             rows = fallback
             version = -1  # an immutable read proves nothing about later commits: read next time
         self._data_version = version
-        return self._replace(rows)
+        return self._replace(rows, start)
+
+    def __len__(self) -> int:
+        return len(self._rows) - len(self._bad)
+
+    def indices(self) -> list[int]:
+        """Every row's index in order, less the rows known not to decode."""
+        return [i for i in sorted(self._rows) if i not in self._bad]
+
+    def version(self, index: int) -> RowKey | None:
+        """What row `index` holds now: the same object for as long as the row is unchanged."""
+        return self._rows.get(index)
+
+    def get(self, index: int) -> dict[str, Any] | None:
+        """Row `index` rendered as agy's RPC does; None when absent or it does not decode."""
+        key = self._rows.get(index)
+        if key is None or index in self._bad:
+            return None
+        cached = self._rendered.get(index)
+        if cached is not None and (cached[0] is key or cached[0] == key):
+            return cached[1]
+        step_type, status, payload = key
+        try:
+            step = render_step(payload, step_type, status)
+        except ValueError as exc:
+            self._bad.add(index)
+            self._log_bad_row(index, payload, exc)
+            return None
+        self._rendered[index] = (key, step)
+        return step
+
+    def rendered(self, indices: list[int] | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """(index, step) of `indices` (default: every row) that decode, in order."""
+        pairs = []
+        for index in self.indices() if indices is None else indices:
+            step = self.get(index)
+            if step is not None:
+                pairs.append((index, step))
+        return pairs
 
     def title(self) -> str:
         """The conversation title: the latest checkpoint's user intent, first line (field guide
         §3.3: it may be "title\\n\\nnarration")."""
-        for index in sorted(self.steps, reverse=True):
-            step = self.steps[index]
-            if step.get("type") == STEP_TYPE_CHECKPOINT:
+        for index in reversed(self.indices()):
+            step = self.get(index)
+            if step is not None and step.get("type") == STEP_TYPE_CHECKPOINT:
                 intent = step.get("checkpoint", {}).get("userIntent", "")
                 if isinstance(intent, str) and intent.strip():
                     return intent.strip().split("\n", 1)[0]
@@ -144,7 +194,7 @@ class ConversationSteps:
 
     def last_user_input_index(self) -> int:
         """Index of the latest USER_INPUT step, 0 when there is none."""
-        found = [i for i, s in self.steps.items() if s.get("type") == STEP_TYPE_USER_INPUT]
+        found = [i for i, key in self._rows.items() if key[0] == _USER_INPUT_TYPE]
         return max(found, default=0)
 
     def _connection(self) -> sqlite3.Connection | None:
@@ -165,11 +215,15 @@ class ConversationSteps:
         return conn
 
     @staticmethod
-    def _read_rows(conn: sqlite3.Connection) -> list[tuple[int, int, int, bytes | None]]:
+    def _read_rows(
+        conn: sqlite3.Connection, start: int = 0
+    ) -> list[tuple[int, int, int, bytes | None]]:
         conn.execute("BEGIN")
         try:
             cursor = conn.execute(
-                "SELECT idx, step_type, status, step_payload FROM steps ORDER BY idx"
+                "SELECT idx, step_type, status, step_payload FROM steps WHERE idx >= ? "
+                "ORDER BY idx",
+                (start,),
             )
             return [(int(r[0]), int(r[1]), int(r[2]), r[3]) for r in cursor.fetchall()]
         finally:
@@ -195,26 +249,26 @@ class ConversationSteps:
             _log.debug("immutable read of %s failed: %s", self.db_path, exc)
             return None
 
-    def _replace(self, rows: list[tuple[int, int, int, bytes | None]]) -> bool:
-        steps: dict[int, dict[str, Any]] = {}
-        rendered: dict[int, tuple[tuple[int, int, bytes | None], dict[str, Any]]] = {}
+    def _replace(self, rows: list[tuple[int, int, int, bytes | None]], start: int) -> bool:
+        """Take the rows read from index `start` on; the rows before it stay as they were."""
+        old = self._rows
+        kept = {i: key for i, key in old.items() if i < start}
+        changed = len(kept) + len(rows) != len(old)
         for index, step_type, status, payload in rows:
             key = (step_type, status, payload)
-            cached = self._rendered.get(index)
-            if cached is not None and cached[0] == key:
-                # Most rows of a long conversation are settled: only rewritten rows re-decode.
-                step = cached[1]
+            previous = old.get(index)
+            if previous is not None and previous == key:
+                key = previous  # unchanged: the same object, so identity answers comparisons
             else:
-                try:
-                    step = render_step(payload, step_type, status)
-                except ValueError as exc:
-                    self._log_bad_row(index, payload, exc)
-                    continue
-            steps[index] = step
-            rendered[index] = (key, step)
-        changed = steps != self.steps
-        self.steps = steps
-        self._rendered = rendered
+                changed = True
+                self._bad.discard(index)
+            kept[index] = key
+        self._rows = kept
+        for index in [i for i in self._rendered if i not in kept]:
+            del self._rendered[index]
+        self._bad &= kept.keys()
+        users = [i for i, key in kept.items() if key[0] == _USER_INPUT_TYPE]
+        self._reread_from = max(users, default=0)  # the current turn, from its user input on
         return changed
 
     def _log_bad_row(self, index: int, payload: bytes | None, exc: ValueError) -> None:
