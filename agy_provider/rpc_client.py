@@ -26,6 +26,7 @@ from agy_provider.wire.connect import (
     CONTENT_TYPE_CONNECT_JSON,
     CONTENT_TYPE_JSON,
     ConnectStreamDecoder,
+    SkippedFrame,
     encode_json_envelope,
     parse_error_body,
 )
@@ -172,9 +173,17 @@ class ConnectClient:
         return True
 
     async def stream(
-        self, method: str, body: Mapping[str, Any], *, read_timeout: float | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+        self,
+        method: str,
+        body: Mapping[str, Any],
+        *,
+        read_timeout: float | None = None,
+        skip_first_over: int | None = None,
+    ) -> AsyncIterator[dict[str, Any] | SkippedFrame]:
         """A server stream: yields each message. Ends quietly on a clean end-of-stream.
+
+        With `skip_first_over=N` a first message of more than N bytes is not parsed: a
+        `SkippedFrame` stands in for it.
 
         Raises `RpcError` for an HTTP error, an error trailer, a stall longer than the watchdog
         (`deadline_exceeded`), a dropped connection (`unavailable`) or broken framing (`internal`).
@@ -199,7 +208,7 @@ class ConnectClient:
         try:
             if response.status_code != 200:
                 raise _named(method, parse_error_body(response.status_code, await response.aread()))
-            decoder = ConnectStreamDecoder()
+            decoder = ConnectStreamDecoder(skip_first_over=skip_first_over)
             chunks = response.aiter_bytes().__aiter__()
             unparsed = 0  # bytes fed since the last message came out
             while True:
@@ -239,10 +248,10 @@ class ConnectClient:
 
 def _take_messages(
     decoder: ConnectStreamDecoder, chunk: bytes, method: str
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any] | SkippedFrame]:
     """Feed a chunk and take every complete message; a bad frame is skipped."""
     decoder.feed(chunk)
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, Any] | SkippedFrame] = []
     while True:
         try:
             message = next(decoder.messages(), None)

@@ -18,6 +18,7 @@ from agy_provider.agy.step import InteractionKind, Step, StepStatus
 from agy_provider.errors import DecodeError, RpcError, SourceError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.wire.connect import SkippedFrame
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:  # httpx and its dependencies: imported by the first rpc turn, off the loop
@@ -37,6 +38,10 @@ EXIT_CHECK_FIRST = 0.02  # then doubling, up to EXIT_CHECK_MAX
 EXIT_CHECK_MAX = 0.2
 INTERACTION_ATTEMPTS = 3  # answers tried against re-asked steps before giving up
 SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
+# A stream's first frame replays every earlier step (AGY-FORMATS §4.4): for a resumed
+# conversation of thousands of rows that is megabytes of JSON, nearly all of it before our last
+# index. Above this size it is not parsed; a snapshot from our index on replaces it.
+REPLAY_PARSE_LIMIT = 64 * 1024
 # Under `auto` another source can take over, so waiting for a server that may not exist is short.
 SERVER_TIMEOUT_AUTO = 5.0
 
@@ -261,9 +266,17 @@ class RpcEventSource:
         while True:
             try:
                 async for message in self.client.stream(
-                    "StreamAgentStateUpdates", {"conversationId": self.conversation_id}
+                    "StreamAgentStateUpdates",
+                    {"conversationId": self.conversation_id},
+                    skip_first_over=REPLAY_PARSE_LIMIT,
                 ):
-                    self._take_update(message)
+                    if isinstance(message, SkippedFrame):
+                        # The replay of a long conversation, unread: a snapshot of the steps
+                        # after our last index, taken now, holds all of it that we need, and
+                        # the frames that follow carry every later change.
+                        await self._reconcile()
+                    else:
+                        self._take_update(message)
                 # A clean end: the turn settled; the snapshot is the truth. Then reopen. Unless
                 # agy exits: its server goes with it, so a snapshot could only fail (a refused
                 # connection costs the loop more than an answer), and the database has the last

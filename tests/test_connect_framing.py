@@ -20,11 +20,13 @@ from agy_provider.wire.connect import (
     CONTENT_TYPE_JSON,
     FLAG_COMPRESSED,
     FLAG_END_STREAM,
+    HEADER_BYTES,
     MAX_FRAME_BYTES,
     NEED_DATA,
     ConnectStreamDecoder,
     EnvelopeDecoder,
     Frame,
+    SkippedFrame,
     code_from_http_status,
     encode_envelope,
     encode_json_envelope,
@@ -519,7 +521,7 @@ def test_stream_any_split_decodes_the_same_messages(
 ) -> None:
     data = b"".join(encode_json_envelope(m) for m in messages) + END_OK
     decoder = ConnectStreamDecoder()
-    got: list[dict[str, Any]] = []
+    got: list[Any] = []
     for chunk in split_at(data, cuts):
         decoder.feed(chunk)
         got.extend(decoder.messages())
@@ -597,3 +599,36 @@ def test_bodies_without_a_connect_code_fall_back_to_the_status(body: bytes) -> N
 
 def test_empty_body_message_names_the_status() -> None:
     assert parse_error_body(503, b"").message == "HTTP 503"
+
+
+# -- a first frame too large to be worth parsing ------------------------------------------------
+
+
+def test_a_large_first_frame_is_skipped_unparsed_and_later_ones_are_parsed() -> None:
+    replay = {"update": {"steps": ["x" * 5000]}}
+    later = {"update": {"steps": ["y" * 5000]}}
+    data = encode_json_envelope(replay) + encode_json_envelope(later) + END_OK
+    for cuts in ([], [3, 4000, 5005, len(data) - 2]):
+        decoder = ConnectStreamDecoder(skip_first_over=1000)
+        got: list[Any] = []
+        for chunk in split_at(data, cuts):
+            decoder.feed(chunk)
+            got.extend(decoder.messages())
+        decoder.end_of_input()
+        first_size = len(encode_json_envelope(replay)) - HEADER_BYTES
+        assert got == [SkippedFrame(first_size), later] and decoder.ended
+
+
+@pytest.mark.parametrize("limit", [None, 1_000_000])
+def test_a_first_frame_within_the_limit_or_without_one_is_parsed(limit: int | None) -> None:
+    replay = {"update": {"steps": ["x" * 5000]}}
+    decoder = ConnectStreamDecoder(skip_first_over=limit)
+    decoder.feed(encode_json_envelope(replay) + END_OK)
+    assert list(decoder.messages()) == [replay]
+
+
+def test_an_error_end_as_the_first_frame_is_never_skipped() -> None:
+    decoder = ConnectStreamDecoder(skip_first_over=0)
+    decoder.feed(encode_envelope(b'{"error": {"code": "unavailable", "message": "gone"}}', end_stream=True))
+    with pytest.raises(RpcError, match="gone"):
+        list(decoder.messages())

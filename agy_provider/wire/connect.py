@@ -29,6 +29,7 @@ __all__ = [
     "EnvelopeDecoder",
     "Frame",
     "NeedData",
+    "SkippedFrame",
     "code_from_http_status",
     "encode_envelope",
     "encode_json_envelope",
@@ -63,6 +64,17 @@ class NeedData(enum.Enum):
 
 
 NEED_DATA: Final = NeedData.NEED_DATA
+
+
+@dataclass(frozen=True)
+class SkippedFrame:
+    """The first data frame of a stream, left unparsed because it was larger than asked for.
+
+    agy's first update frame replays every earlier step of the conversation: megabytes for a
+    long one. A reader that takes a snapshot after it anyway loses nothing by not parsing it.
+    """
+
+    size: int
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -292,10 +304,11 @@ class ConnectStreamDecoder:
     that is not a JSON object raises `DecodeError` once; call again to read the next frame.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, skip_first_over: int | None = None) -> None:
         self._frames = EnvelopeDecoder()
         self._error: RpcError | None = None
         self._failure: FramingError | None = None
+        self._skip_first_over = skip_first_over
         self.ended = False
         self.frames_read = 0
 
@@ -316,8 +329,11 @@ class ConnectStreamDecoder:
             self._fail("data after the end-of-stream frame", self._frames.consumed)
         self._guard(self._frames.feed, data)
 
-    def next_message(self) -> dict[str, Any] | NeedData:
+    def next_message(self) -> dict[str, Any] | NeedData | SkippedFrame:
         """Return the next data frame's JSON object, or `NEED_DATA`.
+
+        With `skip_first_over=N`, a first data frame of more than N bytes comes out as a
+        `SkippedFrame` instead, unparsed.
 
         Raises:
             DecodeError: this data frame is not a JSON object (skippable: call again).
@@ -333,6 +349,9 @@ class ConnectStreamDecoder:
         self.frames_read += 1
         if frame.is_end_stream:
             return self._end(frame)
+        skip = self._skip_first_over
+        if self.frames_read == 1 and skip is not None and len(frame.payload) > skip:
+            return SkippedFrame(len(frame.payload))
         value = _loads(frame.payload, f"frame {self.frames_read}", frame.offset)
         if not isinstance(value, dict):
             kind = type(value).__name__
@@ -341,7 +360,7 @@ class ConnectStreamDecoder:
             )
         return value
 
-    def messages(self) -> Iterator[dict[str, Any]]:
+    def messages(self) -> Iterator[dict[str, Any] | SkippedFrame]:
         """Yield every complete message buffered so far; stops at `NEED_DATA` or the end.
 
         An exception ends the iterator; after a `DecodeError` call `messages()` again to go on.
