@@ -56,6 +56,7 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_HOST_TOOL_TIMEOUT": "host_tool_timeout",
     "AGY_APP_DATA_DIR": "app_data_dir",
     "AGY_CSRF": "csrf",
+    "AGY_PAGED_REPLAY": "paged_replay",
 }
 
 
@@ -75,6 +76,10 @@ class Config:
     agy_bin: str = ""
     app_data_dir: str = ""
     csrf: bool = True
+    # Ask agy's update stream to replay only the steps after a resumed session's last index
+    # (`initialStepsPageBounds`, a field of agy's own request schema; unverified that agy
+    # honours it, hence the switch). Either way a large replay is not parsed.
+    paged_replay: bool = True
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():

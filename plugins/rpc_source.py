@@ -42,6 +42,7 @@ SERVER_TIMEOUT = 30.0  # for the language server to answer after agy started
 # conversation of thousands of rows that is megabytes of JSON, nearly all of it before our last
 # index. Above this size it is not parsed; a snapshot from our index on replaces it.
 REPLAY_PARSE_LIMIT = 64 * 1024
+_INT32_MAX = 2**31 - 1  # the page's end: Slice's bounds are int32
 # Under `auto` another source can take over, so waiting for a server that may not exist is short.
 SERVER_TIMEOUT_AUTO = 5.0
 
@@ -118,6 +119,7 @@ class RpcEventSource:
         self._failure: SourceError | None = None
         self._handled: set[tuple[int, str]] = set()
         self.deciding = 0  # decision hooks running now (a person may be thinking)
+        self._streaming = asyncio.Event()  # the stream's first frame came, or the stream ended
 
     @classmethod
     def for_turn(cls, turn: Any) -> RpcEventSource:
@@ -144,6 +146,9 @@ class RpcEventSource:
         self.turn.endpoint = self.client.base_url
         await self._reconcile()
         self._spawn(self._run())
+        # Up once the stream answers: its first frame can take the server a while (it replays
+        # every earlier step), and until then the database, which streams already, serves.
+        await self._streaming.wait()
 
     async def aclose(self) -> None:
         tasks = list(self._tasks)
@@ -261,13 +266,19 @@ class RpcEventSource:
                 log.warning("a streamed step was skipped: %s", exc)
 
     async def _run(self) -> None:
+        try:
+            await self._stream_or_poll()
+        finally:
+            self._streaming.set()  # however it ended, `open()` waits no longer
+
+    async def _stream_or_poll(self) -> None:
         """Stream; on a clean end or a stall reconcile and reopen; after errors, poll."""
         assert self.client is not None
         while True:
             try:
                 async for message in self.client.stream(
                     "StreamAgentStateUpdates",
-                    {"conversationId": self.conversation_id},
+                    self._stream_request(),
                     skip_first_over=REPLAY_PARSE_LIMIT,
                 ):
                     if isinstance(message, SkippedFrame):
@@ -277,6 +288,8 @@ class RpcEventSource:
                         await self._reconcile()
                     else:
                         self._take_update(message)
+                    self._streaming.set()
+                self._streaming.set()
                 # A clean end: the turn settled; the snapshot is the truth. Then reopen. Unless
                 # agy exits: its server goes with it, so a snapshot could only fail (a refused
                 # connection costs the loop more than an answer), and the database has the last
@@ -287,6 +300,7 @@ class RpcEventSource:
                     return
                 await asyncio.sleep(REOPEN_DELAY)
             except RpcError as exc:
+                self._streaming.set()  # reconciling and polling serve from here on
                 if exc.code == "deadline_exceeded":
                     # No frame for a while: normal while agy thinks or idles. Check and reopen.
                     if not await self._reconcile_or_fail():
@@ -295,6 +309,16 @@ class RpcEventSource:
                 log.info("agy's update stream failed (%s); polling every %.2fs", exc, POLL_INTERVAL)
                 await self._poll_forever()
                 return
+
+    def _stream_request(self) -> dict[str, Any]:
+        request: dict[str, Any] = {"conversationId": self.conversation_id}
+        if self.min_index >= 0 and self.turn.config.paged_replay:
+            # The first frame then replays only the steps after ours, not the whole history.
+            request["initialStepsPageBounds"] = {
+                "startIndex": self.min_index + 1,
+                "endIndexExclusive": _INT32_MAX,
+            }
+        return request
 
     async def _agy_exits_within(self, timeout: float) -> bool:
         """True once agy has exited, looking until `timeout` (a turn without a process: False)."""

@@ -19,16 +19,18 @@ pytestmark = pytest.mark.slow
 
 async def parsed(
     app: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier_turns: int
-) -> tuple[int, int]:
-    """Bytes of stream frames parsed in one resumed rpc turn: (on the loop's thread, anywhere)."""
+) -> tuple[int, int, int]:
+    """Bytes of stream frames parsed in one resumed rpc turn (on the loop's thread, anywhere),
+    and how many streams' first frames (the replays) were parsed."""
     _, store, _ = seed_resumable(app, tmp_path / f"sessions-{earlier_turns}.json", earlier_turns)
     loop_thread = threading.get_ident()
-    on_loop = anywhere = 0
+    on_loop = anywhere = replays = 0
     real = connect._loads
 
     def counting(data: bytes, what: str, offset: int | None) -> Any:
-        nonlocal on_loop, anywhere
+        nonlocal on_loop, anywhere, replays
         anywhere += len(data)
+        replays += what == "frame 1"
         if threading.get_ident() == loop_thread:
             on_loop += len(data)
         return real(data, what, offset)
@@ -45,17 +47,23 @@ async def parsed(
     events = [event async for event in stream]
     expect_done(events, await stream.result(), scenario_answer("default"))
     await wait_for_turns()
-    return on_loop, anywhere
+    return on_loop, anywhere, replays
 
 
+@pytest.mark.parametrize("paged", ["1", "0"], ids=["paged-replay", "whole-replay-skipped"])
 async def test_a_resumed_rpc_turn_parses_only_its_new_steps(
-    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, paged: str
 ) -> None:
+    """Paged: agy is asked to replay only the new steps. Not paged (an agy that ignores the
+    page): the whole replay arrives and is left unparsed."""
+    monkeypatch.setenv("AGY_PAGED_REPLAY", paged)
     monkeypatch.delenv("AGY_SIM_NO_SERVER")
     monkeypatch.setenv("AGY_EVENT_SOURCE", "rpc")
     monkeypatch.setenv("AGY_SIM_SPEED", "1")  # so the large turn still runs when rpc is up
-    small_loop, small = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=3)
-    large_loop, large = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=1500)
+    small_loop, small, _ = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=3)
+    large_loop, large, replays = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=1500)
+    # Paged, the short replay is parsed; whole, the 4 MB replay never is.
+    assert (replays > 0) == (paged == "1"), replays
     # Both turns streamed through rpc (the database alone parses no frame).
     assert small > 0 and large > 0
     # Measured before: 20,224 vs 4,214,651 bytes parsed on the caller's loop (6,000 earlier

@@ -236,12 +236,20 @@ def envelope(payload: bytes, flags: int = 0) -> bytes:
 class StreamReader:
     """Reads StreamAgentStateUpdates in a thread; frames land in `frames` as (flags, bytes)."""
 
-    def __init__(self, parent: FakeParent, conversation_id: str, *, base: str | None = None):
+    def __init__(
+        self,
+        parent: FakeParent,
+        conversation_id: str,
+        *,
+        base: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         self.frames: queue.Queue[tuple[int, bytes] | BaseException | None] = queue.Queue()
         self.reads = 0
         self.status = 0
         self.raw = bytearray()
-        body = envelope(json.dumps({"conversationId": conversation_id}).encode())
+        request = {"conversationId": conversation_id, **(extra or {})}
+        body = envelope(json.dumps(request).encode())
         self._client = httpx.Client(verify=False, trust_env=False, timeout=30.0)
         url = (base or parent.https) + SERVICE + "StreamAgentStateUpdates"
         self._request = self._client.build_request(
@@ -490,6 +498,37 @@ def test_stream_replays_then_a_frame_per_change_then_ends(parent: FakeParent, co
     assert last["mainTrajectoryUpdate"]["fullyIdle"] is True
     assert stream.next() == (0x02, b"{}")
     assert stream.next() is None
+    stream.close()
+
+
+def test_a_paged_stream_replays_only_its_page_then_every_later_change(
+    parent: FakeParent, conv: Conv
+) -> None:
+    """`initialStepsPageBounds` (agy's own request schema): a resumed client asks for the steps
+    after its last index only; the rows before it are never sent, not even as "changes"."""
+    conv.writer.append(planner("Earlier answer."))
+    conv.writer.append(user_input("one more"))
+    bounds = {"startIndex": 2, "endIndexExclusive": 2**31 - 1}
+    stream = StreamReader(parent, conv.id, extra={"initialStepsPageBounds": bounds})
+    parent.status(conv.id, running=True)
+    replay = stream.update()["mainTrajectoryUpdate"]["stepsUpdate"]
+    assert replay["indices"] == [2] and replay["totalLength"] == 3
+    assert replay["pageBounds"] == bounds
+    index = conv.writer.append(planner("Hello", done=True))
+    update = stream.update()["mainTrajectoryUpdate"]["stepsUpdate"]
+    assert update["indices"] == [index] and "pageBounds" not in update
+    parent.status(conv.id, running=False)
+    assert stream.update()["fullyIdle"] is True
+    stream.close()
+
+
+@pytest.mark.parametrize("bounds", [{"startIndex": -1}, {"startIndex": "x"}, [2]])
+def test_bad_page_bounds_end_the_stream_with_invalid_argument(
+    parent: FakeParent, conv: Conv, bounds: Any
+) -> None:
+    stream = StreamReader(parent, conv.id, extra={"initialStepsPageBounds": bounds})
+    flags, payload = stream.next()  # type: ignore[misc]
+    assert flags == 0x02 and json.loads(payload)["error"]["code"] == "invalid_argument"
     stream.close()
 
 

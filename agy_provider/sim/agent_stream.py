@@ -209,8 +209,10 @@ class AgentStateStream:
         client_gone: asyncio.Event,
         writer: FrameWriter,
         closing: asyncio.Event,
+        page: tuple[int, int | None] = (0, None),
     ) -> None:
         self.conversations = conversations
+        self.page = page  # the steps the first frame replays: [start, end)
         self.closing = closing
         self.writer = writer
         self.conversation = conversation
@@ -279,9 +281,11 @@ class AgentStateStream:
         running = conversation.running
         # Unchanged rows keep their version object: identity answers for all but the few that
         # changed since the last frame, and only those (or, in the replay, every row) render.
-        changed = [
-            i for i in steps.indices() if replay or not _same(self.sent.get(i), steps.version(i))
-        ]
+        start, end = self.page
+        if replay:  # the replay: every step within the page the client asked for
+            changed = [i for i in steps.indices() if start <= i and (end is None or i < end)]
+        else:
+            changed = [i for i in steps.indices() if not _same(self.sent.get(i), steps.version(i))]
         current = steps.rendered(changed)
         if not replay and not current and running:
             return True
@@ -291,6 +295,7 @@ class AgentStateStream:
             indices=[i for i, _ in current],
             steps=[stream_shape(step) for _, step in current],
             totalLength=len(steps),
+            pageBounds=present(startIndex=start, endIndexExclusive=end) if replay else None,
         )
         main_update = {
             "stepsUpdate": steps_update,
@@ -304,7 +309,10 @@ class AgentStateStream:
             fullyIdle=not running,
         )
         await self.writer.write(self.sink, encode_json_envelope({"update": update}))
-        self.sent.update((i, steps.version(i)) for i, _ in current)
+        # After the replay every row counts as sent, those outside the page too: only their
+        # later changes go out, as agy streams them.
+        sent = steps.indices() if replay else [i for i, _ in current]
+        self.sent.update((i, steps.version(i)) for i in sent)
         self.frames_sent += 1
         if not running:
             await self.writer.write(self.sink, encode_json_envelope({}, end_stream=True))

@@ -111,6 +111,18 @@ def _int_field(value: object, what: str) -> int:
     raise ConnectError("invalid_argument", f"invalid value for {what}: {value!r}")
 
 
+def _page_bounds(value: object) -> tuple[int, int | None]:
+    """`initialStepsPageBounds` {startIndex, endIndexExclusive} (agy's `Slice`, int32s): the
+    steps the first frame replays. Unset: all of them. An unset or zero end is taken as no
+    bound (an assumption; agy's handling is unverified, and our client always sends one)."""
+    bounds = _object(value, "initialStepsPageBounds")
+    start = _int_field(bounds.get("startIndex", 0), "initialStepsPageBounds.startIndex")
+    end = _int_field(bounds.get("endIndexExclusive", 0), "initialStepsPageBounds.endIndexExclusive")
+    if start < 0 or end < 0:
+        raise ConnectError("invalid_argument", f"invalid page bounds: {bounds!r}")
+    return start, end or None
+
+
 def _object(value: object, what: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -357,11 +369,12 @@ class LanguageServerService:
             conversation = self.conversations.get(conversation_id) if conversation_id else None
             if conversation is None:
                 raise _not_found()
+            page = _page_bounds(request.get("initialStepsPageBounds"))
         except ConnectError as exc:
             await sink.send(encode_json_envelope({"error": exc.to_json()}, end_stream=True))
             return StreamPhase.ENDED
         stream = AgentStateStream(
-            self.conversations, conversation, sink, client_gone, self._frames, self.closing
+            self.conversations, conversation, sink, client_gone, self._frames, self.closing, page
         )
         return await stream.run()
 
