@@ -318,25 +318,47 @@ class TurnDriver:
             self.emit(self.assembler.feed(changed))
 
     async def _cleanup(self) -> None:
+        """End what the turn started: host tools, agy's process tree, the sources.
+
+        Each step runs to its end even if the turn is cancelled meanwhile: `asyncio.run`
+        returning right after `done` cancels every task once, and a host that runs each turn in
+        an `asyncio.run` of its own must not leak a database connection and an inotify
+        descriptor per turn. A step cut short runs once more; the cancellation is raised after.
+        """
         PARKED.release(self)
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
+        cancelled = False
+        for step in (self._close_tools, self._end_process, self._close_sources):
+            try:
+                await step()
+            except asyncio.CancelledError:
+                cancelled = True
+                await step()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _close_tools(self) -> None:
         if self.tools is not None:
             # First, while agy can still read them: calls still open are answered with an error.
             await self.tools.aclose()
+
+    async def _end_process(self) -> None:
         if self.process is not None:
             # Also after agy exited on its own: what it left running in its group goes too.
             await self.process.terminate(
                 grace=_ABORT_GRACE if self.process.returncode is not None else 2.0
             )
-        sources = [self.source, self.backup, *self._retired]
+
+    async def _close_sources(self) -> None:
         if self._upgrade is not None:  # the preferred source never got its turn
             _name, pending, opening = self._upgrade
             self._upgrade = None
+            self._retired.append(pending)  # closed below, by a second run of this step too
             opening.cancel()
             with contextlib.suppress(BaseException):
                 await opening
-            sources.append(pending)
+        sources = [self.source, self.backup, *self._retired]
         for source in {id(s): s for s in sources if s is not None}.values():
             with contextlib.suppress(AgyError):
                 await source.aclose()

@@ -161,8 +161,9 @@ async def test_watchers_cancelled_while_the_descriptor_is_made_leave_none_open(
     for waiter in waiters:
         waiter.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
-    await until_true(lambda: inotify_descriptors() == before and not fswatch._making)
-    assert not fswatch._shared
+    key = (id(asyncio.get_running_loop()), str(tmp_path))
+    await until_true(lambda: inotify_descriptors() == before and key not in fswatch._making)
+    assert key not in fswatch._shared
 
 
 # -- the session save -----------------------------------------------------------------------
@@ -220,3 +221,45 @@ def test_asyncio_run_ending_right_after_done_still_saves_the_session(
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert out.split() == ["saved"], err
+
+
+def test_a_host_that_runs_each_turn_in_its_own_asyncio_run_leaks_nothing(
+    live_env: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`asyncio.run` returning right after `done` cancels the turn's last steps: agy's tree, the
+    database connection and its inotify watch must still be closed, turn after turn."""
+    done = run_child(
+        f"""
+        import asyncio, json, os, time
+        from agy_provider import Context, UserMessage, stream_simple, fswatch
+        async def one():
+            stream = stream_simple("default", Context(messages=[UserMessage(content="hi",
+                                   timestamp=0)]), cwd={str(tmp_path)!r})
+            async for event in stream:
+                if event.type in ("done", "error"):
+                    return event.type
+        def open_files():
+            seen = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    seen.append(os.readlink(f"/proc/self/fd/{{fd}}"))
+                except OSError:
+                    pass
+            return seen
+        outcomes = [asyncio.run(one()) for _ in range(3)]
+        deadline = time.monotonic() + 10  # the last descriptor closes in a worker thread
+        while "anon_inode:inotify" in open_files() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        files = open_files()
+        print(json.dumps({{
+            "outcomes": outcomes,
+            "inotify": files.count("anon_inode:inotify"),
+            "databases": [f for f in files if ".db" in f],
+            "watched": len(fswatch._shared),
+        }}))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"outcomes": ["done"] * 3, "inotify": 0, "databases": [], "watched": 0}
