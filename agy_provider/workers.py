@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import threading
@@ -27,6 +28,8 @@ _PREFIX = "agy-provider-worker"
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=_PREFIX)
 _started = False
 _lock = threading.Lock()
+# A worker waits at most this long for the others to start (a bound for the worst case only).
+_GATE_TIMEOUT = 30.0
 
 
 def start_workers() -> None:
@@ -40,8 +43,22 @@ def start_workers() -> None:
         _started = True
     gate = threading.Barrier(WORKERS)
     # Each task holds its thread until all are running, so the pool must make all of them.
-    for future in [_pool.submit(gate.wait) for _ in range(WORKERS)]:
+    futures = []
+    try:
+        for _ in range(WORKERS):
+            futures.append(_pool.submit(_hold, gate))
+    except RuntimeError:
+        # The program is exiting (no new work, no new threads): release the threads already
+        # waiting at the gate, or the exit, which joins them, would wait forever.
+        gate.abort()
+        return
+    for future in futures:
         future.result()
+
+
+def _hold(gate: threading.Barrier) -> None:
+    with contextlib.suppress(threading.BrokenBarrierError):
+        gate.wait(timeout=_GATE_TIMEOUT)
 
 
 def _start_in_background() -> None:

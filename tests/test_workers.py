@@ -57,6 +57,36 @@ def test_the_pool_is_running_before_a_turn_asks_and_the_loop_starts_no_thread() 
     assert seen["started"] == []
 
 
+def test_a_program_that_exits_while_the_workers_start_exits_at_once() -> None:
+    """The program ends while the pool is still being started (a short CLI command): the
+    threads already waiting for the others are released, or the exit, which joins them, hangs.
+    Every submit after the first is slowed, and the program exits once the first worker waits
+    at the gate: the exit lands in the middle, every time."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import concurrent.futures.thread as t, time\n"
+            "real = t.ThreadPoolExecutor.submit\n"
+            "calls = []\n"
+            "def slow(self, *a, **k):\n"
+            "    calls.append(1)\n"
+            "    if len(calls) > 1:\n"
+            "        time.sleep(0.3)\n"
+            "    return real(self, *a, **k)\n"
+            "t.ThreadPoolExecutor.submit = slow\n"
+            "from agy_provider import workers\n"
+            "while not workers._pool._threads:\n"  # one worker waits at the gate: exit now
+            "    time.sleep(0.005)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_work_in_background_finishes_when_its_waiter_is_cancelled_and_the_program_ends(
     tmp_path: Path,
 ) -> None:
