@@ -129,7 +129,8 @@ def _bytecode_ahead(tmp: Path) -> None:
     of a 20-turn run compiles its modules again: tens of ms of CPU apiece, competing with the
     provider being measured. One agy-sim turn (in a state folder of its own) writes the caches of
     all it imports into a private prefix that every later child reads (PYTHONPYCACHEPREFIX);
-    nothing in the checkout or site-packages is written.
+    the provider's own modules are compiled into it too, for the cold turns' fresh processes.
+    Nothing in the checkout or site-packages is written.
     """
     prefix = tmp / "pycache"
     os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
@@ -147,6 +148,27 @@ def _bytecode_ahead(tmp: Path) -> None:
             timeout=60,
             start_new_session=True,
         )
+    import agy_provider
+
+    package = Path(agy_provider.__file__).resolve().parent
+    # The provider, and what a host's import line and a first turn pull in from the standard
+    # library and site-packages (whose own caches a prefix hides).
+    warm_host = (
+        "import asyncio, json, sqlite3, subprocess\n"
+        "from agy_provider import Context, Model, SimpleStreamOptions, UserMessage, stream_simple\n"
+    )
+    for argv in (
+        ["-m", "compileall", "-q", str(package), str(package.parent / "plugins")],
+        ["-c", warm_host],
+    ):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [sys.executable, *argv],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+            )
 
 
 def end_tree(pid: int) -> None:
