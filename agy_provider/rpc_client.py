@@ -13,7 +13,7 @@ import ipaddress
 import json
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import httpx
@@ -179,7 +179,7 @@ class ConnectClient:
         *,
         read_timeout: float | None = None,
         skip_first_over: int | None = None,
-    ) -> AsyncIterator[dict[str, Any] | SkippedFrame]:
+    ) -> AsyncGenerator[dict[str, Any] | SkippedFrame, None]:
         """A server stream: yields each message. Ends quietly on a clean end-of-stream.
 
         With `skip_first_over=N` a first message of more than N bytes is not parsed: a

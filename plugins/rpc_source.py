@@ -276,19 +276,23 @@ class RpcEventSource:
         assert self.client is not None
         while True:
             try:
-                async for message in self.client.stream(
+                updates = self.client.stream(
                     "StreamAgentStateUpdates",
                     self._stream_request(),
                     skip_first_over=REPLAY_PARSE_LIMIT,
-                ):
-                    if isinstance(message, SkippedFrame):
-                        # The replay of a long conversation, unread: a snapshot of the steps
-                        # after our last index, taken now, holds all of it that we need, and
-                        # the frames that follow carry every later change.
-                        await self._reconcile()
-                    else:
-                        self._take_update(message)
-                    self._streaming.set()
+                )
+                # Closed here, however the loop ends (a snapshot failing mid-stream too), so the
+                # response is released now rather than when the generator is collected.
+                async with contextlib.aclosing(updates):
+                    async for message in updates:
+                        if isinstance(message, SkippedFrame):
+                            # The replay of a long conversation, unread: a snapshot of the steps
+                            # after our last index, taken now, holds all of it that we need,
+                            # and the frames that follow carry every later change.
+                            await self._reconcile()
+                        else:
+                            self._take_update(message)
+                        self._streaming.set()
                 self._streaming.set()
                 # A clean end: the turn settled; the snapshot is the truth. Then reopen. Unless
                 # agy exits: its server goes with it, so a snapshot could only fail (a refused
