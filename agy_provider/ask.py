@@ -519,7 +519,9 @@ async def ask_antigravity(
     """
     started = time.monotonic()
     own = AbortSignal()
-    plan = await asyncio.to_thread(
+    from agy_provider.workers import off_loop
+
+    plan = await off_loop(
         _plan,
         prompt,
         cwd=cwd,

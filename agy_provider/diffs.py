@@ -574,6 +574,6 @@ class GitBaselines:
         """Load, in a worker thread, the baselines the assembler will ask for these steps."""
         paths = self.wanted(steps)
         if paths:
-            import asyncio
+            from agy_provider.workers import off_loop  # the live path's pool, started already
 
-            await asyncio.to_thread(self.load, paths)
+            await off_loop(self.load, paths)

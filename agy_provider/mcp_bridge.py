@@ -49,6 +49,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from agy_provider.atomic import write_json_atomic
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.types import Tool
+from agy_provider.workers import off_loop
 
 __all__ = [
     "CONFIG_RELATIVE_PATH",
@@ -298,7 +299,7 @@ class HostToolBridge:
                 self._serve(sock, ready), name=f"mcp-bridge-{self._port}"
             )
             await ready
-            writing = asyncio.ensure_future(asyncio.to_thread(self._write_config))
+            writing = asyncio.ensure_future(off_loop(self._write_config))
             try:
                 self._config_dir = await asyncio.shield(writing)
             except asyncio.CancelledError:
@@ -340,8 +341,8 @@ class HostToolBridge:
         folder, self._config_dir = self._config_dir, None
         if folder is not None:
             try:
-                await asyncio.to_thread(shutil.rmtree, folder, True)
-            except RuntimeError:  # the loop is shutting down (its executor is gone): here, then
+                await off_loop(shutil.rmtree, folder, True)
+            except RuntimeError:  # the program is ending (no new work for the pool): here, then
                 shutil.rmtree(folder, True)
 
     async def _serve(self, sock: socket.socket, ready: asyncio.Future[None]) -> None:

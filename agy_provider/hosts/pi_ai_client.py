@@ -101,7 +101,9 @@ def provider(
         return [pi_ai.Model.model_validate(m.to_json()) for m in pi_models(list(found))]
 
     async def fetch() -> list[Any]:
-        return to_pi(await asyncio.to_thread(agy_catalog, agy_bin))
+        from agy_provider.workers import off_loop
+
+        return to_pi(await off_loop(agy_catalog, agy_bin))
 
     return pi_ai.create_provider(
         id=PROVIDER_ID,
