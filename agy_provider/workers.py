@@ -14,7 +14,6 @@ import contextvars
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import ParamSpec, TypeVar
 
 __all__ = ["WORKERS", "in_background", "off_loop", "start_workers"]
@@ -77,7 +76,9 @@ async def off_loop(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     return await loop.run_in_executor(_pool, call)
 
 
-def in_background(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+def in_background(
+    func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+) -> concurrent.futures.Future[R]:
     """Run `func` in a worker thread without waiting for it; a cancelled caller does not stop it.
 
     For work that must finish even if the task that asked for it is cancelled (a session save),
