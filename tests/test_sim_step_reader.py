@@ -53,6 +53,7 @@ def test_hosting_a_long_conversation_renders_only_what_is_asked_for(
     steps.rendered(last)
     assert len(rendered) == 2  # rendered once while unchanged
     assert steps.last_user_input_index() == (TURNS - 1) * STEPS_PER_TURN
+    assert steps.title() == "" and len(rendered) == 2  # no checkpoint: GetAllCascadeTrajectories
     steps.close()
 
 

@@ -85,7 +85,8 @@ def stream_shape(step: dict[str, Any]) -> dict[str, Any]:
 
 
 RowKey = tuple[int, int, "bytes | None"]  # (step_type, status, step_payload) of one row
-_USER_INPUT_TYPE: Final = 14  # the `step_type` column of a user's turn (field guide §3.3)
+_USER_INPUT_TYPE: Final = 14  # `step_type` columns (field guide §3.3): a user's turn,
+_CHECKPOINT_TYPE: Final = 23  # and a checkpoint (its user intent is the title)
 
 
 class ConversationSteps:
@@ -185,6 +186,8 @@ class ConversationSteps:
         """The conversation title: the latest checkpoint's user intent, first line (field guide
         §3.3: it may be "title\\n\\nnarration")."""
         for index in reversed(self.indices()):
+            if self._rows[index][0] != _CHECKPOINT_TYPE:
+                continue  # told by the column: only checkpoints are rendered here
             step = self.get(index)
             if step is not None and step.get("type") == STEP_TYPE_CHECKPOINT:
                 intent = step.get("checkpoint", {}).get("userIntent", "")
