@@ -17,6 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agy_provider.errors import SourceError
 from agy_provider.types import ImageContent, TextContent, Tool, ToolCall, ToolResultMessage
 from agy_provider.workers import off_loop
 
@@ -190,8 +191,13 @@ class TurnTools:
 
 
 def _load_bridge() -> Any:
-    from agy_provider import mcp_bridge
-
+    try:
+        from agy_provider import mcp_bridge
+    except ImportError as exc:  # a broken install: the MCP SDK is one of our dependencies
+        raise SourceError(
+            f"host tools need the MCP SDK, which did not import ({exc}); reinstall agy-provider "
+            "(`pip install --force-reinstall agy-provider`) or `pip install 'mcp>=2.3,<3'`"
+        ) from exc
     return mcp_bridge
 
 
