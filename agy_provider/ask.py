@@ -209,6 +209,9 @@ class _MemoryStore(SessionStore):
     def put(self, session_id: str, record: SessionRecord) -> None:
         self._mine[session_id] = record
 
+    def put_many(self, records: Mapping[str, SessionRecord]) -> None:
+        self._mine.update(records)
+
     def delete(self, session_id: str) -> None:
         self._mine.pop(session_id, None)
 

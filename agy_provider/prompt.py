@@ -39,11 +39,13 @@ def history_digest(messages: Sequence[Message]) -> str:
     return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
 
 
-def build_prompt(context: Context, *, resume: bool) -> str:
+def build_prompt(context: Context, *, resume: bool, unseen: Sequence[Message] = ()) -> str:
     """The newest user message; for a new conversation, one compact preamble before it.
 
-    The preamble is a pure function of the context, so the same history gives the same bytes and
-    agy's prompt cache keeps working.
+    A resumed conversation gets only the newest input, after `unseen` — the messages since agy's
+    last reply that agy never saw (another model's turns, a compaction summary, tool results,
+    more user messages) — as one labelled block. The preamble and the block are pure functions of
+    the context, so the same history gives the same bytes and agy's prompt cache keeps working.
     """
     messages = list(context.messages)
     if not messages:
@@ -58,7 +60,7 @@ def build_prompt(context: Context, *, resume: bool) -> str:
             first -= 1
         text = "\n\n".join(_tool_result(m) for m in messages[first:])
         text += "\n\nThese are the results of the host tools you called; continue the task."
-        return _with_preamble(context, messages[:first], text, resume=resume)
+        return _with_preamble(context, messages[:first], text, resume=resume, unseen=unseen)
     if not isinstance(newest, UserMessage):
         raise UsageError("the last message must be the user's or tool results")
     images = (
@@ -71,37 +73,61 @@ def build_prompt(context: Context, *, resume: bool) -> str:
             f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
             "describe them in text instead"
         )
-    return _with_preamble(context, messages[:-1], _text_of(newest), resume=resume)
+    return _with_preamble(context, messages[:-1], _text_of(newest), resume=resume, unseen=unseen)
+
+
+# Introduces what a resumed conversation missed; fixed bytes, so agy's prompt cache holds.
+_UNSEEN_NOTE = (
+    "Messages of this conversation since your last reply that you have not seen (other "
+    "models' turns, summaries, tool results, user messages), oldest first:"
+)
 
 
 def _with_preamble(
-    context: Context, earlier: Sequence[Message], text: str, *, resume: bool
+    context: Context,
+    earlier: Sequence[Message],
+    text: str,
+    *,
+    resume: bool,
+    unseen: Sequence[Message] = (),
 ) -> str:
     if resume:
-        return text
+        if not unseen:
+            return text
+        lines = ["<unseen_messages>", _UNSEEN_NOTE]
+        for message in unseen:
+            lines.extend(_render(message))
+        lines.append("</unseen_messages>")
+        return "\n".join(lines) + "\n\n" + text
     parts: list[str] = []
     if context.system_prompt:
         parts.append(f"<system>\n{context.system_prompt}\n</system>")
     if earlier:
         lines = ["<conversation>"]
         for message in earlier:
-            role = (
-                "tool_result"
-                if isinstance(message, ToolResultMessage)
-                else ("user" if isinstance(message, UserMessage) else "assistant")
-            )
-            lines.append(f"<{role}>\n{_text_of(message)}\n</{role}>")
-            if isinstance(message, AssistantMessage):
-                lines.extend(
-                    f'<tool_call tool="{b.name}">\n'
-                    f"{json.dumps(dict(b.arguments), ensure_ascii=False, sort_keys=True)}\n"
-                    "</tool_call>"
-                    for b in message.content
-                    if isinstance(b, ToolCall)
-                )
+            lines.extend(_render(message))
         lines.append("</conversation>")
         parts.append("\n".join(lines))
     return "\n\n".join([*parts, text]) if parts else text
+
+
+def _render(message: Message) -> list[str]:
+    """One message of the history, as agy reads it: its role, its text, its tool calls."""
+    role = (
+        "tool_result"
+        if isinstance(message, ToolResultMessage)
+        else ("user" if isinstance(message, UserMessage) else "assistant")
+    )
+    lines = [f"<{role}>\n{_text_of(message)}\n</{role}>"]
+    if isinstance(message, AssistantMessage):
+        lines.extend(
+            f'<tool_call tool="{b.name}">\n'
+            f"{json.dumps(dict(b.arguments), ensure_ascii=False, sort_keys=True)}\n"
+            "</tool_call>"
+            for b in message.content
+            if isinstance(b, ToolCall)
+        )
+    return lines
 
 
 def _tool_result(message: Message) -> str:

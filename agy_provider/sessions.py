@@ -44,7 +44,10 @@ class SessionRecord:
     """What we remember of a host session: its agy conversation and how far we have read it.
 
     `history_digest` fingerprints the conversation as the host will next present it, so a turn can
-    tell whether the host's history still matches what agy holds.
+    tell whether the host's history still matches what agy holds. A conversation's own record
+    (`continuity.conversation_key`) also holds the token of the newest message we marked
+    (`mark`, proved by `history_digest`) and of the newest one that was an answer
+    (`answered_mark`, proved by `answered_digest`): the turns after it failed or were aborted.
     """
 
     conversation_id: str
@@ -53,6 +56,9 @@ class SessionRecord:
     agy_version: str = ""
     history_digest: str = ""
     updated_at: float = 0.0
+    mark: str = ""
+    answered_mark: str = ""
+    answered_digest: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,6 +78,9 @@ class SessionRecord:
             agy_version=str(data.get("agy_version", "")),
             history_digest=str(data.get("history_digest", "")),
             updated_at=float(data.get("updated_at", 0.0)),
+            mark=str(data.get("mark", "")),
+            answered_mark=str(data.get("answered_mark", "")),
+            answered_digest=str(data.get("answered_digest", "")),
         )
 
 
@@ -87,6 +96,20 @@ def default_store_path() -> Path:
 
 
 _MISSING = object()
+
+# Records of conversations continued by their marks (`conv:<id>`, one per conversation a
+# stateless host ran): the oldest go once there are more than this, so the store stays small.
+MAX_CONVERSATION_RECORDS = 2000
+_CONVERSATION_PREFIX = "conv:"
+
+
+def _prune_conversations(records: dict[str, SessionRecord]) -> None:
+    keys = [k for k in records if k.startswith(_CONVERSATION_PREFIX)]
+    if len(keys) <= MAX_CONVERSATION_RECORDS:
+        return
+    keys.sort(key=lambda k: records[k].updated_at)
+    for key in keys[: len(keys) - MAX_CONVERSATION_RECORDS]:
+        del records[key]
 
 # Problems already reported, by (store path, what failed): a store that cannot be written would
 # otherwise repeat the same warning on every turn of a long-running host.
@@ -190,10 +213,18 @@ class SessionStore:
         A store that cannot be written (read-only folder, full disk) logs one warning naming the
         path and what to do, and returns: the turn was already delivered.
         """
-        record = dataclasses.replace(record, updated_at=time.time())
+        self.put_many({session_id: record})
 
-        def change(records: dict[str, SessionRecord]) -> bool:
-            records[session_id] = record
+    def put_many(self, records: Mapping[str, SessionRecord]) -> None:
+        """Store several records in one locked write (a turn's session and its conversation)."""
+        if not records:
+            return
+        now = time.time()
+        stamped = {k: dataclasses.replace(v, updated_at=now) for k, v in records.items()}
+
+        def change(current: dict[str, SessionRecord]) -> bool:
+            current.update(stamped)
+            _prune_conversations(current)
             return True
 
         try:
@@ -203,7 +234,7 @@ class SessionStore:
             _warn_once(
                 self.path,
                 "write",
-                f"could not save session {session_id!r} to {self.path} "
+                f"could not save session {', '.join(map(repr, records))} to {self.path} "
                 f"({exc.strerror or exc}); this turn is complete, but the session's next turn "
                 f"will start a new agy conversation. Make {self.path.parent} writable, free disk "
                 f"space, or set {SESSIONS_ENV} to a writable file",

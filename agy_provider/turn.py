@@ -25,6 +25,15 @@ from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembler import StepAssembler
 from agy_provider.config import Config
+from agy_provider.continuity import (
+    Continuation,
+    conversation_key,
+    find_continuation,
+    make_mark,
+    mark_message,
+    parse_mark,
+)
+from agy_provider.conversation_lock import ConversationLock
 from agy_provider.discovery import (
     agy_log_dir,
     conversations_dir,
@@ -50,6 +59,7 @@ from agy_provider.turn_edges import state_dir as agy_state_dir
 from agy_provider.types import (
     AssistantMessage,
     Context,
+    Message,
     Model,
     ToolCall,
     ToolResultMessage,
@@ -113,11 +123,12 @@ _newest: dict[tuple[str, str], object] = {}
 _unsaved_lock = threading.Lock()
 
 
-def _forget_unsaved(key: tuple[str, str], turn: object) -> None:
+def _forget_unsaved(keys: Sequence[tuple[str, str]], turn: object) -> None:
     with _unsaved_lock:
-        if _newest.get(key) is turn:
-            _unsaved.pop(key, None)
-            _newest.pop(key, None)
+        for key in keys:
+            if _newest.get(key) is turn:
+                _unsaved.pop(key, None)
+                _newest.pop(key, None)
 
 
 async def _written(write: concurrent.futures.Future[None]) -> None:
@@ -133,6 +144,14 @@ async def _written(write: concurrent.futures.Future[None]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(asyncio.wrap_future(write))
         raise
+
+class _Forked(AgyError):
+    """agy started another conversation than the one it was asked to resume."""
+
+    def __init__(self, stated: str) -> None:
+        super().__init__(f"agy started conversation {stated} instead")
+        self.stated = stated
+
 
 # Turns waiting for the host to run the tools agy called (pi's tool-use loop): the host's next
 # `stream_simple`, whose context ends in those calls' results, resumes its turn from here.
@@ -192,6 +211,12 @@ class TurnDriver:
         self._print_timeout = 0.0  # agy's own clock for the turn (--print-timeout), and its end
         self._agy_deadline = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
+        # Continuity: the record of the conversation this turn continues (read in prepare), the
+        # conversation agy no longer had, and the lock that keeps its turns one at a time.
+        self._conversation_record: SessionRecord | None = None
+        self._lost_conversation = ""
+        self._force_new = False
+        self._lock: ConversationLock | None = None
 
     @property
     def session_id(self) -> str:
@@ -248,8 +273,35 @@ class TurnDriver:
         # Reading settings and the session store (file locks) and loading plugins the first
         # time can take a while: not on the host's loop.
         plan = await off_loop(self.prepare)
-        await self.launch(plan)
+        try:
+            await self.launch(plan)
+        except _Forked as forked:
+            # agy did not have the conversation after all and silently started another (1.2+):
+            # that one lacks the host's history, so it is left, and a new one carries it.
+            self._lost_conversation = plan.conversation_id
+            log.warning(
+                "agy was asked to resume conversation %s but started %s instead (it no longer "
+                "has the first); running the turn again as a new conversation that carries the "
+                "host's history",
+                plan.conversation_id,
+                forked.stated,
+            )
+            await self._restart()
+            plan = await off_loop(self.prepare)
+            await self.launch(plan)
         return await self.pump(plan.config)
+
+    async def _restart(self) -> None:
+        """Undo `launch` (agy, its tools, the lock) so the turn can launch anew."""
+        await self._stop_agy(grace=_ABORT_GRACE)
+        await self._close_tools()
+        self.tools = None
+        if self.version_task is not None and not self.version_task.done():
+            self.version_task.cancel()
+        self.version_task = None
+        self.process = None
+        self._release_lock()
+        self._force_new = True
 
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
@@ -335,6 +387,7 @@ class TurnDriver:
             except asyncio.CancelledError:
                 cancelled = True
                 await step()
+        self._release_lock()  # agy is gone: the conversation's next turn may start
         if cancelled:
             raise asyncio.CancelledError
 
@@ -373,20 +426,11 @@ class TurnDriver:
         self.pm = get_plugin_manager()
         config = self.edges.config()
         session_id = self.options.session_id or ""
-        record = self._session(session_id)
-        earlier = list(self.context.messages)
-        # The history before the newest input: a user message, or the tool results that end it.
-        if earlier and isinstance(earlier[-1], ToolResultMessage):
-            while earlier and isinstance(earlier[-1], ToolResultMessage):
-                earlier.pop()
-        else:
-            earlier = earlier[:-1]
-        resume = record is not None and (
-            self.continue_session or record.history_digest == history_digest(earlier)
-        )
-        prompt = build_prompt(self.context, resume=resume)
-        conversation_id = record.conversation_id if resume and record else ""
-        min_index = record.last_step_index if resume and record else -1
+        binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
+        state_dir = agy_state_dir(config, binary)
+        conversation_id, min_index, unseen, how = self._continuity(session_id, state_dir)
+        resume = bool(conversation_id)
+        prompt = build_prompt(self.context, resume=resume, unseen=unseen)
         self.ctx = TurnContext(
             session_id=session_id,
             prompt=prompt,
@@ -395,12 +439,12 @@ class TurnDriver:
             event_source=self.event_source or config.event_source,
             permissions=config.permissions,
             min_index=min_index,
+            continuity=how,
+            lost_conversation=self._lost_conversation,
         )
         source_name = self._choose_source()
-        binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
         effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
         model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
-        state_dir = agy_state_dir(config, binary)
         rpc_capable = self.ctx.event_source in ("rpc", "auto")
         # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
         log_file = (
@@ -448,6 +492,68 @@ class TurnDriver:
         unsaved = _unsaved.get((str(self.edges.store.path), session_id))
         return unsaved or self.edges.store.get(session_id)
 
+    def _continuity(
+        self, session_id: str, state_dir: str
+    ) -> tuple[str, int, tuple[Message, ...], str]:
+        """Which agy conversation this turn continues: (its id or "" for a new one, the last
+        step index read, the messages agy never saw, how it was decided).
+
+        A session id whose record's history matches (or `continue_session`) pins it by name;
+        otherwise the transcript's newest marked message must prove it (`continuity`). A
+        conversation whose database is gone is not resumed: the turn starts a new one that
+        carries the host's history, and says so.
+        """
+        earlier = list(self.context.messages)
+        # The history before the newest input: a user message, or the tool results that end it.
+        if earlier and isinstance(earlier[-1], ToolResultMessage):
+            while earlier and isinstance(earlier[-1], ToolResultMessage):
+                earlier.pop()
+        else:
+            earlier = earlier[:-1]
+        if self._force_new:
+            return "", -1, (), "new"
+        record = self._session(session_id)
+        conversation_id, min_index, how = "", -1, "new"
+        unseen: tuple[Message, ...] = ()
+        if record is not None and (
+            self.continue_session or record.history_digest == history_digest(earlier)
+        ):
+            conversation_id, min_index, how = record.conversation_id, record.last_step_index, "session"
+        else:
+            found: Continuation = find_continuation(earlier, self._session)
+            if found.proven and found.record is not None:
+                conversation_id, min_index = found.conversation_id, found.record.last_step_index
+                unseen, how = found.unseen, "mark"
+                if found.unseen:
+                    log.info(
+                        "continuing agy conversation %s; %d message(s) since its last reply "
+                        "go to agy as one block",
+                        conversation_id,
+                        len(found.unseen),
+                    )
+            elif earlier:
+                log.info(
+                    "starting a new agy conversation with the host's history as a preamble: %s",
+                    f"session {session_id!r} has no matching record; {found.why}"
+                    if session_id
+                    else found.why,
+                )
+        if not conversation_id:
+            return "", -1, (), "new"
+        self._conversation_record = self._session(conversation_key(conversation_id))
+        if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
+            self._lost_conversation = conversation_id
+            log.warning(
+                "agy no longer has conversation %s (no %s.db in %s); starting a new one that "
+                "carries the host's history",
+                conversation_id,
+                conversation_id,
+                conversations_dir(state_dir),
+            )
+            self._conversation_record = None
+            return "", -1, (), "new"
+        return conversation_id, min_index, unseen, how
+
     def _choose_source(self) -> str:
         assert self.ctx is not None
         available = list(self.edges.sources())
@@ -463,6 +569,8 @@ class TurnDriver:
 
     async def launch(self, plan: TurnPlan) -> None:
         assert self.ctx is not None
+        if plan.conversation_id:
+            await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
         before = await off_loop(snapshot_stems, folder)
         request = plan.request
@@ -502,6 +610,9 @@ class TurnDriver:
                 or not prompt_fits_argv(process.request.prompt),
             )
         except AgyError as exc:
+            stated = process.stated_conversation_id
+            if plan.conversation_id and stated and stated != plan.conversation_id:
+                raise _Forked(stated) from exc
             code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
             code = process.returncode if code is None else code
             if code:  # agy failed before it wrote anything: its own words say why
@@ -509,6 +620,44 @@ class TurnDriver:
             raise
         self.source_name = plan.source_name
         await self._open_source(plan.source_name)
+
+    async def _hold_conversation(self, plan: TurnPlan) -> None:
+        """One turn at a time per conversation: a turn of it parked on the host's tool results
+        ends first (the host moved on); a running one is waited for, at most `turn_timeout`."""
+        for parked in PARKED.all():
+            if parked is not self and parked.conversation_id == plan.conversation_id:
+                await parked.end_parked(
+                    "the host started a new turn in this conversation instead of answering "
+                    "agy's tool call"
+                )
+
+        def waiting() -> None:
+            log.info(
+                "another turn of agy conversation %s is running; this one waits for it",
+                plan.conversation_id,
+            )
+
+        self._lock = await ConversationLock.acquire(
+            plan.state_dir,
+            plan.conversation_id,
+            timeout=plan.config.turn_timeout,
+            waiting=waiting,
+        )
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    @property
+    def conversation_id(self) -> str:
+        """The agy conversation the turn runs on ("" before that is known)."""
+        ctx = self.ctx
+        if ctx is None:
+            return ""
+        if ctx.binding is not None:
+            return ctx.binding.conversation_id
+        return self._lock.conversation_id if self._lock is not None else ""
 
     async def _open_source(self, name: str) -> None:
         """Open the chosen source. A source other than the database (rpc) is opened beside it:
@@ -662,7 +811,7 @@ class TurnDriver:
         # What agy wrote before it called (the planner's thinking and text) goes first.
         await self._feed(await self._poll())
         await self._read_answering_model()
-        events = self.assembler.park(calls)
+        events = self._mark(self.assembler.park(calls))
         self.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
@@ -877,9 +1026,45 @@ class TurnDriver:
             )
             self.assembler.use_model(answered_by)  # ignores "" (no record names one)
 
+    def _mark(self, events: list[AssistantMessageEvent]) -> list[AssistantMessageEvent]:
+        """The final event's message bearing this turn's mark (`continuity`): a host that
+        carries it back continues the conversation without a session id. Only a turn bound to
+        a conversation marks its message; a conversation agy no longer had is said there too."""
+        conversation_id = self.conversation_id
+        if not events or not conversation_id or self.ctx is None or self.ctx.binding is None:
+            return events
+        last = events[-1]
+        mark = make_mark(conversation_id, secrets.token_hex(16))
+        if isinstance(last, DoneEvent):
+            return [*events[:-1], dataclasses.replace(last, message=self._marked(last.message, mark))]
+        if isinstance(last, ErrorEvent):
+            return [*events[:-1], dataclasses.replace(last, error=self._marked(last.error, mark))]
+        return events
+
+    def _marked(self, message: AssistantMessage, mark: str) -> AssistantMessage:
+        message = mark_message(message, mark)
+        if self._lost_conversation:
+            diagnostic = {
+                "type": "agy-provider.conversation_lost",
+                "timestamp": int(time.time() * 1000),
+                "details": {
+                    "lost": self._lost_conversation,
+                    "conversation": self.conversation_id,
+                    "why": "agy no longer has the conversation; a new one carries the history",
+                },
+            }
+            message = dataclasses.replace(
+                message, diagnostics=(*(message.diagnostics or ()), diagnostic)
+            )
+        return message
+
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
-        """Finish the assembler and deliver its final event; returns the `done` message."""
-        events = self.assembler.finish(outcome)
+        """Finish the assembler and deliver its final event; returns the final message."""
+        return self._deliver(self._mark(self.assembler.finish(outcome)), outcome)
+
+    def _deliver(
+        self, events: list[AssistantMessageEvent], outcome: TurnOutcome
+    ) -> AssistantMessage | None:
         self.emit(events)
         if not self.stream.done:  # the assembler had already finished: still say what happened
             self.stream.push(
@@ -888,64 +1073,108 @@ class TurnDriver:
                     error=bare_error(self.model, outcome.error or "the turn failed"),
                 )
             )
-        last = events[-1] if events else None
-        return last.message if isinstance(last, DoneEvent) else None
+        return _final_message(events)
 
     async def settle(self, outcome: TurnOutcome) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
-        ctx = self.ctx
         if not outcome.aborted:
             await self._read_answering_model()
-        key = (str(self.edges.store.path), ctx.session_id if ctx is not None else "")
-        # Kept in memory before the final event goes out, so a turn the host starts right
-        # after `done` resumes even while the save below is still running.
-        provisional = self._record(outcome, final=None)
-        if provisional is not None:
-            with _unsaved_lock:
-                _unsaved[key] = provisional
-                _newest[key] = self
-        final = self._settle_events(outcome)
-        if final is None and self._delivered is not None:
+        path = str(self.edges.store.path)
+        events = self._mark(self.assembler.finish(outcome))
+        final = _final_message(events)
+        if self._delivered is not None:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
             final = self._delivered
-        if provisional is None:
+        # Kept in memory before the final event goes out, so a turn the host starts right
+        # after `done` resumes even while the save below is still running.
+        records = self._records(outcome, final=final)
+        with _unsaved_lock:
+            for name, record in records.items():
+                _unsaved[(path, name)] = record
+                _newest[(path, name)] = self
+        self._deliver(events, outcome)
+        if not records:
             return
-        record = self._record(outcome, final=final) or provisional
         version_task = self.version_task
         known = version_task is not None and version_task.done() and not version_task.cancelled()
         if known and version_task is not None and version_task.exception() is None:
-            record = dataclasses.replace(record, agy_version=version_task.result())
-        _unsaved[key] = record
+            version = version_task.result()
+            records = {k: dataclasses.replace(r, agy_version=version) for k, r in records.items()}
+        with _unsaved_lock:
+            _unsaved.update({(path, k): r for k, r in records.items()})
         # In our pool's threads, which are running already: the loop's default executor would
         # start its threads here, on the loop, and wait for each to run. A settle cancelled now
         # (a loop shutting down right after `done`) does not stop the write, and the process
         # finishes it before it exits.
-        write = in_background(self.edges.store.put, key[1], record)
+        write = in_background(self.edges.store.put_many, records)
         try:
             await _written(write)
             if not known and version_task is not None:
                 # agy's version is still being asked (a first run): record it when it comes.
                 with contextlib.suppress(TimeoutError, AgyError, OSError):
                     version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
-                    if version and _newest.get(key) is self:
-                        record = dataclasses.replace(record, agy_version=version)
-                        _unsaved[key] = record
-                        write = in_background(self.edges.store.put, key[1], record)
+                    newest = {k: r for k, r in records.items() if _newest.get((path, k)) is self}
+                    if version and newest:
+                        records = {
+                            k: dataclasses.replace(r, agy_version=version)
+                            for k, r in newest.items()
+                        }
+                        with _unsaved_lock:
+                            _unsaved.update({(path, k): r for k, r in records.items()})
+                        write = in_background(self.edges.store.put_many, records)
                         await _written(write)
         finally:
-            # The record stays readable in memory until its write has landed (a turn started
-            # meanwhile in this process resumes from it); a newer turn's record stays until its
-            # own write lands.
-            write.add_done_callback(lambda _: _forget_unsaved(key, self))
+            # The records stay readable in memory until their write has landed (a turn started
+            # meanwhile in this process resumes from them); a newer turn's record stays until
+            # its own write lands.
+            keys = [(path, k) for k in records]
+            write.add_done_callback(lambda _: _forget_unsaved(keys, self))
 
-    def _record(
+    def _records(
         self, outcome: TurnOutcome, *, final: AssistantMessage | None
-    ) -> SessionRecord | None:
-        """The session as it stands after this turn (None: nothing to remember)."""
+    ) -> dict[str, SessionRecord]:
+        """What to remember after this turn, by store key: the host's session (if it named one)
+        and the conversation's own record, which proves the final message's mark."""
         ctx = self.ctx
-        if ctx is None or not ctx.session_id or ctx.binding is None or self.source is None:
-            return None
+        if ctx is None or ctx.binding is None or self.source is None:
+            return {}
+        records: dict[str, SessionRecord] = {}
+        digest = history_digest([*self.context.messages, *([final] if final is not None else [])])
+        answered = final is not None and final.stop_reason in ("stop", "length", "toolUse")
+        conversation_id = ctx.binding.conversation_id
+        reached = self._reached(outcome)
+        if reached is not None and ctx.session_id:
+            # A session's history leaves out a failed or aborted message (a host may drop it;
+            # one that keeps it is recognised by the message's mark below).
+            records[ctx.session_id] = dataclasses.replace(
+                reached,
+                history_digest=digest if answered else history_digest(self.context.messages),
+            )
+        mark = parse_mark(final.response_id) if final is not None else None
+        if final is None or mark is None or mark[0] != conversation_id:
+            return records
+        previous = self._conversation_record
+        if previous is not None and previous.conversation_id != conversation_id:
+            previous = None
+        base = reached or previous
+        if base is None:
+            return records  # nothing of the new conversation reached agy: nothing to continue
+        records[conversation_key(conversation_id)] = dataclasses.replace(
+            base,
+            history_digest=digest,
+            mark=mark[1],
+            # The newest answer stays acceptable while the turns after it fail or are aborted:
+            # a host may drop those messages from its transcript.
+            answered_mark=mark[1] if answered else (previous.answered_mark if previous else ""),
+            answered_digest=digest if answered else (previous.answered_digest if previous else ""),
+        )
+        return records
+
+    def _reached(self, outcome: TurnOutcome) -> SessionRecord | None:
+        """The conversation as agy now holds it (None: nothing of this turn reached it)."""
+        ctx = self.ctx
+        assert ctx is not None and ctx.binding is not None and self.source is not None
         turn_start = self.assembler.turn_start
         # Rows before this turn's user step are history for every later turn, even a row an
         # aborted agy left unfinished: it must not hold the next resume back to it.
@@ -954,14 +1183,21 @@ class TurnDriver:
             # Nothing of this turn reached agy's conversation (aborted, or refused before its
             # user step): the session stays as it was, so the host's retry still resumes.
             return None
-        history = [*self.context.messages, *([final] if final is not None else [])]
         return SessionRecord(
             conversation_id=ctx.binding.conversation_id,
             last_step_index=last_final,
             event_source=self.source_name,
             agy_version="",
-            history_digest=history_digest(history),
         )
+
+
+def _final_message(events: Sequence[AssistantMessageEvent]) -> AssistantMessage | None:
+    last = events[-1] if events else None
+    if isinstance(last, DoneEvent):
+        return last.message
+    if isinstance(last, ErrorEvent):
+        return last.error
+    return None
 
 
 def answering_model(path: Path, turn_start: int | None) -> str:

@@ -35,6 +35,10 @@ class TurnContext:
     binding: Binding | None = None
     process: Any = None  # the running agy (`runner.AgyProcess`)
     endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
+    # How the conversation was chosen: "session" (the host's session id), "mark" (the
+    # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
+    continuity: str = "new"
+    lost_conversation: str = ""
 
 
 class TurnProcess(Protocol):

@@ -325,7 +325,8 @@ async def test_a_turn_after_an_abort_that_left_a_row_generating_is_recorded(
     # The real database reader, on a database written the way agy writes it.
     edges.sources = lambda: {"sqlite": event_sources()["sqlite"]}
     folder = tmp_path / "agy" / "conversations"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{CONVERSATION}.db").unlink(missing_ok=True)
     writer = write_conversation(folder / f"{CONVERSATION}.db", CONVERSATION, turns=1)
     earlier: list[Any] = [UserMessage(content="request 0", timestamp=0)]
     edges.store.put(

@@ -57,11 +57,14 @@ async def test_a_turn_through_the_stream_function(live_env: Path) -> None:
     assert leftovers(live_env) == []
 
 
+@pytest.mark.parametrize("session_id", ["pi-agent-core", None])
 async def test_a_two_prompt_agent_is_one_agy_conversation(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, session_id: str | None
 ) -> None:
+    # Without a session id the conversation continues by the mark on agy's messages, which
+    # pi-agent-core carries back in the text and thinking signatures (it has no responseId).
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
-    agent = core.Agent(core.AgentOptions(stream_fn=stream_fn(), session_id="pi-agent-core"))
+    agent = core.Agent(core.AgentOptions(stream_fn=stream_fn(), session_id=session_id))
     agent.set_model(model("gemini-3.7-flash"))
     seen: list[str] = []
     agent.subscribe(lambda event: seen.append(event.type))

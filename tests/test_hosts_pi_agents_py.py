@@ -64,14 +64,15 @@ async def test_unregister_removes_the_route(live_env: Path) -> None:
         pi_stream.stream_simple(model(), pi.Context(messages=[pi.UserMessage(content="hi")]))
 
 
+@pytest.mark.parametrize("session_id", ["pi-agents-py", None])
 async def test_a_two_prompt_agent_is_one_agy_conversation(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, session_id: str | None
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     agent = Agent(
         {
             "initial_state": {"model": model("gemini-3.7-flash")},
-            "stream_fn": stream_fn(session_id="pi-agents-py"),
+            "stream_fn": stream_fn(session_id=session_id),
         }
     )
     await agent.prompt("count with me")

@@ -118,8 +118,9 @@ def test_a_turn_through_models(live_env: Path, tmp_path: Path) -> None:
     assert leftovers(live_env) == []
 
 
+@pytest.mark.parametrize("session_options", ['{"session_id": "pi-agent-loop"}', "{}"])
 def test_a_two_prompt_agent_is_one_agy_conversation(
-    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session_options: str
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     answer = run_host(
@@ -128,12 +129,12 @@ def test_a_two_prompt_agent_is_one_agy_conversation(
             models = agy_models()
             agent = pi_agent_loop.Agent(model=models.get_model("agy", "gemini-3.7-flash"),
                                         stream_fn=models.stream_simple,
-                                        stream_options={"session_id": "pi-agent-loop"})
+                                        stream_options=SESSION_OPTIONS)
             await agent.prompt("count with me")
             await agent.prompt("next")
             await wait_for_turns()
             return [text_of(m) for m in agent.state.messages if m.role == "assistant"]
-        """,
+        """.replace("SESSION_OPTIONS", session_options),
         tmp_path,
     )
     assert answer == [scenario_answer("two-turn", 0), scenario_answer("two-turn", 1)]

@@ -62,15 +62,17 @@ async def test_a_turn_through_models(live_env: Path) -> None:
     assert leftovers(live_env) == []
 
 
+@pytest.mark.parametrize("session_id", ["pi-ai-python-agent", None])
 async def test_a_two_prompt_agent_is_one_agy_conversation(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, session_id: str | None
 ) -> None:
+    # pi-ai-python's Agent sets no session id by default: the mark on agy's message continues.
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     models = agy_models()
     agent = pi_agent.Agent(
         initial_state={"model": models.get_model("agy", "gemini-3.7-flash")},
         stream_fn=models,
-        session_id="pi-ai-python-agent",
+        session_id=session_id,
     )
     await agent.prompt("count with me")
     await agent.prompt("next")

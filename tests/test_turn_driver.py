@@ -183,6 +183,10 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
         )
         for n in names
     }
+    # agy has the conversation the fakes resume (a turn checks its database exists first).
+    folder = tmp_path / "agy" / "conversations"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{CONVERSATION}.db").touch()
     return TurnEdges(
         store=SessionStore(tmp_path / "sessions.json"),
         spawn=lambda request: FakeProcess(request, script),
