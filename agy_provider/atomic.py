@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
+
 __all__ = ["file_lock", "read_json", "write_json_atomic"]
 
 
@@ -31,12 +34,19 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def read_json(path: Path, missing: Any = None) -> Any:
-    """The file's JSON, or `missing` when it does not exist. Raises ValueError when it is not JSON."""
+    """The file's JSON, or `missing` when it does not exist. Raises ValueError when it is not JSON.
+
+    Strict JSON (`wire/jsontext`): nesting past its depth bound, `NaN` or a huge number is "not
+    JSON" too, so a hostile file is corrupt rather than a RecursionError deep in a caller.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return missing
-    return json.loads(text)
+    try:
+        return jsontext.loads(data, what="its content")
+    except DecodeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

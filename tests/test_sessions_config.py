@@ -149,8 +149,20 @@ def _store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
         b'{"sessions": [1, 2]}',
         b'{"sessions": "x"}',
         b"null",
+        # Before: a RecursionError traceback from json.loads, not the store's one warning.
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"sessions": {"s": ' + b"[" * 300 + b"]" * 300 + b"}}",
     ],
-    ids=["garbage", "not-utf8", "a-list", "sessions-a-list", "sessions-a-string", "null"],
+    ids=[
+        "garbage",
+        "not-utf8",
+        "a-list",
+        "sessions-a-list",
+        "sessions-a-string",
+        "null",
+        "100000-deep",
+        "past-the-depth-bound",
+    ],
 )
 def test_a_corrupt_store_warns_once_and_is_set_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
@@ -316,11 +328,16 @@ def test_an_unreadable_store_is_never_replaced(
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "-5", "0", "1e12", "true"])
 def test_bad_timeouts_in_the_file_are_refused(tmp_path: Path, key: str, literal: str) -> None:
     path = tmp_path / "config.json"
-    path.write_text(f'{{"{key}": {literal}}}')  # json accepts NaN and Infinity literals
+    path.write_text(f'{{"{key}": {literal}}}')
     with pytest.raises(UsageError) as info:
         load_config(path, env={})
     message = str(info.value)
-    assert key in message and str(path) in message
+    assert str(path) in message
+    if "Infinity" in literal or literal == "NaN":
+        # Not JSON at all (strict JSON, as the file is read): refused before any key is read.
+        assert "not valid JSON" in message and literal.lstrip("-") in message
+        return
+    assert key in message
     if literal != "true":
         assert "greater than 0 and at most 604800" in message
 
@@ -350,3 +367,12 @@ def test_good_timeouts_pass_and_a_config_object_checks_too(tmp_path: Path) -> No
 def test_an_unreadable_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="could not read the config file"):
         load_config(tmp_path, env={})  # a folder, not a file
+
+
+def test_a_too_deep_config_file_is_a_usage_error_not_a_recursion_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"mode": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(UsageError, match="is not valid JSON") as refused:
+        load_config(path, env={})
+    assert str(path) in str(refused.value)
+
