@@ -376,3 +376,25 @@ def test_a_too_deep_config_file_is_a_usage_error_not_a_recursion_error(tmp_path:
         load_config(path, env={})
     assert str(path) in str(refused.value)
 
+
+def test_a_symlinked_lock_is_refused_and_its_target_never_created(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "sessions.json"
+    target = tmp_path / "elsewhere" / "created-by-the-lock"
+    (tmp_path / "elsewhere").mkdir()
+    Path(f"{path}.lock").symlink_to(target)  # dangling: O_CREAT alone would create `target`
+    store = SessionStore(path)
+    with caplog.at_level(logging.WARNING):
+        store.put("s", SessionRecord(conversation_id=UUID))
+        store.put("t", SessionRecord(conversation_id=UUID))
+    assert not target.exists()
+    assert not path.exists()  # nothing was written without the lock
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "symbolic link" in warnings[0] and f"{path}.lock" in warnings[0]
+    config = tmp_path / "config.json"
+    Path(f"{config}.lock").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link") as refused:
+        save_config(Config(), config)
+    assert refused.value.errno == errno.ELOOP and not target.exists()
