@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
@@ -28,7 +29,7 @@ from agy_provider.types import (
     message_from_json,
 )
 
-__all__ = ["HostTurn", "normalise_turn"]
+__all__ = ["HostTurn", "checked_cwd", "normalise_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,50 @@ def normalise_turn(model: object, context: object, options: object = None) -> Ho
     """Our types for whatever a host passed. Raises `UsageError` naming the field at fault."""
     bridge, parsed = _options(options)
     return HostTurn(_model(model), _context(context), parsed, bridge)
+
+
+def checked_cwd(cwd: object) -> str | None:
+    """The folder agy is to work in, made absolute; None (the host's own folder) stays None.
+
+    Raises `UsageError` saying what is wrong: not a path, a NUL in it, a relative path while the
+    current folder is gone, or not an existing folder this process may enter.
+    """
+    if cwd is None:
+        try:
+            os.getcwd()
+        except OSError as exc:
+            raise UsageError(
+                f"cwd: the current folder no longer exists ({exc.strerror or exc}); "
+                "pass cwd, the folder agy is to work in"
+            ) from exc
+        return None
+    if not isinstance(cwd, str | os.PathLike):
+        raise UsageError(f"cwd: expected a folder path (str), got {type(cwd).__name__}")
+    path = os.fspath(cwd)
+    if not isinstance(path, str):
+        raise UsageError("cwd: expected a folder path as text, got bytes")
+    if not path:
+        raise UsageError("cwd: expected a folder path, got an empty string")
+    if "\0" in path:
+        raise UsageError(f"cwd: a folder path cannot contain a NUL character: {path!r}")
+    try:
+        folder = os.path.abspath(path)
+    except OSError as exc:  # relative, and the current folder is gone
+        raise UsageError(
+            f"cwd: cannot make {path!r} absolute: the current folder no longer exists "
+            f"({exc.strerror or exc}); pass an absolute path"
+        ) from exc
+    try:
+        is_folder = os.path.isdir(folder) if os.path.exists(folder) else None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cwd: cannot look at {folder!r}: {exc}") from exc
+    if is_folder is None:
+        raise UsageError(f"cwd: {folder!r} does not exist; pass the folder agy is to work in")
+    if not is_folder:
+        raise UsageError(f"cwd: {folder!r} is not a folder; pass the folder agy is to work in")
+    if not os.access(folder, os.X_OK):
+        raise UsageError(f"cwd: {folder!r} cannot be entered (permission denied)")
+    return folder
 
 
 # --- plain pi JSON from any object ---------------------------------------------------------------

@@ -497,3 +497,81 @@ def test_tools_a_transcript_adds_and_later_removes_are_not_offered() -> None:
         },
     )
     assert [tool.name for tool in turn.context.tools or ()] == ["b", "c"]
+
+
+# --- the folder agy works in (`cwd`) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda tmp: str(tmp) + "\0evil", "NUL"),
+        (lambda tmp: str(tmp / "missing"), "does not exist"),
+        (lambda tmp: str(tmp / "a-file"), "is not a folder"),
+        (lambda tmp: "", "empty"),
+        (lambda tmp: b"/tmp", "got bytes"),
+        (lambda tmp: 42, "expected a folder path"),
+    ],
+    ids=["nul", "missing", "a-file", "empty", "bytes", "a-number"],
+)
+def test_a_bad_cwd_is_a_usage_error_saying_what_is_wrong(
+    tmp_path: Path, make: Any, says: str
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UsageError, match=r"^cwd: ") as refused:
+        checked_cwd(make(tmp_path))
+    assert says in str(refused.value)
+
+
+def test_a_good_cwd_is_made_absolute_and_none_stays_the_hosts_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert checked_cwd("project") == str(tmp_path / "project")
+    assert checked_cwd(tmp_path / "project") == str(tmp_path / "project")
+    assert checked_cwd(None) is None
+
+
+def test_a_relative_cwd_when_the_current_folder_is_gone_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(UsageError, match="current folder no longer exists"):
+        checked_cwd("project")
+    with pytest.raises(UsageError, match="current folder no longer exists"):
+        checked_cwd(None)
+
+
+def test_stream_simple_refuses_a_nul_in_cwd_before_a_stream_exists(tmp_path: Path) -> None:
+    # Before: the turn started and ended "agy-provider failed unexpectedly: ValueError: embedded
+    # null byte".
+    with pytest.raises(UsageError, match="NUL"):
+        stream_simple(MODEL, {"messages": [{"role": "user", "content": "hi"}]}, cwd="/tmp\0x")
+
+
+def test_the_command_line_names_a_cwd_that_is_not_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from agy_provider.cli import main
+
+    monkeypatch.setenv("AGY_PROVIDER_CONFIG", str(tmp_path / "config.json"))
+    monkeypatch.setenv("AGY_PROVIDER_SESSIONS", str(tmp_path / "sessions.json"))
+    monkeypatch.setenv("AGY_BIN", str(tmp_path / "no-agy-needed"))
+    (tmp_path / "a-file").write_text("x")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["chat", "--cwd", str(tmp_path / "a-file"), "hello"], out=out, err=err)
+    assert code == 2, err.getvalue()
+    assert "is not a folder" in err.getvalue() and str(tmp_path / "a-file") in err.getvalue()
+
