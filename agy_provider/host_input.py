@@ -12,7 +12,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import Any, Final, get_args
 
 from agy_provider.abort_bridge import SignalBridge, bridge_signal
 from agy_provider.errors import DecodeError, UsageError
@@ -41,6 +41,7 @@ _SYSTEM_ROLES = ("system", "developer")
 _STOP_REASONS = ("stop", "length", "toolUse", "error", "aborted")
 # Option names a host may use for its abort signal: pi's, and pi-agent-core's asyncio.Event.
 _SIGNAL_NAMES = ("signal", "cancel_event", "cancelEvent", "abort_signal", "abortSignal")
+_THINKING_LEVELS: Final = get_args(ThinkingLevel)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,6 +369,9 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
     if options is None:
         return None, SimpleStreamOptions()
     if isinstance(options, SimpleStreamOptions):
+        if options.reasoning == "off":  # type: ignore[comparison-overlap]  # as in a mapping
+            options = dataclasses.replace(options, reasoning=None)
+        _check_reasoning(options.reasoning)
         bridge = bridge_signal(options.signal)
         if bridge is not None and bridge.signal is not options.signal:
             options = dataclasses.replace(options, signal=bridge.signal)
@@ -381,11 +385,7 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
     reasoning = _attr(options, "reasoning", "thinking_level", "thinkingLevel")
     if reasoning == "off":
         reasoning = None
-    if reasoning is not None and reasoning not in get_args(ThinkingLevel):
-        raise UsageError(
-            f"options.reasoning: expected one of {list(get_args(ThinkingLevel))} "
-            f"or 'off', got {reasoning!r}"
-        )
+    _check_reasoning(reasoning)
     budgets = _attr(options, "thinking_budgets", "thinkingBudgets")
     fields: dict[str, Any] = {
         "session_id": _text_option(options, "session_id", "sessionId"),
@@ -400,6 +400,15 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
         thinking_budgets=None if budgets is None else _budgets(budgets),
         **fields,
     )
+
+
+def _check_reasoning(reasoning: object) -> None:
+    """A thinking level agy cannot be given is refused, never quietly dropped."""
+    if reasoning is not None and reasoning not in _THINKING_LEVELS:
+        raise UsageError(
+            f"options.reasoning: expected one of {', '.join(_THINKING_LEVELS)} "
+            f"(or 'off'), got {reasoning!r}"
+        )
 
 
 def _text_option(options: object, *names: str) -> str | None:

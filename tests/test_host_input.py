@@ -575,3 +575,28 @@ def test_the_command_line_names_a_cwd_that_is_not_a_folder(
     assert code == 2, err.getvalue()
     assert "is not a folder" in err.getvalue() and str(tmp_path / "a-file") in err.getvalue()
 
+
+# --- thinking levels -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        SimpleStreamOptions(reasoning="ultra"),  # type: ignore[arg-type]
+        {"reasoning": "ultra"},
+        {"thinkingLevel": "ultra"},
+    ],
+    ids=["our-options", "pi-json", "camel-alias"],
+)
+def test_an_unknown_thinking_level_is_refused_naming_the_valid_ones(options: Any) -> None:
+    # Before: SimpleStreamOptions(reasoning="ultra") passed and the level was silently ignored.
+    with pytest.raises(UsageError, match=r"^options\.reasoning: ") as refused:
+        normalise_turn(MODEL, {"messages": []}, options)
+    assert "minimal, low, medium, high, xhigh" in str(refused.value)
+    assert "'ultra'" in str(refused.value)
+
+
+def test_off_means_no_thinking_in_every_shape() -> None:
+    for options in (SimpleStreamOptions(reasoning="off"), {"reasoning": "off"}):  # type: ignore[arg-type]
+        assert normalise_turn(MODEL, {"messages": []}, options).options.reasoning is None
+
