@@ -28,6 +28,7 @@ from agy_provider.types import (
     UserMessage,
     message_from_json,
 )
+from agy_provider.wire.jsontext import MAX_DEPTH, clean_text
 
 __all__ = ["HostTurn", "checked_cwd", "normalise_turn"]
 
@@ -55,9 +56,13 @@ class HostTurn:
 
 
 def normalise_turn(model: object, context: object, options: object = None) -> HostTurn:
-    """Our types for whatever a host passed. Raises `UsageError` naming the field at fault."""
+    """Our types for whatever a host passed. Raises `UsageError` naming the field at fault.
+
+    Every text of the context comes back without lone surrogates (each one U+FFFD, as pi's
+    providers sanitise them): such text cannot be encoded as UTF-8, for agy or for a digest.
+    """
     bridge, parsed = _options(options)
-    return HostTurn(_model(model), _context(context), parsed, bridge)
+    return HostTurn(_model(model), _sanitised(_context(context)), parsed, bridge)
 
 
 def checked_cwd(cwd: object) -> str | None:
@@ -102,6 +107,47 @@ def checked_cwd(cwd: object) -> str | None:
     if not os.access(folder, os.X_OK):
         raise UsageError(f"cwd: {folder!r} cannot be entered (permission denied)")
     return folder
+
+
+# --- lone surrogates -----------------------------------------------------------------------------
+
+
+def _sanitised(context: Context) -> Context:
+    """`context` with every string in it (messages, system prompt, tools) free of lone surrogates.
+
+    What needs no change comes back as itself, so a clean context costs one walk and no copies.
+    """
+    cleaned: Context = _clean(context, 0)
+    return cleaned
+
+
+def _clean(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if depth > MAX_DEPTH:  # past any value agy can be sent (jsontext's bound): left as it is
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _clean(old, depth + 1)
+            if new is not old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, list | tuple):
+        items = [_clean(item, depth + 1) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, Mapping):
+        pairs = [(_clean(k, depth + 1), _clean(v, depth + 1)) for k, v in value.items()]
+        if all(
+            k is old_k and v is old_v
+            for (k, v), (old_k, old_v) in zip(pairs, value.items(), strict=True)
+        ):
+            return value
+        return dict(pairs)
+    return value
 
 
 # --- plain pi JSON from any object ---------------------------------------------------------------

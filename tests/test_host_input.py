@@ -600,3 +600,48 @@ def test_off_means_no_thinking_in_every_shape() -> None:
     for options in (SimpleStreamOptions(reasoning="off"), {"reasoning": "off"}):  # type: ignore[arg-type]
         assert normalise_turn(MODEL, {"messages": []}, options).options.reasoning is None
 
+
+# --- lone surrogates -----------------------------------------------------------------------------
+
+LONE = "\ud83d"  # a high surrogate without its low half: not encodable as UTF-8
+
+
+def test_every_host_text_is_freed_of_lone_surrogates() -> None:
+    from agy_provider.prompt import build_prompt, history_digest
+
+    bad = f"text {LONE} here"
+    context = Context(
+        system_prompt=bad,
+        messages=[
+            UserMessage(content=bad, timestamp=0),
+            AssistantMessage(
+                content=[
+                    ThinkingContent(thinking=bad),
+                    TextContent(text=bad),
+                    ToolCall(id="c1", name="lookup", arguments={bad: [bad, {"k": bad}]}),
+                ],
+                api="agy",
+                provider="agy",
+                model="m",
+                stop_reason="toolUse",
+                timestamp=0,
+            ),
+            ToolResultMessage(
+                tool_call_id="c1",
+                tool_name="lookup",
+                content=[TextContent(text=bad)],
+                timestamp=0,
+            ),
+            UserMessage(content=[TextContent(text=bad)], timestamp=0),
+        ],
+        tools=[Tool("lookup", bad, {"type": "object", "description": bad})],
+    )
+    for given in (context, context.to_json()):
+        turn = normalise_turn(MODEL, given)
+        dumped = repr(turn.context)
+        assert LONE not in dumped and "text \ufffd here" in dumped
+        # Before: UnicodeEncodeError (surrogates not allowed) from here, failing the turn.
+        history_digest(turn.context.messages)
+        build_prompt(turn.context, resume=False).encode("utf-8")
+    emoji = Context(messages=[UserMessage(content="🙈 ❤️ こんにちは ∑", timestamp=0)])
+    assert normalise_turn(MODEL, emoji).context is emoji  # valid text is left alone
