@@ -38,6 +38,7 @@ from agy_provider.host_tools import (
     TurnTools,
     plugin_tools_registered,
 )
+from agy_provider.images import ImageStaging, newest_images
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.prompt import build_prompt, history_digest
@@ -185,6 +186,7 @@ class TurnDriver:
         # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
         self.tools: TurnTools | None = None
         self.tool_executor = tool_executor
+        self.images: ImageStaging | None = None  # the newest message's images, as agy's files
         self._resumed: asyncio.Future[str] | None = None
         self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
         self.task: asyncio.Task[None] | None = None
@@ -329,7 +331,12 @@ class TurnDriver:
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
         cancelled = False
-        for step in (self._close_tools, self._end_process, self._close_sources):
+        for step in (
+            self._close_tools,
+            self._end_process,
+            self._close_sources,
+            self._remove_images,
+        ):
             try:
                 await step()
             except asyncio.CancelledError:
@@ -337,6 +344,10 @@ class TurnDriver:
                 await step()
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _remove_images(self) -> None:
+        if self.images is not None:
+            await self.images.aclose()
 
     async def _close_tools(self) -> None:
         if self.tools is not None:
@@ -478,6 +489,18 @@ class TurnDriver:
             self.assembler.hide_tools(self.tools.host_step_names)
             request = dataclasses.replace(
                 request, extra_dirs=(*request.extra_dirs, self.tools.config_dir)
+            )
+        if newest_images(self.context):
+            # Files of a private folder agy may read (one more --add-dir), viewed by path.
+            self.images = ImageStaging(newest_images(self.context))
+            await self.images.open()
+            prompt = await off_loop(
+                build_prompt, self.context, resume=plan.resume, image_paths=self.images.paths
+            )
+            plan = dataclasses.replace(plan, prompt=prompt)
+            self.ctx.prompt = prompt
+            request = dataclasses.replace(
+                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
             )
         process = self.edges.spawn(request)
         self.process = self.ctx.process = process
