@@ -6,6 +6,7 @@ A reader sees the old file or the new one, never a torn one, even after kill -9 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -14,14 +15,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
+
 __all__ = ["file_lock", "read_json", "write_json_atomic"]
 
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on `<path>.lock` (blocks until it is free)."""
+    """Hold an exclusive advisory lock on `<path>.lock` (blocks until it is free).
+
+    Raises OSError (ELOOP, saying so) when the lock file is a symbolic link: `O_CREAT` would
+    follow even a dangling one and create its target wherever it points.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = f"{path}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OSError(
+            errno.ELOOP,
+            f"the lock file {lock} is a symbolic link, which is never followed; remove it",
+            lock,
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -31,12 +49,19 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def read_json(path: Path, missing: Any = None) -> Any:
-    """The file's JSON, or `missing` when it does not exist. Raises ValueError when it is not JSON."""
+    """The file's JSON, or `missing` when it does not exist. Raises ValueError when it is not JSON.
+
+    Strict JSON (`wire/jsontext`): nesting past its depth bound, `NaN` or a huge number is "not
+    JSON" too, so a hostile file is corrupt rather than a RecursionError deep in a caller.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return missing
-    return json.loads(text)
+    try:
+        return jsontext.loads(data, what="its content")
+    except DecodeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

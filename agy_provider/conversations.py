@@ -8,7 +8,9 @@ process pool (decoding is CPU-bound Python, so threads would queue on the GIL).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -24,6 +26,8 @@ __all__ = [
     "list_conversations",
     "summarise_conversation",
 ]
+
+log = logging.getLogger(__name__)
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 _SUFFIX = {"markdown": ".md", "jsonl": ".jsonl"}
@@ -60,17 +64,49 @@ class ExportResult:
 
 
 def conversation_files(folder: str | os.PathLike[str]) -> list[Path]:
-    """The conversation databases (`*.db`) in agy's `conversations/` folder, newest first."""
+    """The conversation databases (`*.db`) in agy's `conversations/` folder, newest first.
+
+    A `*.db` entry that is not a regular file (a folder, FIFO, device, socket, broken link) is
+    skipped with one warning naming it and what it is; it is looked at, never opened (opening
+    a FIFO would block until someone writes to it).
+    """
     base = Path(folder)
     try:
-        found = [p for p in base.iterdir() if p.suffix == ".db" and p.is_file()]
+        candidates = [p for p in base.iterdir() if p.suffix == ".db"]
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise UsageError(
             f"cannot read {base}: {exc.strerror or exc}; check its permissions"
         ) from exc
+    found = []
+    for path in candidates:
+        why = _not_a_database_file(path)
+        if why:
+            log.warning("skipped %s: %s, not a conversation database file", path, why)
+        else:
+            found.append(path)
     return sorted(found, key=_mtime, reverse=True)
+
+
+def _not_a_database_file(path: Path) -> str:
+    """Why `path` cannot be a database file ("" when it is a regular file, through links)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if path.is_symlink() else "gone while being listed"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return ""
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def _mtime(path: Path) -> float:

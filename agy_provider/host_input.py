@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import Any, Final, get_args
 
 from agy_provider.abort_bridge import SignalBridge, bridge_signal
 from agy_provider.errors import DecodeError, UsageError
@@ -27,8 +28,9 @@ from agy_provider.types import (
     UserMessage,
     message_from_json,
 )
+from agy_provider.wire.jsontext import MAX_DEPTH, clean_text
 
-__all__ = ["HostTurn", "normalise_turn"]
+__all__ = ["HostTurn", "checked_cwd", "normalise_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ _SYSTEM_ROLES = ("system", "developer")
 _STOP_REASONS = ("stop", "length", "toolUse", "error", "aborted")
 # Option names a host may use for its abort signal: pi's, and pi-agent-core's asyncio.Event.
 _SIGNAL_NAMES = ("signal", "cancel_event", "cancelEvent", "abort_signal", "abortSignal")
+_THINKING_LEVELS: Final = get_args(ThinkingLevel)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,9 +56,98 @@ class HostTurn:
 
 
 def normalise_turn(model: object, context: object, options: object = None) -> HostTurn:
-    """Our types for whatever a host passed. Raises `UsageError` naming the field at fault."""
+    """Our types for whatever a host passed. Raises `UsageError` naming the field at fault.
+
+    Every text of the context comes back without lone surrogates (each one U+FFFD, as pi's
+    providers sanitise them): such text cannot be encoded as UTF-8, for agy or for a digest.
+    """
     bridge, parsed = _options(options)
-    return HostTurn(_model(model), _context(context), parsed, bridge)
+    return HostTurn(_model(model), _sanitised(_context(context)), parsed, bridge)
+
+
+def checked_cwd(cwd: object) -> str | None:
+    """The folder agy is to work in, made absolute; None (the host's own folder) stays None.
+
+    Raises `UsageError` saying what is wrong: not a path, a NUL in it, a relative path while the
+    current folder is gone, or not an existing folder this process may enter.
+    """
+    if cwd is None:
+        try:
+            os.getcwd()
+        except OSError as exc:
+            raise UsageError(
+                f"cwd: the current folder no longer exists ({exc.strerror or exc}); "
+                "pass cwd, the folder agy is to work in"
+            ) from exc
+        return None
+    if not isinstance(cwd, str | os.PathLike):
+        raise UsageError(f"cwd: expected a folder path (str), got {type(cwd).__name__}")
+    path = os.fspath(cwd)
+    if not isinstance(path, str):
+        raise UsageError("cwd: expected a folder path as text, got bytes")
+    if not path:
+        raise UsageError("cwd: expected a folder path, got an empty string")
+    if "\0" in path:
+        raise UsageError(f"cwd: a folder path cannot contain a NUL character: {path!r}")
+    try:
+        folder = os.path.abspath(path)
+    except OSError as exc:  # relative, and the current folder is gone
+        raise UsageError(
+            f"cwd: cannot make {path!r} absolute: the current folder no longer exists "
+            f"({exc.strerror or exc}); pass an absolute path"
+        ) from exc
+    try:
+        is_folder = os.path.isdir(folder) if os.path.exists(folder) else None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cwd: cannot look at {folder!r}: {exc}") from exc
+    if is_folder is None:
+        raise UsageError(f"cwd: {folder!r} does not exist; pass the folder agy is to work in")
+    if not is_folder:
+        raise UsageError(f"cwd: {folder!r} is not a folder; pass the folder agy is to work in")
+    if not os.access(folder, os.X_OK):
+        raise UsageError(f"cwd: {folder!r} cannot be entered (permission denied)")
+    return folder
+
+
+# --- lone surrogates -----------------------------------------------------------------------------
+
+
+def _sanitised(context: Context) -> Context:
+    """`context` with every string in it (messages, system prompt, tools) free of lone surrogates.
+
+    What needs no change comes back as itself, so a clean context costs one walk and no copies.
+    """
+    cleaned: Context = _clean(context, 0)
+    return cleaned
+
+
+def _clean(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if depth > MAX_DEPTH:  # past any value agy can be sent (jsontext's bound): left as it is
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _clean(old, depth + 1)
+            if new is not old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, list | tuple):
+        items = [_clean(item, depth + 1) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, Mapping):
+        pairs = [(_clean(k, depth + 1), _clean(v, depth + 1)) for k, v in value.items()]
+        if all(
+            k is old_k and v is old_v
+            for (k, v), (old_k, old_v) in zip(pairs, value.items(), strict=True)
+        ):
+            return value
+        return dict(pairs)
+    return value
 
 
 # --- plain pi JSON from any object ---------------------------------------------------------------
@@ -323,6 +415,9 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
     if options is None:
         return None, SimpleStreamOptions()
     if isinstance(options, SimpleStreamOptions):
+        if options.reasoning == "off":  # type: ignore[comparison-overlap]  # as in a mapping
+            options = dataclasses.replace(options, reasoning=None)
+        _check_reasoning(options.reasoning)
         bridge = bridge_signal(options.signal)
         if bridge is not None and bridge.signal is not options.signal:
             options = dataclasses.replace(options, signal=bridge.signal)
@@ -336,11 +431,7 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
     reasoning = _attr(options, "reasoning", "thinking_level", "thinkingLevel")
     if reasoning == "off":
         reasoning = None
-    if reasoning is not None and reasoning not in get_args(ThinkingLevel):
-        raise UsageError(
-            f"options.reasoning: expected one of {list(get_args(ThinkingLevel))} "
-            f"or 'off', got {reasoning!r}"
-        )
+    _check_reasoning(reasoning)
     budgets = _attr(options, "thinking_budgets", "thinkingBudgets")
     fields: dict[str, Any] = {
         "session_id": _text_option(options, "session_id", "sessionId"),
@@ -355,6 +446,15 @@ def _options(options: object) -> tuple[SignalBridge | None, SimpleStreamOptions]
         thinking_budgets=None if budgets is None else _budgets(budgets),
         **fields,
     )
+
+
+def _check_reasoning(reasoning: object) -> None:
+    """A thinking level agy cannot be given is refused, never quietly dropped."""
+    if reasoning is not None and reasoning not in _THINKING_LEVELS:
+        raise UsageError(
+            f"options.reasoning: expected one of {', '.join(_THINKING_LEVELS)} "
+            f"(or 'off'), got {reasoning!r}"
+        )
 
 
 def _text_option(options: object, *names: str) -> str | None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 
 from agy_provider.errors import UsageError
+from agy_provider.images import check_images, image_lines
 from agy_provider.types import (
     AssistantMessage,
     Context,
@@ -39,13 +40,22 @@ def history_digest(messages: Sequence[Message]) -> str:
     return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
 
 
-def build_prompt(context: Context, *, resume: bool, unseen: Sequence[Message] = ()) -> str:
+def build_prompt(
+    context: Context,
+    *,
+    resume: bool,
+    unseen: Sequence[Message] = (),
+    image_paths: Sequence[str] | None = None,
+) -> str:
     """The newest user message; for a new conversation, one compact preamble before it.
 
     A resumed conversation gets only the newest input, after `unseen` — the messages since agy's
     last reply that agy never saw (another model's turns, a compaction summary, tool results,
     more user messages) — as one labelled block. The preamble and the block are pure functions of
     the context, so the same history gives the same bytes and agy's prompt cache keeps working.
+    The newest message's images are checked (`UsageError` for a bad one); with `image_paths`
+    (where they were staged, `images.ImageStaging`) the message ends with one line per image
+    asking agy to view that file.
     """
     messages = list(context.messages)
     if not messages:
@@ -68,12 +78,12 @@ def build_prompt(context: Context, *, resume: bool, unseen: Sequence[Message] = 
         if isinstance(newest.content, str)
         else [b for b in newest.content if isinstance(b, ImageContent)]
     )
+    text = _text_of(newest)
     if images:
-        raise UsageError(
-            f"the message has {len(images)} image(s), and agy-provider cannot send images to agy; "
-            "describe them in text instead"
-        )
-    return _with_preamble(context, messages[:-1], _text_of(newest), resume=resume, unseen=unseen)
+        checked = check_images(images)
+        if image_paths is not None:
+            text = "\n\n".join(part for part in (text, image_lines(checked, image_paths)) if part)
+    return _with_preamble(context, messages[:-1], text, resume=resume, unseen=unseen)
 
 
 # Introduces what a resumed conversation missed; fixed bytes, so agy's prompt cache holds.

@@ -12,7 +12,7 @@ from typing import Any
 
 from agy_provider.assembler import StepAssembler
 from agy_provider.diffs import GitBaselines
-from agy_provider.host_input import normalise_turn
+from agy_provider.host_input import checked_cwd, normalise_turn
 from agy_provider.host_tools import ToolExecutor
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.sessions import SessionStore
@@ -76,6 +76,7 @@ def stream_simple(
     message.
     """
     turn = normalise_turn(model, context, options)
+    cwd = checked_cwd(cwd)
     model, context, options = turn.model, turn.context, turn.options
     stream = AssistantMessageEventStream()
     found = PARKED.find(context.messages)

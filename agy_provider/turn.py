@@ -47,6 +47,7 @@ from agy_provider.host_tools import (
     TurnTools,
     plugin_tools_registered,
 )
+from agy_provider.images import ImageStaging, check_images, newest_images
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.prompt import build_prompt, history_digest
@@ -204,6 +205,7 @@ class TurnDriver:
         # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
         self.tools: TurnTools | None = None
         self.tool_executor = tool_executor
+        self.images: ImageStaging | None = None  # the newest message's images, as agy's files
         self._resumed: asyncio.Future[str] | None = None
         self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
         self.task: asyncio.Task[None] | None = None
@@ -217,6 +219,7 @@ class TurnDriver:
         self._lost_conversation = ""
         self._force_new = False
         self._lock: ConversationLock | None = None
+        self._unseen: tuple[Message, ...] = ()  # what agy never saw, sent before the newest input
 
     @property
     def session_id(self) -> str:
@@ -296,6 +299,8 @@ class TurnDriver:
         await self._stop_agy(grace=_ABORT_GRACE)
         await self._close_tools()
         self.tools = None
+        await self._remove_images()
+        self.images = None
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
         self.version_task = None
@@ -381,7 +386,12 @@ class TurnDriver:
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
         cancelled = False
-        for step in (self._close_tools, self._end_process, self._close_sources):
+        for step in (
+            self._close_tools,
+            self._end_process,
+            self._close_sources,
+            self._remove_images,
+        ):
             try:
                 await step()
             except asyncio.CancelledError:
@@ -390,6 +400,10 @@ class TurnDriver:
         self._release_lock()  # agy is gone: the conversation's next turn may start
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _remove_images(self) -> None:
+        if self.images is not None:
+            await self.images.aclose()
 
     async def _close_tools(self) -> None:
         if self.tools is not None:
@@ -426,9 +440,11 @@ class TurnDriver:
         self.pm = get_plugin_manager()
         config = self.edges.config()
         session_id = self.options.session_id or ""
+        check_images(newest_images(self.context))  # a bad image is refused before anything else
         binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
         state_dir = agy_state_dir(config, binary)
         conversation_id, min_index, unseen, how = self._continuity(session_id, state_dir)
+        self._unseen = unseen
         resume = bool(conversation_id)
         prompt = build_prompt(self.context, resume=resume, unseen=unseen)
         self.ctx = TurnContext(
@@ -586,6 +602,22 @@ class TurnDriver:
             self.assembler.hide_tools(self.tools.host_step_names)
             request = dataclasses.replace(
                 request, extra_dirs=(*request.extra_dirs, self.tools.config_dir)
+            )
+        if newest_images(self.context):
+            # Files of a private folder agy may read (one more --add-dir), viewed by path.
+            self.images = ImageStaging(newest_images(self.context))
+            await self.images.open()
+            prompt = await off_loop(
+                build_prompt,
+                self.context,
+                resume=plan.resume,
+                unseen=self._unseen,
+                image_paths=self.images.paths,
+            )
+            plan = dataclasses.replace(plan, prompt=prompt)
+            self.ctx.prompt = prompt
+            request = dataclasses.replace(
+                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
             )
         process = self.edges.spawn(request)
         self.process = self.ctx.process = process

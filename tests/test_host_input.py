@@ -497,3 +497,151 @@ def test_tools_a_transcript_adds_and_later_removes_are_not_offered() -> None:
         },
     )
     assert [tool.name for tool in turn.context.tools or ()] == ["b", "c"]
+
+
+# --- the folder agy works in (`cwd`) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda tmp: str(tmp) + "\0evil", "NUL"),
+        (lambda tmp: str(tmp / "missing"), "does not exist"),
+        (lambda tmp: str(tmp / "a-file"), "is not a folder"),
+        (lambda tmp: "", "empty"),
+        (lambda tmp: b"/tmp", "got bytes"),
+        (lambda tmp: 42, "expected a folder path"),
+    ],
+    ids=["nul", "missing", "a-file", "empty", "bytes", "a-number"],
+)
+def test_a_bad_cwd_is_a_usage_error_saying_what_is_wrong(
+    tmp_path: Path, make: Any, says: str
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UsageError, match=r"^cwd: ") as refused:
+        checked_cwd(make(tmp_path))
+    assert says in str(refused.value)
+
+
+def test_a_good_cwd_is_made_absolute_and_none_stays_the_hosts_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert checked_cwd("project") == str(tmp_path / "project")
+    assert checked_cwd(tmp_path / "project") == str(tmp_path / "project")
+    assert checked_cwd(None) is None
+
+
+def test_a_relative_cwd_when_the_current_folder_is_gone_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agy_provider.host_input import checked_cwd
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(UsageError, match="current folder no longer exists"):
+        checked_cwd("project")
+    with pytest.raises(UsageError, match="current folder no longer exists"):
+        checked_cwd(None)
+
+
+def test_stream_simple_refuses_a_nul_in_cwd_before_a_stream_exists(tmp_path: Path) -> None:
+    # Before: the turn started and ended "agy-provider failed unexpectedly: ValueError: embedded
+    # null byte".
+    with pytest.raises(UsageError, match="NUL"):
+        stream_simple(MODEL, {"messages": [{"role": "user", "content": "hi"}]}, cwd="/tmp\0x")
+
+
+def test_the_command_line_names_a_cwd_that_is_not_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from agy_provider.cli import main
+
+    monkeypatch.setenv("AGY_PROVIDER_CONFIG", str(tmp_path / "config.json"))
+    monkeypatch.setenv("AGY_PROVIDER_SESSIONS", str(tmp_path / "sessions.json"))
+    monkeypatch.setenv("AGY_BIN", str(tmp_path / "no-agy-needed"))
+    (tmp_path / "a-file").write_text("x")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["chat", "--cwd", str(tmp_path / "a-file"), "hello"], out=out, err=err)
+    assert code == 2, err.getvalue()
+    assert "is not a folder" in err.getvalue() and str(tmp_path / "a-file") in err.getvalue()
+
+
+# --- thinking levels -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        SimpleStreamOptions(reasoning="ultra"),  # type: ignore[arg-type]
+        {"reasoning": "ultra"},
+        {"thinkingLevel": "ultra"},
+    ],
+    ids=["our-options", "pi-json", "camel-alias"],
+)
+def test_an_unknown_thinking_level_is_refused_naming_the_valid_ones(options: Any) -> None:
+    # Before: SimpleStreamOptions(reasoning="ultra") passed and the level was silently ignored.
+    with pytest.raises(UsageError, match=r"^options\.reasoning: ") as refused:
+        normalise_turn(MODEL, {"messages": []}, options)
+    assert "minimal, low, medium, high, xhigh" in str(refused.value)
+    assert "'ultra'" in str(refused.value)
+
+
+def test_off_means_no_thinking_in_every_shape() -> None:
+    for options in (SimpleStreamOptions(reasoning="off"), {"reasoning": "off"}):  # type: ignore[arg-type]
+        assert normalise_turn(MODEL, {"messages": []}, options).options.reasoning is None
+
+
+# --- lone surrogates -----------------------------------------------------------------------------
+
+LONE = "\ud83d"  # a high surrogate without its low half: not encodable as UTF-8
+
+
+def test_every_host_text_is_freed_of_lone_surrogates() -> None:
+    from agy_provider.prompt import build_prompt, history_digest
+
+    bad = f"text {LONE} here"
+    context = Context(
+        system_prompt=bad,
+        messages=[
+            UserMessage(content=bad, timestamp=0),
+            AssistantMessage(
+                content=[
+                    ThinkingContent(thinking=bad),
+                    TextContent(text=bad),
+                    ToolCall(id="c1", name="lookup", arguments={bad: [bad, {"k": bad}]}),
+                ],
+                api="agy",
+                provider="agy",
+                model="m",
+                stop_reason="toolUse",
+                timestamp=0,
+            ),
+            ToolResultMessage(
+                tool_call_id="c1",
+                tool_name="lookup",
+                content=[TextContent(text=bad)],
+                timestamp=0,
+            ),
+            UserMessage(content=[TextContent(text=bad)], timestamp=0),
+        ],
+        tools=[Tool("lookup", bad, {"type": "object", "description": bad})],
+    )
+    for given in (context, context.to_json()):
+        turn = normalise_turn(MODEL, given)
+        dumped = repr(turn.context)
+        assert LONE not in dumped and "text \ufffd here" in dumped
+        # Before: UnicodeEncodeError (surrogates not allowed) from here, failing the turn.
+        history_digest(turn.context.messages)
+        build_prompt(turn.context, resume=False).encode("utf-8")
+    emoji = Context(messages=[UserMessage(content="🙈 ❤️ こんにちは ∑", timestamp=0)])
+    assert normalise_turn(MODEL, emoji).context is emoji  # valid text is left alone

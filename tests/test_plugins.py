@@ -111,7 +111,7 @@ def test_unsupported_interactions_are_refused_explicitly() -> None:
     }
 
 
-async def test_images_are_a_clear_error_event(
+async def test_a_bad_image_is_a_clear_error_event_before_agy_is_looked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGY_PROVIDER_CONFIG", str(tmp_path / "config.json"))

@@ -149,8 +149,20 @@ def _store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
         b'{"sessions": [1, 2]}',
         b'{"sessions": "x"}',
         b"null",
+        # Before: a RecursionError traceback from json.loads, not the store's one warning.
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"sessions": {"s": ' + b"[" * 300 + b"]" * 300 + b"}}",
     ],
-    ids=["garbage", "not-utf8", "a-list", "sessions-a-list", "sessions-a-string", "null"],
+    ids=[
+        "garbage",
+        "not-utf8",
+        "a-list",
+        "sessions-a-list",
+        "sessions-a-string",
+        "null",
+        "100000-deep",
+        "past-the-depth-bound",
+    ],
 )
 def test_a_corrupt_store_warns_once_and_is_set_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
@@ -316,11 +328,16 @@ def test_an_unreadable_store_is_never_replaced(
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "-5", "0", "1e12", "true"])
 def test_bad_timeouts_in_the_file_are_refused(tmp_path: Path, key: str, literal: str) -> None:
     path = tmp_path / "config.json"
-    path.write_text(f'{{"{key}": {literal}}}')  # json accepts NaN and Infinity literals
+    path.write_text(f'{{"{key}": {literal}}}')
     with pytest.raises(UsageError) as info:
         load_config(path, env={})
     message = str(info.value)
-    assert key in message and str(path) in message
+    assert str(path) in message
+    if "Infinity" in literal or literal == "NaN":
+        # Not JSON at all (strict JSON, as the file is read): refused before any key is read.
+        assert "not valid JSON" in message and literal.lstrip("-") in message
+        return
+    assert key in message
     if literal != "true":
         assert "greater than 0 and at most 604800" in message
 
@@ -350,3 +367,34 @@ def test_good_timeouts_pass_and_a_config_object_checks_too(tmp_path: Path) -> No
 def test_an_unreadable_config_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="could not read the config file"):
         load_config(tmp_path, env={})  # a folder, not a file
+
+
+def test_a_too_deep_config_file_is_a_usage_error_not_a_recursion_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"mode": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(UsageError, match="is not valid JSON") as refused:
+        load_config(path, env={})
+    assert str(path) in str(refused.value)
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_never_created(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "sessions.json"
+    target = tmp_path / "elsewhere" / "created-by-the-lock"
+    (tmp_path / "elsewhere").mkdir()
+    Path(f"{path}.lock").symlink_to(target)  # dangling: O_CREAT alone would create `target`
+    store = SessionStore(path)
+    with caplog.at_level(logging.WARNING):
+        store.put("s", SessionRecord(conversation_id=UUID))
+        store.put("t", SessionRecord(conversation_id=UUID))
+    assert not target.exists()
+    assert not path.exists()  # nothing was written without the lock
+    warnings = _store_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "symbolic link" in warnings[0] and f"{path}.lock" in warnings[0]
+    config = tmp_path / "config.json"
+    Path(f"{config}.lock").symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link") as refused:
+        save_config(Config(), config)
+    assert refused.value.errno == errno.ELOOP and not target.exists()

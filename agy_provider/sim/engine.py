@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agy_provider.sim import descriptors as pb
+from agy_provider.sim.image_views import NO_IMAGES, VIEWED_IMAGES_PLACEHOLDER, image_views
 from agy_provider.sim.payloads import IdSource, StepFactory
 from agy_provider.sim.scenario import (
     MCP_RESULT_PLACEHOLDER,
@@ -190,6 +191,7 @@ class _Turn:
     current: tuple[int, Any] | None = None
     threads: list[threading.Thread] = dataclasses.field(default_factory=list)
     mcp_result: str | None = None  # the turn's last MCP tool result, for `{mcp_result}` in text
+    viewed_images: str = NO_IMAGES  # what the turn's image views found, for `{viewed_images}`
 
 
 class Simulator:
@@ -533,6 +535,10 @@ class Simulator:
             prompts = turn.conversation.prompts
             history = "" if first_turn else "\n".join(f"USER: {p}" for p in prompts)
             self._append(turn, f.history(history))
+        views = image_views(prompt, self.mcp_roots)
+        if views is not None:  # the prompt asks to view images: one model call views them
+            self._planner(turn, views.planner)
+            turn.viewed_images = views.summary
         for item in steps:
             if isinstance(item, PlannerSpec):
                 self._planner(turn, item)
@@ -563,6 +569,7 @@ class Simulator:
         text = spec.text
         if turn.mcp_result is not None:
             text = tuple(c.replace(MCP_RESULT_PLACEHOLDER, turn.mcp_result) for c in text)
+        text = tuple(c.replace(VIEWED_IMAGES_PLACEHOLDER, turn.viewed_images) for c in text)
         chunks = [("thinking", c) for c in spec.thinking] + [
             ("modified_response", c) for c in text
         ]
