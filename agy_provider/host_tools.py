@@ -210,6 +210,9 @@ class ParkedTurns:
 
     def __init__(self) -> None:
         self._by_call: dict[str, Any] = {}
+        # Calls whose results already resumed a turn that still runs: a second host bringing the
+        # same results is told so, instead of starting agy on the same work again.
+        self._answered: dict[str, Any] = {}
         # Turns run on several loops at once (the sync API gives each a thread of its own).
         self._lock = threading.Lock()
         # Loops whose turns are being waited for (`wait_for_turns`): a turn parking there ends.
@@ -225,6 +228,29 @@ class ParkedTurns:
         with self._lock:
             for call_id in [k for k, v in self._by_call.items() if v is turn]:
                 del self._by_call[call_id]
+
+    def answered(self, call_ids: Iterable[str], turn: Any) -> None:
+        """`turn` resumed with the results of `call_ids` (remembered until it ends)."""
+        with self._lock:
+            for call_id in call_ids:
+                self._answered[call_id] = turn
+
+    def forget(self, turn: Any) -> None:
+        """`turn` has ended: forget its calls, waiting and answered alike."""
+        self.release(turn)
+        with self._lock:
+            for call_id in [k for k, v in self._answered.items() if v is turn]:
+                del self._answered[call_id]
+
+    def resumed_by_another(self, messages: Sequence[object]) -> bool:
+        """True when the trailing tool results of `messages` already resumed a running turn."""
+        ids = set()
+        for message in reversed(messages):
+            if not isinstance(message, ToolResultMessage):
+                break
+            ids.add(message.tool_call_id)
+        with self._lock:
+            return bool(ids) and ids <= self._answered.keys()
 
     def find(self, messages: Sequence[object]) -> tuple[Any, dict[str, ToolResultMessage]] | None:
         """The parked turn the trailing tool results of `messages` answer, with those results."""

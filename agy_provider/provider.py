@@ -12,6 +12,7 @@ from typing import Any
 
 from agy_provider.assembler import StepAssembler
 from agy_provider.diffs import GitBaselines
+from agy_provider.events import ErrorEvent
 from agy_provider.host_input import checked_cwd, normalise_turn
 from agy_provider.host_tools import ToolExecutor
 from agy_provider.options import SimpleStreamOptions
@@ -23,6 +24,7 @@ from agy_provider.turn import (
     TurnContext,
     TurnDriver,
     TurnEdges,
+    bare_error,
     build_prompt,
     history_digest,
 )
@@ -100,6 +102,20 @@ def stream_simple(
     )
     for event in assembler.start():
         stream.push(event)
+    if found is None and PARKED.resumed_by_another(context.messages):
+        # Two hosts (or one host twice) bringing the same tool results: exactly one resumes
+        # agy's turn; running agy on the same work again would answer twice.
+        stream.push(
+            ErrorEvent(
+                reason="error",
+                error=bare_error(
+                    model,
+                    "these tool results already resumed the agy turn that asked for them "
+                    "(another call brought them first); wait for that call's answer",
+                ),
+            )
+        )
+        return stream
     if store is not None:  # never change an `edges` the caller may use again
         edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
     driver = TurnDriver(

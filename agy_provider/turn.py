@@ -382,7 +382,7 @@ class TurnDriver:
         an `asyncio.run` of its own must not leak a database connection and an inotify
         descriptor per turn. A step cut short runs once more; the cancellation is raised after.
         """
-        PARKED.release(self)
+        PARKED.forget(self)
         if self.version_task is not None and not self.version_task.done():
             self.version_task.cancel()
         cancelled = False
@@ -923,6 +923,7 @@ class TurnDriver:
         if not self.parked or self.tools is None or self._resumed is None:
             return False
         PARKED.release(self)
+        PARKED.answered(results, self)
         self._delivered = None
         self.context, self.options, self.stream = context, options, stream
         events = self.assembler.resume(timestamp=int(time.time() * 1000))

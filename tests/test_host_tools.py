@@ -498,3 +498,27 @@ def test_a_program_that_exits_with_agy_waiting_for_its_tools_leaves_nothing(
     from agy_provider.sessions import SessionStore
 
     assert SessionStore().get("exits") is not None  # the session was saved at the exit
+
+
+async def test_two_hosts_bringing_the_same_results_resume_the_parked_turn_once(
+    tool_env: Path, recorder: Any
+) -> None:
+    context = Context(
+        messages=[UserMessage(content="Where is my order A-1042?", timestamp=0)], tools=[LOOKUP]
+    )
+    _events, first = await first_part(context)  # no session id: the stateless host's way
+    assert first.stop_reason == "toolUse"
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    answered = Context(messages=[*context.messages, first, result_for(call)], tools=[LOOKUP])
+    streams = [stream_simple(MODEL, answered), stream_simple(MODEL, answered)]
+    results = await asyncio.gather(*(s.result() for s in streams))
+    await wait_for_turns()
+    stops = sorted(m.stop_reason for m in results)
+    assert stops == ["error", "stop"], [m.error_message for m in results]
+    (refused,) = [m for m in results if m.stop_reason == "error"]
+    assert "already resumed" in (refused.error_message or "")
+    (resumed,) = [m for m in results if m.stop_reason == "stop"]
+    assert "".join(b.text for b in resumed.content if isinstance(b, TextContent)) == tool_answer()
+    assert len(recorder.turns) == 1 and len(conversations(tool_env)) == 1
+    # Once that turn has ended, the same results are a host's late retry: a new turn takes them.
+    assert PARKED.all() == [] and not PARKED.resumed_by_another(answered.messages)
