@@ -540,6 +540,7 @@ class TurnDriver:
             if found.proven and found.record is not None:
                 conversation_id, min_index = found.conversation_id, found.record.last_step_index
                 unseen, how = found.unseen, "mark"
+                self._conversation_record = found.record
                 if found.unseen:
                     log.info(
                         "continuing agy conversation %s; %d message(s) since its last reply "
@@ -556,7 +557,10 @@ class TurnDriver:
                 )
         if not conversation_id:
             return "", -1, (), "new"
-        self._conversation_record = self._session(conversation_key(conversation_id))
+        if self._conversation_record is None or (
+            self._conversation_record.conversation_id != conversation_id
+        ):
+            self._conversation_record = self._session(conversation_key(conversation_id))
         if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
             self._lost_conversation = conversation_id
             log.warning(
