@@ -257,3 +257,15 @@ async def test_two_turns_of_one_conversation_at_once_run_one_after_the_other(
     assert [r.stop_reason for r in replies] == ["stop", "stop"]
     assert max(overlap) == 1, "two agy turns of one conversation streamed at the same time"
     assert len(set(conversations(recorder))) == 1
+
+
+def test_the_sync_api_continues_by_mark_too(live_env: Path, recorder: Observed) -> None:
+    from agy_provider.sync import complete
+
+    transcript: list[Message] = [user("sync one")]
+    transcript.append(complete(MODEL, Context(messages=list(transcript))))
+    transcript.append(user("sync two"))
+    reply = complete(MODEL, Context(messages=list(transcript)))
+    assert reply.stop_reason == "stop" and final_text(reply) == scenario_answer("default")
+    assert len(set(conversations(recorder))) == 1
+    assert recorder.turns[-1].continuity == "mark" and recorder.turns[-1].prompt == "sync two"
