@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ class FakeProcess:
 
     async def start(self) -> None:
         await self.script.start_gate.wait()
-        self.stated_conversation_id = CONVERSATION
+        self.stated_conversation_id = self.script.stated.pop(0) if self.script.stated else CONVERSATION
         self.id_stated.set()
 
     def exit(self, code: int) -> None:
@@ -161,6 +162,8 @@ class Script:
     processes: list[FakeProcess] = dataclasses.field(default_factory=list)
     sources: list[FakeSource] = dataclasses.field(default_factory=list)
     binds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # The conversation ids the processes state, in order (then CONVERSATION).
+    stated: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.start_gate.set()
@@ -172,6 +175,8 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
         script.binds.append(kw)
         await script.bind_gate.wait()
         conversation = kw["expected_id"] or process.stated_conversation_id
+        if kw["expected_id"] and process.stated_conversation_id != kw["expected_id"]:
+            raise TurnError("agy was asked to resume one conversation but says it runs another")
         return Binding(path=folder / f"{conversation}.db", conversation_id=conversation)
 
     async def version(binary: str) -> str:
@@ -293,14 +298,14 @@ async def test_a_turn_streams_and_settles_in_order(tmp_path: Path) -> None:
 async def test_the_next_turn_resumes_even_before_the_session_is_saved(tmp_path: Path) -> None:
     script = Script()
     edges = edges_for(script, tmp_path)
-    saved = asyncio.Event()
-    real_put = edges.store.put
+    disk = threading.Event()
+    real_put = edges.store.put_many
 
-    def slow_put(*args: Any) -> None:  # a slow disk: the save is still running
+    def slow_put(*args: Any) -> None:  # a slow disk: the save runs until the test lets it land
+        disk.wait(HANG)
         real_put(*args)
-        saved.set()
 
-    edges.store.put = slow_put  # type: ignore[method-assign,assignment]
+    edges.store.put_many = slow_put  # type: ignore[method-assign,assignment]
     first = start_turn(edges, session="s", prompt="one")
     await until(lambda: script.sources)
     script.sources[0].enqueue([user(0, "one"), planner(1, "One.")])
@@ -313,6 +318,8 @@ async def test_the_next_turn_resumes_even_before_the_session_is_saved(tmp_path: 
     await until(lambda: len(script.processes) == 2)
     assert script.processes[1].request.conversation_id == CONVERSATION
     assert script.processes[1].request.prompt == "two"
+    assert edges.store.get("s") is None  # the first save has not landed yet
+    disk.set()
     script.processes[1].exit(0)
     await collect(second)
     await wait_for_turns()
@@ -515,3 +522,32 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     # Run at once by an executor, tool time counts against our turn deadline like agy's work.
     at_once = plan_for(lambda call: "ok")
     assert at_once.request.print_timeout == config.turn_timeout + _PRINT_TIMEOUT_MARGIN
+
+
+async def test_agy_forking_a_resumed_conversation_runs_the_turn_again_with_the_history(
+    tmp_path: Path,
+) -> None:
+    forked, fresh = "1" * 8 + CONVERSATION[8:], "2" * 8 + CONVERSATION[8:]
+    script = Script(stated=[forked, fresh])
+    edges = edges_for(script, tmp_path)
+    earlier = [UserMessage(content="before", timestamp=0)]
+    edges.store.put(
+        "s", SessionRecord(CONVERSATION, last_step_index=3, history_digest=history_digest(earlier))
+    )
+    stream = start_turn(edges, session="s", prompt="now", history=earlier)
+    await until(lambda: len(script.processes) == 2)
+    first, second = script.processes
+    assert first.request.conversation_id == CONVERSATION and first.terminations
+    # The second agy starts a new conversation that carries the history.
+    assert second.request.conversation_id == "" and "<conversation>" in second.request.prompt
+    await until(lambda: len(script.sources) == 1)
+    script.sources[0].enqueue([user(0, "now"), planner(1, "Answer.")])
+    await until(lambda: not script.sources[0].queue)
+    second.exit(0)
+    done = (await collect(stream))[-1]
+    assert isinstance(done, DoneEvent)
+    (diagnostic,) = done.message.diagnostics or ()
+    assert diagnostic["details"]["lost"] == CONVERSATION
+    await wait_for_turns()
+    record = edges.store.get("s")
+    assert record is not None and record.conversation_id == fresh
