@@ -351,6 +351,7 @@ class AgyProcess:
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._readers: list[asyncio.Task[None]] = []
+        self._stdout_read: asyncio.Task[None] | None = None
         self._known: dict[int, psutil.Process] = {}
         self.events = StdoutEvents()
         # Set once agy stated its conversation id on stdout (stream-json `init`).
@@ -411,12 +412,10 @@ class AgyProcess:
         stream_json = "stream-json" in self.argv
         stdout = await _reader(proc.stdout)
         stderr = await _reader(proc.stderr)
-        self._readers = [
-            asyncio.create_task(
-                self._read_events(stdout) if stream_json else self._drain(stdout, self._stdout)
-            ),
-            asyncio.create_task(self._drain(stderr, self._stderr)),
-        ]
+        self._stdout_read = asyncio.create_task(
+            self._read_events(stdout) if stream_json else self._drain(stdout, self._stdout)
+        )
+        self._readers = [self._stdout_read, asyncio.create_task(self._drain(stderr, self._stderr))]
         await self.scan_tree()
 
     def _watch_exit(self, proc: subprocess.Popen[bytes]) -> None:
@@ -469,6 +468,22 @@ class AgyProcess:
         while chunk := await stream.read(65536):
             if self.events.feed(chunk):
                 self.id_stated.set()
+
+    async def finish_stdout(self, timeout: float) -> None:
+        """Wait until agy's stdout is read to its end or has stated the conversation id, at most
+        `timeout` seconds. Binding calls it once agy has exited: under load the loop can see the
+        exit before it reads what agy printed just before it (a descendant holding the pipe open
+        would keep the end from ever coming, hence the bound)."""
+        reading = self._stdout_read
+        if reading is None or reading.done() or self.id_stated.is_set():
+            return
+        stated = asyncio.ensure_future(self.id_stated.wait())
+        try:
+            await asyncio.wait(
+                [reading, stated], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stated.cancel()
 
     @property
     def result(self) -> dict[str, Any] | None:
