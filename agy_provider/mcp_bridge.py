@@ -55,6 +55,7 @@ __all__ = [
     "CONFIG_RELATIVE_PATH",
     "DEFAULT_SERVER_NAME",
     "MAX_BODY_BYTES",
+    "MAX_RESULT_BYTES",
     "MCP_PATH",
     "TOKEN_HEADER",
     "HostTool",
@@ -78,6 +79,12 @@ CONFIG_RELATIVE_PATH = os.path.join(".agents", "mcp_config.json")
 # A request body past this is refused (413) before it is read: a model's tool-call arguments are
 # a few kilobytes and agy's other MCP requests carry less, so 1 MiB only stops runaways.
 MAX_BODY_BYTES = 1024 * 1024
+# A host tool's result text past this (counted as the JSON string the answer carries, escapes
+# included) is cut, with a note saying so. The SDK's MCP client refuses a server-sent event over
+# 1 MiB (`DEFAULT_MAX_SSE_EVENT_SIZE`) and the call then never completes: agy-sim's client fails
+# it, and the host is never told. Real agy's own limit is unverified; 64 KiB is left for the
+# JSON-RPC envelope around the text.
+MAX_RESULT_BYTES = 1024 * 1024 - 64 * 1024
 # Closing waits this long for answers to reach agy and connections to end, then stops regardless.
 CLOSE_GRACE_SECONDS = 2.0
 
@@ -171,6 +178,53 @@ def _as_result(value: object, name: str) -> HostToolResult:
         f"the handler of host tool {name!r} returned {type(value).__name__}; "
         "return a str or a HostToolResult"
     )
+
+
+def _json_size(text: str) -> int:
+    """Bytes `text` takes as a JSON string in an MCP message (UTF-8, escapes, quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _cut_note(cut: int, total: int) -> str:
+    return (
+        f"\n\n[agy-provider: this tool result was cut: {cut:,} of its {total:,} characters are "
+        f"left out, as an MCP message carries at most {MAX_RESULT_BYTES:,} bytes of it]"
+    )
+
+
+def _capped_text(text: str, limit: int) -> str | None:
+    """`text` cut (the note appended) so that the JSON string is at most `limit` bytes, or None
+    when it fits already. The longest prefix that fits is found by bisection; every character
+    takes at least one byte, so no prefix longer than `limit` characters is tried."""
+    if _json_size(text) <= limit:
+        return None
+    low, high = 0, min(len(text), limit)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _json_size(text[:middle] + _cut_note(len(text) - middle, len(text))) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + _cut_note(len(text) - low, len(text))
+
+
+async def _capped(
+    result: HostToolResult, name: str, limit: int = MAX_RESULT_BYTES
+) -> HostToolResult:
+    """`result` with its text cut to what an MCP message can carry (logged when cut)."""
+    # JSON takes at most 6 bytes per character (\u001f): shorter texts fit without measuring.
+    if len(result.text) * 6 + 2 <= limit:
+        return result
+    cut = await off_loop(_capped_text, result.text, limit)
+    if cut is None:
+        return result
+    log.warning(
+        "host tool %s answered %d characters, more than an MCP message carries; cut to %d",
+        name,
+        len(result.text),
+        len(cut),
+    )
+    return HostToolResult(cut, result.is_error)
 
 
 def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
@@ -435,7 +489,8 @@ class HostToolBridge:
         async def call_tool(
             ctx: Any, params: mcp_types.CallToolRequestParams
         ) -> mcp_types.CallToolResult:
-            return _mcp_result(await self._call(params.name, params.arguments or {}))
+            result = await self._call(params.name, params.arguments or {})
+            return _mcp_result(await _capped(result, params.name))
 
         return Server(
             "agy-provider host tools",

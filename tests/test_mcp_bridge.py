@@ -765,3 +765,73 @@ async def test_a_cancelled_agy_turn_stops_waiting_for_the_host(tmp_path: Path) -
         (replayed,) = list(replay(recording))
     (tool,) = [s for s in replayed.steps if s.kind is StepKind.TOOL]
     assert tool.status is StepStatus.CANCELED
+
+
+@pytest.mark.slow
+async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host tool answering over 1 MiB: agy-sim's SDK client refuses any event over 1 MiB, so the
+    bridge cuts the text and says so; agy gets the kept head with the note, and the log tells."""
+    from live_helpers import agy_sim_path
+
+    from agy_provider.mcp_bridge import MAX_RESULT_BYTES
+
+    workspace, state = tmp_path / "work", tmp_path / "state"
+    workspace.mkdir()
+    state.mkdir()
+    # Quotes, control characters and non-ASCII: their JSON escapes count against the limit.
+    line = 'order A-1042 "shipped" \x01 via Zürich → 東京\n'
+    huge = "".join(f"{k:07d} {line}" for k in range(1024 * 1024 // len(line.encode())))
+    assert len(json.dumps(huge, ensure_ascii=False).encode()) > 1024 * 1024
+
+    async def lookup(call: HostToolCall) -> HostToolResult:
+        return HostToolResult(huge)
+
+    async with HostToolBridge([LOOKUP], lookup, server_name="host") as running:
+        request = TurnRequest(
+            prompt="Where is my order A-1042?",
+            cwd=str(workspace),
+            agy_bin=agy_sim_path(),
+            extra_dirs=(running.config_dir,),
+            print_timeout=180,
+        )
+        env = {
+            **os.environ,
+            "ANTIGRAVITY_APP_DATA_DIR": str(state),
+            "AGY_SIM_SCENARIO": "mcp-host-tool",
+            "AGY_SIM_SPEED": "10",
+            "AGY_SIM_NO_SERVER": "1",
+        }
+        process = await asyncio.create_subprocess_exec(
+            *build_argv(request),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workspace,
+            env=env,
+            start_new_session=True,
+            limit=16 * 1024 * 1024,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), 200)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, err.decode()
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    tool = [
+        e["step_update"]
+        for e in lines
+        if e.get("event") == "step_update" and e["step_update"].get("step_type") == "tool"
+    ][-1]
+    # Before: "MCP server 'host' failed: SSEError: Server-sent event exceeded the … byte limit."
+    output = tool["tool_info"].get("output", "")
+    assert output, tool["tool_info"]
+    head, _, note = output.rpartition("\n\n[agy-provider: this tool result was cut: ")
+    assert head and huge.startswith(head)
+    cut = len(huge) - len(head)
+    assert note.startswith(f"{cut:,} of its {len(huge):,} characters are left out")
+    assert len(json.dumps(output, ensure_ascii=False).encode()) <= MAX_RESULT_BYTES
+    assert "more than an MCP message carries" in caplog.text
