@@ -94,6 +94,10 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode("ascii")
 _VERSION_HEADER_KEY = b"mcp-protocol-version"
 _SESSION_HEADER_KEY = b"mcp-session-id"
+# The key under which the ASGI scope of a POST carries its `_Post` (the SDK hands that scope's
+# request to the tool handler as `ctx.request`).
+_POST_SCOPE_KEY = "agy_provider.post"
+_DROPPED_MESSAGE = "agy closed its request for this call before the host answered it"
 _CLOSED_MESSAGE = (
     "agy-provider closed the host tool bridge before the host answered this call (the turn ended)"
 )
@@ -231,6 +235,27 @@ def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(text=result.text)], is_error=result.is_error
     )
+
+
+class _Post:
+    """One POST agy made: set `dropped` when its connection went away before the answer was sent.
+
+    In a live (stateful) session the SDK runs a call's handler in the session's own task, beyond
+    the request: without this, a call whose request agy dropped would wait for an answer that
+    can no longer reach anyone. (The SDK resumes such a stream only from an event store, which
+    the bridge has none of.)
+    """
+
+    __slots__ = ("dropped",)
+
+    def __init__(self) -> None:
+        self.dropped = asyncio.Event()
+
+
+def _post_of(ctx: Any) -> _Post | None:
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    post = scope.get(_POST_SCOPE_KEY) if isinstance(scope, dict) else None
+    return post if isinstance(post, _Post) else None
 
 
 class _QuietH11Protocol(H11Protocol):
@@ -489,7 +514,7 @@ class HostToolBridge:
         async def call_tool(
             ctx: Any, params: mcp_types.CallToolRequestParams
         ) -> mcp_types.CallToolResult:
-            result = await self._call(params.name, params.arguments or {})
+            result = await self._call(params.name, params.arguments or {}, _post_of(ctx))
             return _mcp_result(await _capped(result, params.name))
 
         return Server(
@@ -499,7 +524,9 @@ class HostToolBridge:
             get_tool_input_schema=self._schemas.get,
         )
 
-    async def _call(self, name: str, arguments: Mapping[str, Any]) -> HostToolResult:
+    async def _call(
+        self, name: str, arguments: Mapping[str, Any], post: _Post | None = None
+    ) -> HostToolResult:
         tool = self._tools.get(name)
         if tool is None:
             offered = ", ".join(self._tools) or "none"
@@ -518,17 +545,24 @@ class HostToolBridge:
         self._calls[call.id] = call
         answer = asyncio.ensure_future(self._run_handler(call))
         closing = asyncio.ensure_future(self._closing.wait())
+        ends: set[asyncio.Future[Any]] = {answer, closing}
+        if post is not None:
+            ends.add(asyncio.ensure_future(post.dropped.wait()))
         try:
-            await asyncio.wait({answer, closing}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
                 return answer.result()
             answer.cancel()
             await asyncio.wait({answer}, timeout=CLOSE_GRACE_SECONDS)
+            if not self._closing.is_set():
+                log.info("host tool call %s (%s) ended unanswered: agy dropped it", call.id, name)
+                return HostToolResult(_DROPPED_MESSAGE, True)
             log.info("host tool call %s (%s) ended unanswered: the bridge closed", call.id, name)
             return HostToolResult(_CLOSED_MESSAGE, True)
         finally:
             # Also when agy went away (the request was cancelled): the callback learns it too.
-            closing.cancel()
+            for end in ends - {answer}:
+                end.cancel()
             if not answer.done():
                 answer.cancel()
             self._calls.pop(call.id, None)
@@ -568,16 +602,18 @@ class HostToolBridge:
             return
         self._posts += 1
         self._posts_idle.clear()
+        post = _Post()
         try:
-            await self._manager_request(
-                _handshake_era(scope, headers, body), _replay(body, receive), send
-            )
+            served = {**_handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
+            if not await self._manager_request(served, _replay(body, receive), send):
+                post.dropped.set()
         finally:
             self._posts -= 1
             if not self._posts:
                 self._posts_idle.set()
 
-    async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Let the SDK serve a request; True when its response went out whole."""
         assert self._manager is not None  # requests arrive only while _serve runs it
         state = {"started": False, "complete": False}
 
@@ -590,7 +626,9 @@ class HostToolBridge:
 
         try:
             await self._manager.handle_request(scope, receive, tracked)
-            return
+            # Ended without its last body: the client went away (the SDK stops an event stream
+            # when it reads the disconnect).
+            return state["complete"]
         except asyncio.CancelledError:
             # The host's loop is shutting down (asyncio.run cancels every task) or the bridge
             # closes: the request ends here, with a proper end, not as uvicorn's logged error.
@@ -605,6 +643,7 @@ class HostToolBridge:
                 await _respond(send, 503, "the host tool bridge is closing: the turn ended")
             elif not state["complete"]:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
     def _manager_alive(self) -> bool:
         task = self._serve_task

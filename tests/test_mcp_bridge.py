@@ -835,3 +835,70 @@ async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
     assert note.startswith(f"{cut:,} of its {len(huge):,} characters are left out")
     assert len(json.dumps(output, ensure_ascii=False).encode()) <= MAX_RESULT_BYTES
     assert "more than an MCP message carries" in caplog.text
+
+
+@pytest.mark.parametrize("agy_header", [False, True])
+async def test_a_dropped_tools_call_post_on_a_live_session_releases_the_parked_call(
+    agy_header: bool,
+) -> None:
+    """agy's HTTP request for a `tools/call` goes away (its connection closed, no
+    `notifications/cancelled`) while the host still holds the call: the call is released, not
+    left waiting for an answer nobody can receive. The session itself lives on."""
+    import httpx
+    from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+    parked = ParkedToolCalls()
+    async with HostToolBridge([LOOKUP], parked.handle) as running:
+        headers = {
+            **running.headers(),
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+        }
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+            opened = await http.post(
+                running.url,
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+                        "capabilities": {},
+                        "clientInfo": {"name": "agy", "version": "1"},
+                    },
+                },
+            )
+            assert opened.status_code == 200, opened.text
+            session = {
+                **headers,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                # agy's client names its newer version after negotiating (AGY-FORMATS §2).
+                "mcp-protocol-version": "2026-07-28" if agy_header else LATEST_HANDSHAKE_VERSION,
+            }
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(running.url, headers=session, json=note)).status_code == 202
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "lookup_order", "arguments": {"order_id": "A"}},
+            }
+            async with http.stream("POST", running.url, headers=session, json=call) as response:
+                assert response.status_code == 200
+                held = await asyncio.wait_for(parked.next_call(), 30)
+                assert [c.id for c in parked.pending] == [held.id]
+            # The response closed unread: httpx drops the connection under it.
+            for _ in range(3000):
+                if not parked.pending and not running.pending_calls:
+                    break
+                await asyncio.sleep(0.01)
+            # Before: the call stayed parked for as long as the bridge lived.
+            assert parked.pending == () and running.pending_calls == ()
+            assert parked.resolve(held.id, "too late") is False
+            listed = await http.post(
+                running.url,
+                headers=session,
+                json={"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}},
+            )
+            assert listed.status_code == 200 and "lookup_order" in listed.text
