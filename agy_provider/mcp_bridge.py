@@ -37,6 +37,7 @@ from typing import Any
 import anyio._backends._asyncio  # noqa: F401
 import jsonschema  # type: ignore[import-untyped]
 import mcp_types
+import psutil
 import uvicorn
 import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
@@ -46,6 +47,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from agy_provider import lifeline
 from agy_provider.atomic import write_json_atomic
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.types import Tool
@@ -66,6 +68,7 @@ __all__ = [
     "ParkedToolCalls",
     "plugin_host_tools",
     "plugin_tool_handler",
+    "sweep_stale_folders",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,11 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode("ascii")
 _VERSION_HEADER_KEY = b"mcp-protocol-version"
 _SESSION_HEADER_KEY = b"mcp-session-id"
+# A bridge folder is named `agy-provider-mcp-<owner pid>-<owner start>-<random>`: a folder whose
+# owner is gone (a host killed outright, its lifeline too) is known by name and removed by the
+# next bridge start; the owner's start time (hundredths of a second) tells a reused pid apart.
+_FOLDER_PREFIX = "agy-provider-mcp-"
+_OWNED_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-(\d+)-")
 # The key under which the ASGI scope of a POST carries its `_Post` (the SDK hands that scope's
 # request to the tool handler as `ctx.request`).
 _POST_SCOPE_KEY = "agy_provider.post"
@@ -420,9 +428,9 @@ class HostToolBridge:
         folder, self._config_dir = self._config_dir, None
         if folder is not None:
             try:
-                await off_loop(shutil.rmtree, folder, True)
+                await off_loop(_remove_folder, folder)
             except RuntimeError:  # the program is ending (no new work for the pool): here, then
-                shutil.rmtree(folder, True)
+                _remove_folder(folder)
 
     async def _serve(self, sock: socket.socket, ready: asyncio.Future[None]) -> None:
         self._manager = manager = StreamableHTTPSessionManager(
@@ -477,7 +485,12 @@ class HostToolBridge:
             await asyncio.wait_for(self._posts_idle.wait(), CLOSE_GRACE_SECONDS)
 
     def _write_config(self) -> Path:
-        folder = Path(tempfile.mkdtemp(prefix="agy-provider-mcp-", dir=self._parent_dir))
+        parent = self._parent_dir or tempfile.gettempdir()
+        sweep_stale_folders(parent)
+        owner = f"{_FOLDER_PREFIX}{os.getpid()}-{_start_stamp(os.getpid())}-"
+        folder = Path(tempfile.mkdtemp(prefix=owner, dir=parent))
+        # It holds the token: should this process die unannounced, the lifeline removes it.
+        lifeline.keep_folder(str(folder))
         try:
             (folder / ".agents").mkdir(mode=0o700)
             config = {
@@ -490,7 +503,7 @@ class HostToolBridge:
             }
             write_json_atomic(folder / CONFIG_RELATIVE_PATH, config)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove_folder(folder)
             raise
         return folder
 
@@ -686,6 +699,52 @@ class HostToolBridge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _start_stamp(pid: int) -> int:
+    """When process `pid` started, in hundredths of a second (0 when it cannot be read)."""
+    try:
+        return round(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return 0
+
+
+def _remove_folder(folder: str | os.PathLike[str]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    lifeline.drop_folder(os.fspath(folder))
+
+
+def sweep_stale_folders(parent: str) -> list[str]:
+    """Remove the bridge folders in `parent` whose owning process is gone (a host killed with
+    its lifeline); returns them. Only our user's folders named by `HostToolBridge`; a folder
+    of a live owner, or of an older version (no owner in its name), is never touched.
+    Blocking: a listing of `parent` (call it in a worker thread)."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        owned = _OWNED_FOLDER.match(entry.name)
+        if owned is None:
+            continue
+        pid, stamp = int(owned.group(1)), int(owned.group(2))
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_dir(follow_symlinks=False) or info.st_uid != uid:
+            continue
+        if stamp and _start_stamp(pid) == stamp:
+            continue  # its owner lives
+        if not stamp and psutil.pid_exists(pid):
+            continue  # cannot tell a reused pid apart: leave it
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d bridge folder(s) of processes that are gone", len(removed))
+    return removed
 
 
 def _handshake_era(

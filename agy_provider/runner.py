@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import psutil
 
+from agy_provider import lifeline
 from agy_provider.atomic import read_json, write_json_atomic
 from agy_provider.errors import AgyNotFoundError, FramingError, TurnError, UsageError
 from agy_provider.sessions import default_store_path, valid_conversation_id
@@ -383,7 +384,7 @@ class AgyProcess:
         through_stdin = not prompt_fits_argv(self.request.prompt)
         spawn = asyncio.ensure_future(
             off_loop(
-                subprocess.Popen,
+                _spawn,
                 self.argv,
                 stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -558,7 +559,7 @@ class AgyProcess:
         if not self._reaped and self._exited.is_set():
             await off_loop(self._proc.wait)  # exited already: this only reaps it
             self._reaped = True
-        leftovers = await off_loop(self.survivors)
+        leftovers = await off_loop(self._forget_if_gone)
         if leftovers:
             log.warning("processes still alive after SIGKILL: %s", leftovers)
 
@@ -579,6 +580,13 @@ class AgyProcess:
     def _any_alive(self) -> bool:
         self.track()
         return any(_alive(p) for p in self._known.values())
+
+    def _forget_if_gone(self) -> list[int]:
+        """The survivors; none left, agy's group is no longer the lifeline's to end."""
+        leftovers = self.survivors()
+        if not leftovers and self._proc is not None:
+            lifeline.forget(self._proc.pid)
+        return leftovers
 
     def survivors(self) -> list[int]:
         """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
@@ -632,6 +640,14 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """Start agy (in a session of its own) and put its process group under the lifeline, which
+    ends it if this process dies without ending it (`lifeline`). In a worker thread: it forks."""
+    proc: subprocess.Popen[bytes] = subprocess.Popen(argv, **options)
+    lifeline.guard(proc.pid)
+    return proc
+
+
 def _end_abandoned(spawn: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     """Kill the process group of an agy whose start was abandoned (an abort during the fork)."""
     if spawn.cancelled() or spawn.exception() is not None:
@@ -639,7 +655,12 @@ def _end_abandoned(spawn: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     proc = spawn.result()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # its own group: start_new_session
-    threading.Thread(target=proc.wait, name="agy-provider-reap", daemon=True).start()
+
+    def reap() -> None:
+        proc.wait()
+        lifeline.forget(proc.pid)
+
+    threading.Thread(target=reap, name="agy-provider-reap", daemon=True).start()
 
 
 async def _reader(pipe: IO[bytes]) -> asyncio.StreamReader:
