@@ -178,7 +178,7 @@ async def bind_database(
             # agy seen exiting: read the rest of what it printed, then look once more, by every
             # proof, before giving up (its database may well be there).
             exited = agy.returncode is not None
-            if exited:
+            if exited and states_id and not expected_id and not agy.stated_conversation_id:
                 log.debug("agy exited while binding; reading the rest of its stdout")
                 await agy.finish_stdout(STDOUT_DRAIN)
             target = expected_id or agy.stated_conversation_id
