@@ -1,6 +1,7 @@
 """Spawn agy for one turn and own its process tree: argv, environment, output, termination.
 
-No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL).
+No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL);
+should the host die first, however, agy's group is ended by the lifeline (`lifeline.py`).
 """
 
 from __future__ import annotations
