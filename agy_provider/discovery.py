@@ -43,6 +43,10 @@ OPEN_FILES_TICK_MAX = 0.8
 STATED_ID_GRACE = 5.0
 # With a stated or known id, file notifications wake us; this tick covers a missed one.
 FALLBACK_TICK = 0.25
+# Once agy has exited, how long its stdout may take to be read to the id it stated. The loop can
+# see the exit before the last lines agy printed (50 turns on a busy machine lost up to 40 that
+# way); a descendant holding the pipe open would keep its end from coming, hence a bound.
+STDOUT_DRAIN = 3.0
 
 
 class BindingSubject(Protocol):
@@ -57,6 +61,8 @@ class BindingSubject(Protocol):
     id_stated: asyncio.Event
 
     async def scan_tree(self) -> list[psutil.Process]: ...
+
+    async def finish_stdout(self, timeout: float) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,7 +164,8 @@ async def bind_database(
     or resumed id. While agy is expected to state its id (`states_id`: it prints stream-json),
     the costly process-tree scan waits `STATED_ID_GRACE` first — with many turns in one folder,
     every turn would otherwise scan at each other turn's new database. The scan backs off.
-    Raises `TurnError` when agy exits or `timeout` passes without proof.
+    Once agy has exited, its stdout is read to the end (bounded, `STDOUT_DRAIN`) and every proof
+    is tried once more. Raises `TurnError` when agy exits or `timeout` passes without proof.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -168,6 +175,12 @@ async def bind_database(
     scan_every = OPEN_FILES_TICK
     try:
         while True:
+            # agy seen exiting: read the rest of what it printed, then look once more, by every
+            # proof, before giving up (its database may well be there).
+            exited = agy.returncode is not None
+            if exited and states_id and not expected_id and not agy.stated_conversation_id:
+                log.debug("agy exited while binding; reading the rest of its stdout")
+                await agy.finish_stdout(STDOUT_DRAIN)
             target = expected_id or agy.stated_conversation_id
             if target:
                 stated = agy.stated_conversation_id
@@ -178,7 +191,7 @@ async def bind_database(
                     )
                 if (folder / f"{target}.db").is_file():
                     return Binding(path=folder / f"{target}.db", conversation_id=target)
-            elif loop.time() >= scan_from:
+            elif exited or loop.time() >= scan_from:
                 new = await off_loop(snapshot_stems, folder) - before
                 if new:
                     opened = await off_loop(_open_dbs, await agy.scan_tree(), folder)
@@ -188,10 +201,11 @@ async def bind_database(
                         return Binding(path=folder / f"{chosen}.db", conversation_id=chosen)
                     scan_from = loop.time() + scan_every
                     scan_every = min(scan_every * 2, OPEN_FILES_TICK_MAX)
-            if agy.returncode is not None or loop.time() >= deadline:
+            if exited or loop.time() >= deadline:
                 break
-            tick = FALLBACK_TICK if target else max(OPEN_FILES_TICK, scan_from - loop.time())
-            await _wake(agy, watch, min(tick, FALLBACK_TICK), deadline)
+            if agy.returncode is None:  # else it exited meanwhile: the last look comes at once
+                tick = FALLBACK_TICK if target else max(OPEN_FILES_TICK, scan_from - loop.time())
+                await _wake(agy, watch, min(tick, FALLBACK_TICK), deadline)
     finally:
         if watch is not None:
             watch.close()

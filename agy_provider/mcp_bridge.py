@@ -37,6 +37,7 @@ from typing import Any
 import anyio._backends._asyncio  # noqa: F401
 import jsonschema  # type: ignore[import-untyped]
 import mcp_types
+import psutil
 import uvicorn
 import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
@@ -46,6 +47,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from agy_provider import lifeline
 from agy_provider.atomic import write_json_atomic
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.types import Tool
@@ -55,6 +57,7 @@ __all__ = [
     "CONFIG_RELATIVE_PATH",
     "DEFAULT_SERVER_NAME",
     "MAX_BODY_BYTES",
+    "MAX_RESULT_BYTES",
     "MCP_PATH",
     "TOKEN_HEADER",
     "HostTool",
@@ -65,6 +68,7 @@ __all__ = [
     "ParkedToolCalls",
     "plugin_host_tools",
     "plugin_tool_handler",
+    "sweep_stale_folders",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,12 @@ CONFIG_RELATIVE_PATH = os.path.join(".agents", "mcp_config.json")
 # A request body past this is refused (413) before it is read: a model's tool-call arguments are
 # a few kilobytes and agy's other MCP requests carry less, so 1 MiB only stops runaways.
 MAX_BODY_BYTES = 1024 * 1024
+# A host tool's result text past this (counted as the JSON string the answer carries, escapes
+# included) is cut, with a note saying so. The SDK's MCP client refuses a server-sent event over
+# 1 MiB (`DEFAULT_MAX_SSE_EVENT_SIZE`) and the call then never completes: agy-sim's client fails
+# it, and the host is never told. Real agy's own limit is unverified; 64 KiB is left for the
+# JSON-RPC envelope around the text.
+MAX_RESULT_BYTES = 1024 * 1024 - 64 * 1024
 # Closing waits this long for answers to reach agy and connections to end, then stops regardless.
 CLOSE_GRACE_SECONDS = 2.0
 
@@ -87,6 +97,15 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode("ascii")
 _VERSION_HEADER_KEY = b"mcp-protocol-version"
 _SESSION_HEADER_KEY = b"mcp-session-id"
+# A bridge folder is named `agy-provider-mcp-<owner pid>-<owner start>-<random>`: a folder whose
+# owner is gone (a host killed outright, its lifeline too) is known by name and removed by the
+# next bridge start; the owner's start time (hundredths of a second) tells a reused pid apart.
+_FOLDER_PREFIX = "agy-provider-mcp-"
+_OWNED_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-(\d+)-")
+# The key under which the ASGI scope of a POST carries its `_Post` (the SDK hands that scope's
+# request to the tool handler as `ctx.request`).
+_POST_SCOPE_KEY = "agy_provider.post"
+_DROPPED_MESSAGE = "agy closed its request for this call before the host answered it"
 _CLOSED_MESSAGE = (
     "agy-provider closed the host tool bridge before the host answered this call (the turn ended)"
 )
@@ -173,10 +192,78 @@ def _as_result(value: object, name: str) -> HostToolResult:
     )
 
 
+def _json_size(text: str) -> int:
+    """Bytes `text` takes as a JSON string in an MCP message (UTF-8, escapes, quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _cut_note(cut: int, total: int) -> str:
+    return (
+        f"\n\n[agy-provider: this tool result was cut: {cut:,} of its {total:,} characters are "
+        f"left out, as an MCP message carries at most {MAX_RESULT_BYTES:,} bytes of it]"
+    )
+
+
+def _capped_text(text: str, limit: int) -> str | None:
+    """`text` cut (the note appended) so that the JSON string is at most `limit` bytes, or None
+    when it fits already. The longest prefix that fits is found by bisection; every character
+    takes at least one byte, so no prefix longer than `limit` characters is tried."""
+    if _json_size(text) <= limit:
+        return None
+    low, high = 0, min(len(text), limit)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _json_size(text[:middle] + _cut_note(len(text) - middle, len(text))) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + _cut_note(len(text) - low, len(text))
+
+
+async def _capped(
+    result: HostToolResult, name: str, limit: int = MAX_RESULT_BYTES
+) -> HostToolResult:
+    """`result` with its text cut to what an MCP message can carry (logged when cut)."""
+    # JSON takes at most 6 bytes per character (\u001f): shorter texts fit without measuring.
+    if len(result.text) * 6 + 2 <= limit:
+        return result
+    cut = await off_loop(_capped_text, result.text, limit)
+    if cut is None:
+        return result
+    log.warning(
+        "host tool %s answered %d characters, more than an MCP message carries; cut to %d",
+        name,
+        len(result.text),
+        len(cut),
+    )
+    return HostToolResult(cut, result.is_error)
+
+
 def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(text=result.text)], is_error=result.is_error
     )
+
+
+class _Post:
+    """One POST agy made: set `dropped` when its connection went away before the answer was sent.
+
+    In a live (stateful) session the SDK runs a call's handler in the session's own task, beyond
+    the request: without this, a call whose request agy dropped would wait for an answer that
+    can no longer reach anyone. (The SDK resumes such a stream only from an event store, which
+    the bridge has none of.)
+    """
+
+    __slots__ = ("dropped",)
+
+    def __init__(self) -> None:
+        self.dropped = asyncio.Event()
+
+
+def _post_of(ctx: Any) -> _Post | None:
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    post = scope.get(_POST_SCOPE_KEY) if isinstance(scope, dict) else None
+    return post if isinstance(post, _Post) else None
 
 
 class _QuietH11Protocol(H11Protocol):
@@ -341,9 +428,9 @@ class HostToolBridge:
         folder, self._config_dir = self._config_dir, None
         if folder is not None:
             try:
-                await off_loop(shutil.rmtree, folder, True)
+                await off_loop(_remove_folder, folder)
             except RuntimeError:  # the program is ending (no new work for the pool): here, then
-                shutil.rmtree(folder, True)
+                _remove_folder(folder)
 
     async def _serve(self, sock: socket.socket, ready: asyncio.Future[None]) -> None:
         self._manager = manager = StreamableHTTPSessionManager(
@@ -398,7 +485,12 @@ class HostToolBridge:
             await asyncio.wait_for(self._posts_idle.wait(), CLOSE_GRACE_SECONDS)
 
     def _write_config(self) -> Path:
-        folder = Path(tempfile.mkdtemp(prefix="agy-provider-mcp-", dir=self._parent_dir))
+        parent = self._parent_dir or tempfile.gettempdir()
+        sweep_stale_folders(parent)
+        owner = f"{_FOLDER_PREFIX}{os.getpid()}-{_start_stamp(os.getpid())}-"
+        folder = Path(tempfile.mkdtemp(prefix=owner, dir=parent))
+        # It holds the token: should this process die unannounced, the lifeline removes it.
+        lifeline.keep_folder(str(folder))
         try:
             (folder / ".agents").mkdir(mode=0o700)
             config = {
@@ -411,7 +503,7 @@ class HostToolBridge:
             }
             write_json_atomic(folder / CONFIG_RELATIVE_PATH, config)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove_folder(folder)
             raise
         return folder
 
@@ -435,7 +527,8 @@ class HostToolBridge:
         async def call_tool(
             ctx: Any, params: mcp_types.CallToolRequestParams
         ) -> mcp_types.CallToolResult:
-            return _mcp_result(await self._call(params.name, params.arguments or {}))
+            result = await self._call(params.name, params.arguments or {}, _post_of(ctx))
+            return _mcp_result(await _capped(result, params.name))
 
         return Server(
             "agy-provider host tools",
@@ -444,7 +537,9 @@ class HostToolBridge:
             get_tool_input_schema=self._schemas.get,
         )
 
-    async def _call(self, name: str, arguments: Mapping[str, Any]) -> HostToolResult:
+    async def _call(
+        self, name: str, arguments: Mapping[str, Any], post: _Post | None = None
+    ) -> HostToolResult:
         tool = self._tools.get(name)
         if tool is None:
             offered = ", ".join(self._tools) or "none"
@@ -463,17 +558,24 @@ class HostToolBridge:
         self._calls[call.id] = call
         answer = asyncio.ensure_future(self._run_handler(call))
         closing = asyncio.ensure_future(self._closing.wait())
+        ends: set[asyncio.Future[Any]] = {answer, closing}
+        if post is not None:
+            ends.add(asyncio.ensure_future(post.dropped.wait()))
         try:
-            await asyncio.wait({answer, closing}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
                 return answer.result()
             answer.cancel()
             await asyncio.wait({answer}, timeout=CLOSE_GRACE_SECONDS)
+            if not self._closing.is_set():
+                log.info("host tool call %s (%s) ended unanswered: agy dropped it", call.id, name)
+                return HostToolResult(_DROPPED_MESSAGE, True)
             log.info("host tool call %s (%s) ended unanswered: the bridge closed", call.id, name)
             return HostToolResult(_CLOSED_MESSAGE, True)
         finally:
             # Also when agy went away (the request was cancelled): the callback learns it too.
-            closing.cancel()
+            for end in ends - {answer}:
+                end.cancel()
             if not answer.done():
                 answer.cancel()
             self._calls.pop(call.id, None)
@@ -513,16 +615,18 @@ class HostToolBridge:
             return
         self._posts += 1
         self._posts_idle.clear()
+        post = _Post()
         try:
-            await self._manager_request(
-                _handshake_era(scope, headers, body), _replay(body, receive), send
-            )
+            served = {**_handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
+            if not await self._manager_request(served, _replay(body, receive), send):
+                post.dropped.set()
         finally:
             self._posts -= 1
             if not self._posts:
                 self._posts_idle.set()
 
-    async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Let the SDK serve a request; True when its response went out whole."""
         assert self._manager is not None  # requests arrive only while _serve runs it
         state = {"started": False, "complete": False}
 
@@ -535,7 +639,9 @@ class HostToolBridge:
 
         try:
             await self._manager.handle_request(scope, receive, tracked)
-            return
+            # Ended without its last body: the client went away (the SDK stops an event stream
+            # when it reads the disconnect).
+            return state["complete"]
         except asyncio.CancelledError:
             # The host's loop is shutting down (asyncio.run cancels every task) or the bridge
             # closes: the request ends here, with a proper end, not as uvicorn's logged error.
@@ -550,6 +656,7 @@ class HostToolBridge:
                 await _respond(send, 503, "the host tool bridge is closing: the turn ended")
             elif not state["complete"]:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
     def _manager_alive(self) -> bool:
         task = self._serve_task
@@ -592,6 +699,52 @@ class HostToolBridge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _start_stamp(pid: int) -> int:
+    """When process `pid` started, in hundredths of a second (0 when it cannot be read)."""
+    try:
+        return round(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return 0
+
+
+def _remove_folder(folder: str | os.PathLike[str]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    lifeline.drop_folder(os.fspath(folder))
+
+
+def sweep_stale_folders(parent: str) -> list[str]:
+    """Remove the bridge folders in `parent` whose owning process is gone (a host killed with
+    its lifeline); returns them. Only our user's folders named by `HostToolBridge`; a folder
+    of a live owner, or of an older version (no owner in its name), is never touched.
+    Blocking: a listing of `parent` (call it in a worker thread)."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        owned = _OWNED_FOLDER.match(entry.name)
+        if owned is None:
+            continue
+        pid, stamp = int(owned.group(1)), int(owned.group(2))
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_dir(follow_symlinks=False) or info.st_uid != uid:
+            continue
+        if stamp and _start_stamp(pid) == stamp:
+            continue  # its owner lives
+        if not stamp and psutil.pid_exists(pid):
+            continue  # cannot tell a reused pid apart: leave it
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d bridge folder(s) of processes that are gone", len(removed))
+    return removed
 
 
 def _handshake_era(

@@ -1,6 +1,7 @@
 """Spawn agy for one turn and own its process tree: argv, environment, output, termination.
 
-No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL).
+No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL);
+should the host die first, however, agy's group is ended by the lifeline (`lifeline.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 import psutil
 
+from agy_provider import lifeline
 from agy_provider.atomic import read_json, write_json_atomic
 from agy_provider.errors import AgyNotFoundError, FramingError, TurnError, UsageError
 from agy_provider.sessions import default_store_path, valid_conversation_id
@@ -351,6 +353,7 @@ class AgyProcess:
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._readers: list[asyncio.Task[None]] = []
+        self._stdout_read: asyncio.Task[None] | None = None
         self._known: dict[int, psutil.Process] = {}
         self.events = StdoutEvents()
         # Set once agy stated its conversation id on stdout (stream-json `init`).
@@ -382,7 +385,7 @@ class AgyProcess:
         through_stdin = not prompt_fits_argv(self.request.prompt)
         spawn = asyncio.ensure_future(
             off_loop(
-                subprocess.Popen,
+                _spawn,
                 self.argv,
                 stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -411,12 +414,10 @@ class AgyProcess:
         stream_json = "stream-json" in self.argv
         stdout = await _reader(proc.stdout)
         stderr = await _reader(proc.stderr)
-        self._readers = [
-            asyncio.create_task(
-                self._read_events(stdout) if stream_json else self._drain(stdout, self._stdout)
-            ),
-            asyncio.create_task(self._drain(stderr, self._stderr)),
-        ]
+        self._stdout_read = asyncio.create_task(
+            self._read_events(stdout) if stream_json else self._drain(stdout, self._stdout)
+        )
+        self._readers = [self._stdout_read, asyncio.create_task(self._drain(stderr, self._stderr))]
         await self.scan_tree()
 
     def _watch_exit(self, proc: subprocess.Popen[bytes]) -> None:
@@ -469,6 +470,22 @@ class AgyProcess:
         while chunk := await stream.read(65536):
             if self.events.feed(chunk):
                 self.id_stated.set()
+
+    async def finish_stdout(self, timeout: float) -> None:
+        """Wait until agy's stdout is read to its end or has stated the conversation id, at most
+        `timeout` seconds. Binding calls it once agy has exited: under load the loop can see the
+        exit before it reads what agy printed just before it (a descendant holding the pipe open
+        would keep the end from ever coming, hence the bound)."""
+        reading = self._stdout_read
+        if reading is None or reading.done() or self.id_stated.is_set():
+            return
+        stated = asyncio.ensure_future(self.id_stated.wait())
+        try:
+            await asyncio.wait(
+                [reading, stated], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stated.cancel()
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -543,7 +560,7 @@ class AgyProcess:
         if not self._reaped and self._exited.is_set():
             await off_loop(self._proc.wait)  # exited already: this only reaps it
             self._reaped = True
-        leftovers = await off_loop(self.survivors)
+        leftovers = await off_loop(self._forget_if_gone)
         if leftovers:
             log.warning("processes still alive after SIGKILL: %s", leftovers)
 
@@ -564,6 +581,13 @@ class AgyProcess:
     def _any_alive(self) -> bool:
         self.track()
         return any(_alive(p) for p in self._known.values())
+
+    def _forget_if_gone(self) -> list[int]:
+        """The survivors; none left, agy's group is no longer the lifeline's to end."""
+        leftovers = self.survivors()
+        if not leftovers and self._proc is not None:
+            lifeline.forget(self._proc.pid)
+        return leftovers
 
     def survivors(self) -> list[int]:
         """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
@@ -617,6 +641,14 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _spawn(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """Start agy (in a session of its own) and put its process group under the lifeline, which
+    ends it if this process dies without ending it (`lifeline`). In a worker thread: it forks."""
+    proc: subprocess.Popen[bytes] = subprocess.Popen(argv, **options)
+    lifeline.guard(proc.pid)
+    return proc
+
+
 def _end_abandoned(spawn: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     """Kill the process group of an agy whose start was abandoned (an abort during the fork)."""
     if spawn.cancelled() or spawn.exception() is not None:
@@ -624,7 +656,12 @@ def _end_abandoned(spawn: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     proc = spawn.result()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # its own group: start_new_session
-    threading.Thread(target=proc.wait, name="agy-provider-reap", daemon=True).start()
+
+    def reap() -> None:
+        proc.wait()
+        lifeline.forget(proc.pid)
+
+    threading.Thread(target=reap, name="agy-provider-reap", daemon=True).start()
 
 
 async def _reader(pipe: IO[bytes]) -> asyncio.StreamReader:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 from pathlib import Path
 
 import psutil
@@ -10,6 +12,7 @@ import pytest
 
 from agy_provider.discovery import bind_database
 from agy_provider.errors import TurnError
+from agy_provider.runner import AgyProcess, TurnRequest
 
 CID = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 
@@ -26,6 +29,9 @@ class Agy:
     async def scan_tree(self) -> list[psutil.Process]:
         self.scans += 1
         return []
+
+    async def finish_stdout(self, timeout: float) -> None:
+        return None
 
 
 async def test_the_stated_id_binds_without_scanning_or_reading(tmp_path: Path) -> None:
@@ -52,3 +58,65 @@ async def test_a_different_stated_id_than_the_resumed_one_is_refused(tmp_path: P
         await bind_database(
             tmp_path, set(), Agy(stated=CID), prompt="hi", timeout=5, expected_id=resumed
         )
+
+
+class ExitedAgy(Agy):
+    """An agy that exited before the loop read its stdout: the id comes out only when asked."""
+
+    def __init__(self, unread: str) -> None:
+        super().__init__(returncode=0)
+        self.unread = unread
+
+    async def finish_stdout(self, timeout: float) -> None:
+        self.stated_conversation_id, self.unread = self.unread, ""
+        self.id_stated.set()
+
+
+async def test_an_exit_seen_before_the_stated_id_still_binds(tmp_path: Path) -> None:
+    (tmp_path / f"{CID}.db").write_bytes(b"")
+    # Before: the exit ended binding at once, "… did not appear (agy exited first)".
+    binding = await bind_database(tmp_path, set(), ExitedAgy(CID), prompt="hi", timeout=5)
+    assert binding.conversation_id == CID
+
+
+# An agy that writes its database and exits, while the `init` line naming it is printed only
+# after that, by a child still holding agy's stdout, once the gate file exists.
+LATE_AGY = """
+import os, subprocess, sys
+open(os.environ["LATE_DB"], "wb").close()
+subprocess.Popen([sys.executable, "-c", '''
+import json, os, sys, time
+while not os.path.exists(os.environ["LATE_GATE"]):
+    time.sleep(0.01)
+line = {"event": "init", "conversation_id": os.environ["LATE_CID"], "init": {}}
+sys.stdout.write(json.dumps(line) + "\\\\n")
+'''])
+"""
+
+
+async def test_binding_reads_agy_stdout_to_its_end_after_agy_exited(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="agy_provider.discovery")
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    fake = tmp_path / "agy"
+    fake.write_text(f"#!{sys.executable}\n{LATE_AGY}")
+    fake.chmod(0o755)
+    gate = tmp_path / "gate"
+    env = {"LATE_DB": str(folder / f"{CID}.db"), "LATE_GATE": str(gate), "LATE_CID": CID}
+    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=str(fake), env=env))
+    await process.start()
+    try:
+        binding = asyncio.ensure_future(
+            bind_database(folder, set(), process, prompt="hi", timeout=30)
+        )
+        # The id is printed only once binding has given up (the bug) or reads on after the exit.
+        for _ in range(2000):
+            if binding.done() or "rest of its stdout" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        gate.touch()
+        assert (await binding).conversation_id == CID
+    finally:
+        await process.terminate(grace=0.5)

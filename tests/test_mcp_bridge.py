@@ -765,3 +765,140 @@ async def test_a_cancelled_agy_turn_stops_waiting_for_the_host(tmp_path: Path) -
         (replayed,) = list(replay(recording))
     (tool,) = [s for s in replayed.steps if s.kind is StepKind.TOOL]
     assert tool.status is StepStatus.CANCELED
+
+
+@pytest.mark.slow
+async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host tool answering over 1 MiB: agy-sim's SDK client refuses any event over 1 MiB, so the
+    bridge cuts the text and says so; agy gets the kept head with the note, and the log tells."""
+    from live_helpers import agy_sim_path
+
+    from agy_provider.mcp_bridge import MAX_RESULT_BYTES
+
+    workspace, state = tmp_path / "work", tmp_path / "state"
+    workspace.mkdir()
+    state.mkdir()
+    # Quotes, control characters and non-ASCII: their JSON escapes count against the limit.
+    line = 'order A-1042 "shipped" \x01 via Zürich → 東京\n'
+    huge = "".join(f"{k:07d} {line}" for k in range(1024 * 1024 // len(line.encode())))
+    assert len(json.dumps(huge, ensure_ascii=False).encode()) > 1024 * 1024
+
+    async def lookup(call: HostToolCall) -> HostToolResult:
+        return HostToolResult(huge)
+
+    async with HostToolBridge([LOOKUP], lookup, server_name="host") as running:
+        request = TurnRequest(
+            prompt="Where is my order A-1042?",
+            cwd=str(workspace),
+            agy_bin=agy_sim_path(),
+            extra_dirs=(running.config_dir,),
+            print_timeout=180,
+        )
+        env = {
+            **os.environ,
+            "ANTIGRAVITY_APP_DATA_DIR": str(state),
+            "AGY_SIM_SCENARIO": "mcp-host-tool",
+            "AGY_SIM_SPEED": "10",
+            "AGY_SIM_NO_SERVER": "1",
+        }
+        process = await asyncio.create_subprocess_exec(
+            *build_argv(request),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workspace,
+            env=env,
+            start_new_session=True,
+            limit=16 * 1024 * 1024,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), 200)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, err.decode()
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    tool = [
+        e["step_update"]
+        for e in lines
+        if e.get("event") == "step_update" and e["step_update"].get("step_type") == "tool"
+    ][-1]
+    # Before: "MCP server 'host' failed: SSEError: Server-sent event exceeded the … byte limit."
+    output = tool["tool_info"].get("output", "")
+    assert output, tool["tool_info"]
+    head, _, note = output.rpartition("\n\n[agy-provider: this tool result was cut: ")
+    assert head and huge.startswith(head)
+    cut = len(huge) - len(head)
+    assert note.startswith(f"{cut:,} of its {len(huge):,} characters are left out")
+    assert len(json.dumps(output, ensure_ascii=False).encode()) <= MAX_RESULT_BYTES
+    assert "more than an MCP message carries" in caplog.text
+
+
+@pytest.mark.parametrize("agy_header", [False, True])
+async def test_a_dropped_tools_call_post_on_a_live_session_releases_the_parked_call(
+    agy_header: bool,
+) -> None:
+    """agy's HTTP request for a `tools/call` goes away (its connection closed, no
+    `notifications/cancelled`) while the host still holds the call: the call is released, not
+    left waiting for an answer nobody can receive. The session itself lives on."""
+    import httpx
+    from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+    parked = ParkedToolCalls()
+    async with HostToolBridge([LOOKUP], parked.handle) as running:
+        headers = {
+            **running.headers(),
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+        }
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+            opened = await http.post(
+                running.url,
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": LATEST_HANDSHAKE_VERSION,
+                        "capabilities": {},
+                        "clientInfo": {"name": "agy", "version": "1"},
+                    },
+                },
+            )
+            assert opened.status_code == 200, opened.text
+            session = {
+                **headers,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                # agy's client names its newer version after negotiating (AGY-FORMATS §2).
+                "mcp-protocol-version": "2026-07-28" if agy_header else LATEST_HANDSHAKE_VERSION,
+            }
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(running.url, headers=session, json=note)).status_code == 202
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "lookup_order", "arguments": {"order_id": "A"}},
+            }
+            async with http.stream("POST", running.url, headers=session, json=call) as response:
+                assert response.status_code == 200
+                held = await asyncio.wait_for(parked.next_call(), 30)
+                assert [c.id for c in parked.pending] == [held.id]
+            # The response closed unread: httpx drops the connection under it.
+            for _ in range(3000):
+                if not parked.pending and not running.pending_calls:
+                    break
+                await asyncio.sleep(0.01)
+            # Before: the call stayed parked for as long as the bridge lived.
+            assert parked.pending == () and running.pending_calls == ()
+            assert parked.resolve(held.id, "too late") is False
+            listed = await http.post(
+                running.url,
+                headers=session,
+                json={"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}},
+            )
+            assert listed.status_code == 200 and "lookup_order" in listed.text
