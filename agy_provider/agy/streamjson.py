@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
@@ -41,6 +40,7 @@ from agy_provider.agy.step import (
 )
 from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
 from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
 from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
 __all__ = [
@@ -509,11 +509,7 @@ class StreamJsonDecoder:
             response=response,
             error=outcome.error,
             num_turns=turns,
-            duration_seconds=float(duration)
-            if isinstance(duration, int | float)
-            and not isinstance(duration, bool)
-            and math.isfinite(duration)
-            else None,
+            duration_seconds=jsontext.finite_number(duration),
             total_usage=total,
             turn_usage=turn_usage,
             denied_actions=denied,
