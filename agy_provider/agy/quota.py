@@ -70,11 +70,12 @@ _QUOTA_WORDS: Final = (
     "resource_exhausted",
     "resource has been exhausted",
     "ai credits balance is too low",
+    "exhausted your capacity",
     "code 429",
 )
+_GO_UNIT: Final = "(?:ns|us|µs|μs|ms|s|m|h)"
 _RESETS_IN: Final = re.compile(
-    r"resets?\s+in\s+([0-9][0-9.]*(?:ns|us|µs|μs|ms|s|m|h)(?:[0-9.]+(?:ns|us|µs|μs|ms|s|m|h))*)",
-    re.IGNORECASE,
+    rf"resets?\s+(?:in|after)\s+([0-9][0-9.]*{_GO_UNIT}(?:[0-9.]+{_GO_UNIT})*)", re.IGNORECASE
 )
 _CODE: Final = re.compile(r"\b([A-Z][A-Z_]{3,})\s*\(code\s*([0-9]{3})\)")
 _PERCENT: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*%\s*(remaining|left|used)?", re.IGNORECASE)
