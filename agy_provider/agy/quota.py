@@ -222,6 +222,25 @@ class UsageBucket:
     resets_at: float | None = None
     resets_in: float | None = None
 
+    def describe(self) -> str:
+        """`62% left, resets 2026-12-01 23:36 UTC (in 3h20m)`: the bucket for a person."""
+        parts = []
+        if self.remaining is not None:
+            parts.append(f"{self.remaining * 100:.0f}% left")
+        when = ""
+        if self.resets_at is not None:
+            try:
+                at = datetime.datetime.fromtimestamp(self.resets_at, datetime.UTC)
+                when = f"resets {at:%Y-%m-%d %H:%M} UTC"
+            except (OverflowError, OSError, ValueError):
+                when = ""
+        if self.resets_in is not None:
+            span = _span(self.resets_in)
+            when = f"{when} (in {span})" if when else f"resets in {span}"
+        if when:
+            parts.append(when)
+        return ", ".join(parts) or "no details"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "window": self.window,
@@ -229,6 +248,19 @@ class UsageBucket:
             "resetsAt": self.resets_at,
             "resetsIn": self.resets_in,
         }
+
+
+def _span(seconds: float) -> str:
+    """Seconds as agy says them, coarsely: `4d7h`, `3h20m`, `5m0s`."""
+    total = int(max(0.0, min(seconds, 1e12)))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    return f"{minutes}m{secs}s"
 
 
 _NAME_KEYS: Final = ("window", "name", "label", "bucket", "id", "model", "title")

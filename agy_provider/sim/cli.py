@@ -391,6 +391,17 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
         _fail(f'invalid conversation id "{args.conversation}"')
     session = _Session(args, scenario, version)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    command = (
+        _slash_command(args.prompt)
+        if args.prompt is not None
+        and args.input_format != "stream-json"
+        and version.answers_slash_commands
+        else None
+    )
+    if command is not None:  # agy answers it itself: no turn, no language server needed
+        if _stdin_blocks():
+            sys.stdin.read()
+        return session.command(command, model)
     # Real agy runs every cascade inside its language server, so the server is up before the
     # turn writes its first step; wait for it the same way (bounded, in case it cannot start).
     if session.link.start():
@@ -410,9 +421,6 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
             return 0
         if _stdin_blocks():
             sys.stdin.read()
-        command = _slash_command(args.prompt) if version.answers_slash_commands else None
-        if command is not None:
-            return session.command(command, model)
         conversation = session.conversation()
         if session.stream and not session.init_sent:
             session.init_event(conversation.id, model)

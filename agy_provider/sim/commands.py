@@ -7,7 +7,7 @@ agy answers `-p /usage` with no model call: `{"event":"command_result","command"
 shows `data`, so agy-sim answers `/usage` with a plausible shape — `{"buckets": [{"window",
 "model", "remaining_fraction", "reset_time" (RFC 3339), "resets_in" (a Go duration)}]}` — that
 `agy/quota.py`'s defensive parser reads along with others. A scenario with `quota_exhausted`
-shows its first window at 0 remaining, resetting when agy's message says.
+shows its weekly window at 0 remaining, resetting when agy's message says.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def command_data(name: str, scenario: Scenario, model: str, now: float) -> Any:
         if scenario.quota_exhausted:
             match = _RESETS.search(scenario.quota_exhausted)
             resets = _seconds(match.group(1)) if match else 3600
-            windows[0] = ("5h", 0.0, resets)
+            windows[1] = ("weekly", 0.0, resets)
         buckets = []
         for window, remaining, resets_in in windows:
             at = datetime.datetime.fromtimestamp(int(now) + resets_in, datetime.UTC)
