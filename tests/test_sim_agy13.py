@@ -119,3 +119,18 @@ def test_an_unknown_conversation_is_refused_before_1_2(tmp_path: Path) -> None:
         AGY_SIM_VERSION="1.1.17",
     )  # fmt: skip
     assert done.returncode == 1 and "not found" in done.stderr
+
+
+def test_finish_as_the_language_server_renders_it_decodes_as_bookkeeping(tmp_path: Path) -> None:
+    from agy_provider.agy.rpcjson import decode_json_step
+    from agy_provider.sim.step_reader import render_step, stream_shape
+
+    app = tmp_path / "app"
+    assert run_sim(app, "-p", "hi", AGY_SIM_VERSION=V133).returncode == 0
+    [db] = databases(app)
+    index, step_type, status, _, payload = rows(db)[-1]
+    rendered = render_step(payload, step_type, status)
+    assert rendered["type"] == "CORTEX_STEP_TYPE_FINISH"
+    for shape in (rendered, stream_shape(rendered)):
+        step = decode_json_step(shape, position=index)
+        assert step.kind is StepKind.SYSTEM
