@@ -157,6 +157,16 @@ def test_exit_1_with_a_quota_result_is_the_results_error() -> None:
     assert outcome.quota is not None and "the quota resets in 120h09m" in outcome.error
 
 
+def test_exit_1_keeps_what_else_agy_said_on_stderr_once() -> None:
+    result = {"status": "ERROR", "error": "authentication failed or timed out"}
+    stderr = "Error: authentication failed or timed out\nverify your account at https://x"
+    outcome = exit_verdict(1, stderr=stderr, stdout="", result=result)
+    assert outcome.error == (
+        "agy ended the turn with ERROR: authentication failed or timed out"
+        " — agy also said: verify your account at https://x"
+    )
+
+
 def test_a_crash_without_words_names_the_code_and_drops_the_stack_trace() -> None:
     outcome = exit_verdict(2, stderr=f"panic: boom\n{GO_TRACE}", stdout="", result=None)
     assert outcome.error == "agy exited with code 2: panic: boom"

@@ -63,6 +63,17 @@ def resets_hint(quota: QuotaInfo | None) -> str:
     return f" (the quota resets at {when:%Y-%m-%d %H:%M} UTC, in {span})"
 
 
+def _also_said(stderr: str, message: str) -> str:
+    """` — agy also said: …` for stderr lines the message does not already carry, else ""."""
+    lines = [
+        line.strip()
+        for line in without_stack_trace(stderr).splitlines()
+        if line.strip() and line.strip().removeprefix("Error: ") not in message
+    ]
+    said = " ".join(lines)[-500:]
+    return f" — agy also said: {said}" if said else ""
+
+
 def _with_quota(error: str, observed_at: float | None, *sources: str) -> TurnOutcome:
     quota = next(
         (q for text in (error, *sources) if (q := quota_from_text(text, observed_at=observed_at))),
@@ -97,7 +108,8 @@ def exit_verdict(
         if line:
             return _with_quota(f"agy failed: {line}", observed_at)
         if status and status not in ("SUCCESS", "OK") and result_error:
-            return _with_quota(f"agy ended the turn with {status}: {result_error}", observed_at)
+            message = f"agy ended the turn with {status}: {result_error}"
+            return _with_quota(message + _also_said(stderr, message), observed_at)
         said = "\n".join(t for t in (without_stack_trace(stderr), stdout.strip()) if t)
         tail = said[-2000:] if said else "(nothing on stderr)"
         return _with_quota(f"agy exited with code {code}: {tail}", observed_at)
