@@ -9,7 +9,8 @@ Owns every exception type the package raises; foreign exceptions are translated 
     │   ├── AgyNotFoundError   no agy binary could be found
     │   ├── RpcError           a Connect call failed (code, message, raw body)
     │   ├── DatabaseError      agy's SQLite database could not be read (path, row index)
-    │   └── TurnError          the turn itself failed (deadline, crash, binding)
+    │   ├── TurnError          the turn itself failed (deadline, crash, binding)
+    │   └── QuotaExceededError agy refused the turn for quota (resets_in, resets_at)
     └── misuse: also a ValueError or RuntimeError, so callers may catch either
         ├── UsageError (ValueError)               the caller passed something we cannot use
         └── IncompleteStreamError (RuntimeError)  a producer ended a stream with no done/error/result
@@ -24,6 +25,7 @@ __all__ = [
     "DecodeError",
     "FramingError",
     "IncompleteStreamError",
+    "QuotaExceededError",
     "RpcError",
     "SourceError",
     "TurnError",
@@ -80,6 +82,29 @@ class DatabaseError(SourceError):
 
 class TurnError(SourceError):
     """The turn failed as a whole: a deadline, a crash, a database we could not bind."""
+
+
+class QuotaExceededError(SourceError):
+    """agy refused the turn for quota; the message is agy's own words, saying when it resets.
+
+    `resets_in` is seconds from when agy said it, `resets_at` epoch seconds (either None when
+    agy did not say or the time it said it is unknown); `code` is agy's status name
+    (`RESOURCE_EXHAUSTED`) when it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resets_in: float | None = None,
+        resets_at: float | None = None,
+        code: str = "",
+    ) -> None:
+        self.message = message
+        self.resets_in = resets_in
+        self.resets_at = resets_at
+        self.code = code
+        super().__init__(message)
 
 
 class UsageError(AgyError, ValueError):

@@ -2,7 +2,8 @@
 checks that each say how to fix what failed.
 
 Read-only towards agy's files (databases through `agy/database.py`, `mode=ro`). The only process
-started beyond `agy --version` and `agy models` is the language-server probe, and only for the
+started beyond `agy --version`, `agy models` and `agy -p /usage` (answered by agy itself, no
+model call) is the language-server probe, and only for the
 simulator: `agy-sim` with no prompt serves its server until stopped, in a temporary state folder,
 so the probe costs no model tokens and leaves nothing behind.
 """
@@ -54,9 +55,13 @@ class Status:
 
     rows: tuple[tuple[str, str], ...]
     problems: int = 0
+    quota: tuple[dict[str, object], ...] | None = None  # agy's /usage windows, when it answered
 
     def to_json(self) -> dict[str, object]:
-        return {"rows": dict(self.rows), "problems": self.problems}
+        out: dict[str, object] = {"rows": dict(self.rows), "problems": self.problems}
+        if self.quota is not None:
+            out["quota"] = [dict(bucket) for bucket in self.quota]
+        return out
 
 
 def agy_state_folder(binary: str, app_data_dir: str = "") -> Path:
@@ -123,15 +128,38 @@ def _databases(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True)
 
 
+def _quota(binary: str) -> tuple[list[tuple[str, str]], tuple[dict[str, object], ...] | None]:
+    """Rows for agy's `/usage` windows (no model call, no tokens), and the windows as JSON.
+
+    Never a problem of its own: an agy that cannot say (older than 1.1.18, offline) is reported
+    as unknown; a quota used up is shown with when it resets.
+    """
+    from agy_provider.agy.usage_command import read_quota_usage
+    from agy_provider.errors import QuotaExceededError
+
+    try:
+        report = read_quota_usage(binary)
+    except QuotaExceededError as exc:
+        return [("quota", f"exhausted: {exc}")], ()
+    except AgyError as exc:
+        return [("quota", f"unknown: {exc}")], None
+    if not report.buckets:
+        return [("quota", "agy reported no quota windows")], ()
+    rows = [(f"quota {b.window}", b.describe()) for b in report.buckets]
+    return rows, tuple(b.to_json() for b in report.buckets)
+
+
 def gather_status(agy_bin: str = "") -> Status:
-    """agy (where, version, signed in per the kept model list), settings, sessions, agy's saved
-    conversations and the event sources. Raises `UsageError` for a broken config file."""
+    """agy (where, version, signed in per the kept model list, its quota per `/usage`),
+    settings, sessions, agy's saved conversations and the event sources. Raises `UsageError`
+    for a broken config file."""
     from agy_provider.config import CONFIG_ENV, ENV_OVERRIDES, config_path, load_config
     from agy_provider.plugin_manager import event_sources
 
     config = load_config()
     rows: list[tuple[str, str]] = []
     problems = 0
+    quota: tuple[dict[str, object], ...] | None = None
     binary, missing = _find(agy_bin or config.agy_bin)
     if binary:
         version = _version(binary) or "version unknown"
@@ -142,6 +170,9 @@ def gather_status(agy_bin: str = "") -> Status:
         else:
             problems += 1
             rows.append(("signed in", f"{'no' if signed is False else 'unknown'}: {said}"))
+        if signed:
+            quota_rows, quota = _quota(binary)
+            rows.extend(quota_rows)
     else:
         problems += 1
         rows.append(("agy", f"not found: {missing}"))
@@ -163,7 +194,7 @@ def gather_status(agy_bin: str = "") -> Status:
     rows.append(("conversations", f"{len(_databases(conversations))} in {conversations}"))
     names = sorted(event_sources())
     rows.append(("event sources", f"{', '.join(names)} (configured: {config.event_source})"))
-    return Status(tuple(rows), problems)
+    return Status(tuple(rows), problems, quota)
 
 
 def probe_language_server(binary: str, *, timeout: float = PROBE_TIMEOUT) -> tuple[bool, str]:

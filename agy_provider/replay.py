@@ -719,7 +719,12 @@ class _StreamJsonTurns:
                 item = self._next()
 
         self._open = body(item)
-        return _TurnInput(user=user, batches=self._open, late_outcome=lambda: ending[0])
+        return _TurnInput(
+            user=user,
+            batches=self._open,
+            model=self.decoder.model or DEFAULT_MODEL,  # `init.model` (1.3.2+), when agy said
+            late_outcome=lambda: ending[0],
+        )
 
 
 def _load_stream_json(path: str, warn: Warn) -> Recording:

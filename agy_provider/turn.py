@@ -1020,34 +1020,16 @@ class TurnDriver:
 
     def _exit_outcome(self, code: int | None) -> TurnOutcome:
         """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
+        from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
+
         assert self.process is not None
-        if code:
-            said = "\n".join(
-                t
-                for t in (self.process.stderr_text().strip(), self.process.stdout_text().strip())
-                if t
-            )
-            tail = said[-2000:] if said else "(nothing on stderr)"
-            return TurnOutcome(ok=False, error=f"agy exited with code {code}: {tail}")
-        result = self.process.result or {}
-        status = str(result.get("status") or "")
-        if status and status not in ("SUCCESS", "OK"):
-            error = result.get("error")
-            detail = error if isinstance(error, str) and error else status
-            stderr = self.process.stderr_text().strip()
-            if status == "CANCELED" and stderr:
-                detail = f"{detail}: {stderr[-2000:]}"
-            return TurnOutcome(ok=False, error=f"agy ended the turn with {status}: {detail}")
-        denied = result.get("denied_actions")
-        if isinstance(denied, list) and denied:
-            names = ", ".join(
-                str(d.get("display_name") or d.get("action") or d)
-                if isinstance(d, dict)
-                else str(d)
-                for d in denied
-            )
-            return TurnOutcome(ok=False, error=f"agy was denied permission to act: {names}")
-        return TurnOutcome()
+        return exit_verdict(
+            code,
+            stderr=self.process.stderr_text(),
+            stdout=self.process.stdout_text(),
+            result=self.process.result,
+            observed_at=time.time(),
+        )
 
     # -- phase 4: settle (final event first, then the session) -------------------------------
 

@@ -272,3 +272,10 @@ def seed_resumable(
     last = earlier_turns * STEPS_PER_TURN - 1
     store.put("resume", SessionRecord(conversation_id=conversation, last_step_index=last))
     return conversation, store, last
+
+
+# --- agy versions -----------------------------------------------------------------------------
+
+# The agy shapes a lean set of live tests runs on (`AGY_SIM_VERSION`): the 1.1.17 capture's,
+# the default imitated (1.2.13), and the newest seen (1.3.3, AGY-FORMATS §2.3).
+AGY_VERSIONS = ("1.1.17", "1.2.13", "1.3.3")

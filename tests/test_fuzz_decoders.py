@@ -25,15 +25,18 @@ from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agy_provider.agy.quota import parse_go_duration, parse_usage, quota_from_text
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
+from agy_provider.agy.verdict import exit_verdict
 from agy_provider.assembler import StepAssembler
 from agy_provider.cli import main
 from agy_provider.errors import DecodeError, RpcError, UsageError
 from agy_provider.formatters import event_line, markdown, step_line, transcript
 from agy_provider.replay import detect_format
+from agy_provider.wire import jsontext
 from agy_provider.wire.connect import ConnectStreamDecoder, parse_error_body
 from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder
 from agy_provider.wire.protowire import Message
@@ -126,7 +129,7 @@ TEXT = st.text(max_size=12) | HOSTILE_TEXT
 NUMBERS = (
     st.integers(-(2**70), 2**70)
     | st.floats(allow_nan=True, allow_infinity=True)
-    | st.sampled_from([2**64, -(2**63) - 1, 0, 1, 7, 15])
+    | st.sampled_from([2**64, -(2**63) - 1, 0, 1, 7, 15, 10**400 - 1, -(10**400)])
     # Built lazily: hypothesis cannot repr() an int past the 4,300-digit limit.
     | st.integers(4301, 5000).map(lambda digits: 10**digits - 1)
 )
@@ -190,6 +193,8 @@ STEP_TYPES = st.sampled_from(
             "GENERIC",
             "ERROR_MESSAGE",
             "CHECKPOINT",
+            "FINISH",
+            "SYSTEM_MESSAGE",
             "BOGUS",
         )
     ]
@@ -197,7 +202,13 @@ STEP_TYPES = st.sampled_from(
 STATUSES = st.sampled_from(
     ["CORTEX_STEP_STATUS_" + n for n in ("DONE", "RUNNING", "GENERATING", "WAITING", "ERROR")]
 )
-COUNT = st.integers(0, 10**6) | st.integers(0, 10**6).map(str) | ANY_VALUE
+# Integers past a float's range (`float()` of them overflows) are numbers JSON can carry.
+COUNT = (
+    st.integers(0, 10**6)
+    | st.integers(0, 10**6).map(str)
+    | st.sampled_from([10**308 * 10, 10**400 - 1])
+    | ANY_VALUE
+)
 TOOL_CALL = shaped(
     {
         "id": TEXT,
@@ -271,7 +282,8 @@ STREAM_EVENT = st.fixed_dictionaries(
     },
     optional={
         "conversation_id": TEXT,
-        "init": shaped({"cwd": TEXT, "tools": ANY_VALUE, "permission_mode": TEXT}),
+        "init": shaped({"cwd": TEXT, "tools": ANY_VALUE, "permission_mode": TEXT, "model": TEXT}),
+        "command": shaped({"name": TEXT, "data": ANY_VALUE}),
         "step_update": shaped(
             {
                 "step_index": COUNT,
@@ -284,6 +296,9 @@ STREAM_EVENT = st.fixed_dictionaries(
                         "checkpoint",
                         "subagent",
                         "system_message",
+                        "finish",
+                        "error_message",
+                        "unknown",
                     ]
                 ),
                 "text_delta": TEXT,
@@ -301,6 +316,7 @@ STREAM_EVENT = st.fixed_dictionaries(
                     {"input_tokens": COUNT, "output_tokens": COUNT, "cache_read_tokens": COUNT}
                 ),
                 "subagent_info": ANY_VALUE,
+                "duration_seconds": COUNT,
             }
         ),
         "result": shaped(
@@ -311,6 +327,8 @@ STREAM_EVENT = st.fixed_dictionaries(
                 "num_turns": COUNT,
                 "usage": shaped({"input_tokens": COUNT, "output_tokens": COUNT}),
                 "denied_actions": ANY_VALUE,
+                "duration_seconds": COUNT,
+                "command": shaped({"name": TEXT, "data": ANY_VALUE}),
             }
         ),
         "status": TEXT,
@@ -850,6 +868,81 @@ def _no_constants(name: str) -> Any:
     raise AssertionError(f"{name} printed as JSON")
 
 
+# -- 8. the JSON layer (jsontext) ---------------------------------------------------------------
+
+
+@FUZZ
+@given(batch(JSON_BYTES), st.randoms(use_true_random=False))
+def test_fuzz_jsontext(seeds: list[bytes], rnd: random.Random) -> None:
+    for seed in seeds:
+        for data in variants(seed, rnd, mutate_bytes):
+            counted("jsontext")
+            decode_jsontext(data)
+
+
+def decode_jsontext(data: bytes) -> None:
+    try:
+        value = jsontext.loads(data)
+    except DecodeError:
+        value = None
+    else:
+        assert_printable_json(value)
+    number = jsontext.finite_number(value)
+    assert number is None or math.isfinite(number)
+    with contextlib.suppress(DecodeError):
+        jsontext.integer(value)
+    with contextlib.suppress(DecodeError):
+        spans = jsontext.locate_array(data, "steps")
+        for start, end in spans or []:
+            assert 0 <= start <= end <= len(data)
+
+
+# -- 9. agy's quota words, /usage bodies and its verdict on a turn (agy/quota.py, verdict.py) ---
+
+QUOTA_TEXT = (
+    TEXT
+    | st.sampled_from(
+        [
+            "Individual quota reached. Resets in 120h9m43s.",
+            "AGY_ERROR: RESOURCE_EXHAUSTED (code 429): Individual quota reached. Resets in 3h20m",
+            "resets in 9" + "9" * 60 + "h",
+            "Resets in 1.5.5h",
+            "RESOURCE_EXHAUSTED resets after 1e400s",
+            "goroutine 1 [running]:\n\tmain.go:1 +0x1",
+        ]
+    )
+    | st.text(max_size=80)
+)
+
+
+@FUZZ
+@given(
+    batch(st.tuples(QUOTA_TEXT, ANY_VALUE | STREAM_EVENT, st.none() | st.integers(-3, 300))),
+    st.randoms(use_true_random=False),
+)
+def test_fuzz_quota_parser(seeds: list[tuple[str, Any, int | None]], rnd: random.Random) -> None:
+    for text, body, code in seeds:
+        for value in variants(body, rnd, mutate_value):
+            counted("quota")
+            decode_quota(text, value, code)
+
+
+def decode_quota(text: str, body: Any, code: int | None) -> None:
+    with contextlib.suppress(DecodeError):
+        assert math.isfinite(parse_go_duration(text))
+    info = quota_from_text(text, observed_at=1e9)
+    if info is not None:
+        assert info.resets_in is None or (math.isfinite(info.resets_in) and info.resets_in >= 0)
+        assert_printable_json(info.to_json())
+    for bucket in parse_usage(body, now=1e9):
+        assert bucket.remaining is None or 0.0 <= bucket.remaining <= 1.0
+        assert_printable_json(bucket.to_json())
+        bucket.describe()
+    result = body if isinstance(body, dict) else None
+    outcome = exit_verdict(code, stderr=text, stdout=text, result=result, observed_at=1e9)
+    assert isinstance(outcome.error, str) and (outcome.ok or outcome.error)
+
+
 # -- glue for the counts ------------------------------------------------------------------------
 
 TARGETS: dict[str, Callable[..., None]] = {
@@ -859,5 +952,15 @@ TARGETS: dict[str, Callable[..., None]] = {
 
 def test_every_decoder_has_a_fuzz_target() -> None:
     names = set(TARGETS)
-    for wanted in ("protobuf", "connect", "ndjson", "rpc_json", "stream_json", "rows", "replay"):
+    for wanted in (
+        "protobuf",
+        "connect",
+        "ndjson",
+        "rpc_json",
+        "stream_json",
+        "rows",
+        "replay",
+        "jsontext",
+        "quota",
+    ):
         assert any(wanted in name for name in names), wanted

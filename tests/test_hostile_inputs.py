@@ -833,3 +833,71 @@ def test_edit_with_hostile_replacement_chunks_replays(tmp_path: Path, chunks: st
         code, out, err = run("replay", str(path), "--format", fmt)
         assert code == 0, err
         out.encode("utf-8")
+
+
+# -- regression: an integer too large for a float where agy writes a number -------------------
+
+HUGE_INT = "9" * 400  # parses as a Python int; float() of it raises OverflowError
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["result.duration_seconds", "result.num_turns", "result.usage", "step.duration_seconds"],
+)
+def test_replay_of_stream_json_with_a_huge_integer_does_not_overflow(
+    tmp_path: Path, field: str
+) -> None:
+    """`duration_seconds` of 400 digits once crashed replay with OverflowError at math.isfinite."""
+    result: dict[str, Any] = {
+        "conversation_id": "c1",
+        "status": "SUCCESS",
+        "response": "hi",
+        "duration_seconds": 1.5,
+        "num_turns": 1,
+    }
+    step: dict[str, Any] = {
+        "conversation_id": "c1",
+        "step_index": 1,
+        "state": "DONE",
+        "step_type": "agent_response",
+        "text_delta": "hi",
+    }
+    if field == "result.usage":
+        result["usage"] = {"input_tokens": 1, "output_tokens": 1}
+    target, key = (result, field.split(".")[1]) if field.startswith("result") else (step, "x")
+    if field == "step.duration_seconds":
+        key = "duration_seconds"
+    lines = [
+        '{"event":"init","conversation_id":"c1","init":{}}',
+        json.dumps({"event": "step_update", "step_update": step}),
+        json.dumps({"event": "result", "result": result}),
+    ]
+    placeholder = '"__HUGE__"'
+    target[key] = "__HUGE__" if field != "result.usage" else {"input_tokens": "__HUGE__"}
+    lines[1] = json.dumps({"event": "step_update", "step_update": step})
+    lines[2] = json.dumps({"event": "result", "result": result})
+    path = tmp_path / "huge.ndjson"
+    path.write_text("\n".join(line.replace(placeholder, HUGE_INT) for line in lines) + "\n")
+    code, out, err = run("replay", str(path))
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert json.loads(out.splitlines()[-1])["type"] == "done"
+
+
+def test_finite_number_is_total() -> None:
+    assert jsontext.finite_number(int(HUGE_INT)) is None
+    assert jsontext.finite_number(float("inf")) is None
+    assert jsontext.finite_number(True) is None
+    assert jsontext.finite_number("1") is None
+    assert jsontext.finite_number(3) == 3.0
+
+
+def test_json_result_document_with_a_huge_duration_replays(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(
+        '{"conversation_id":"c1","status":"SUCCESS","response":"hi","num_turns":1,'
+        f'"duration_seconds":{HUGE_INT}}}'
+    )
+    code, out, err = run("replay", str(path))
+    assert code == 0, err
+    assert json.loads(out.splitlines()[-1])["type"] == "done"

@@ -1,4 +1,4 @@
-"""agy's own words reach the user when it refuses a turn (agy-sim imitating agy 1.2.x)."""
+"""agy's own words reach the user when it refuses a turn (agy-sim imitating agy 1.1.17–1.3.3)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, expect_error, leftovers
+from live_helpers import AGY_VERSIONS, MODEL, expect_error, leftovers, run_turn
 
+from agy_provider.agy.quota import quota_error, quota_of
+from agy_provider.errors import QuotaExceededError
 from agy_provider.options import SimpleStreamOptions
 from agy_provider.provider import stream_simple, wait_for_turns
+from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.sim.scenario import load_scenario
 from agy_provider.types import Context, UserMessage
 
 pytestmark = pytest.mark.slow
@@ -60,3 +64,44 @@ async def test_the_simulator_without_a_state_folder_uses_its_own_not_agys(
     sim_state = home / ".local" / "state" / "agy-provider" / "sim-state"
     assert list((sim_state / "conversations").glob("*.db"))
     assert not (home / ".gemini").exists()
+
+
+@pytest.mark.parametrize("version", AGY_VERSIONS)
+async def test_a_quota_refusal_says_when_it_resets_and_is_typed(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Any, version: str
+) -> None:
+    """1.1.17/1.2.13: `result` ERROR, exit 1; 1.3.3: exit 3 and an `AGY_ERROR:` line on stderr."""
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "quota-exhausted")
+    events, message = await run_turn("hi")
+    expect_error(events, message)
+    error = message.error_message or ""
+    assert load_scenario("quota-exhausted").quota_exhausted in error  # agy's own words
+    assert "(the quota resets at " in error and ", in 120h09m)" in error
+    if version == "1.3.3":
+        assert error.startswith("agy failed: RESOURCE_EXHAUSTED (code 429): Individual quota")
+    else:
+        assert error.startswith("agy ended the turn with ERROR: Individual quota reached.")
+    info = quota_of(message)
+    assert info is not None and info.resets_in == 120 * 3600 + 9 * 60 + 43
+    typed = quota_error(message)
+    assert isinstance(typed, QuotaExceededError) and typed.resets_at == info.resets_at
+    assert leftovers(live_env, recorder) == []
+
+
+@pytest.mark.parametrize("version", ["1.2.13", "1.3.3"])
+async def test_a_vanished_conversation_is_never_silently_continued(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: str
+) -> None:
+    """agy 1.2+ starts a new conversation for an unknown `--conversation` id, saying only a
+    warning (AGY-FORMATS §2.3): a session whose database is gone starts a new one, knowingly."""
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
+    store = SessionStore(tmp_path / "store.json")
+    gone = "0f0f0f0f-0000-4000-8000-000000000000"
+    store.put("s", SessionRecord(conversation_id=gone, last_step_index=3))
+    _events, message = await run_turn("hi", session="s", store=store)
+    record = store.get("s")
+    # The provider checks the database before resuming: a new conversation, said in the log.
+    assert message.stop_reason == "stop", message.error_message
+    assert record is not None and record.conversation_id not in ("", gone)
+    assert leftovers(live_env) == []

@@ -22,6 +22,7 @@ import httpx
 import psutil
 import pytest
 from live_helpers import (
+    AGY_VERSIONS,
     TERMINAL,
     Observed,
     agy_sim_path,
@@ -170,6 +171,26 @@ async def test_both_sources_give_identical_events(
             expect_error(events, message)
         else:
             expect_done(events, message, scenario_answer(scenario))
+        by_source[source] = coalesced(events)
+    assert by_source["rpc"] == by_source["sqlite"]
+    assert leftovers(rpc_env, recorder) == []
+
+
+@pytest.mark.parametrize("version", [v for v in AGY_VERSIONS if v != "1.2.13"])  # 1.2.13: above
+async def test_both_sources_agree_on_each_agy_version(
+    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, version: str, recorder: Observed
+) -> None:
+    """The older (1.1.17) and newest (1.3.3: FINISH steps, init before input) shapes, a turn
+    with agy's own tools, from the language server and from the database alike."""
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "tools")
+    by_source = {}
+    for source in ("rpc", "sqlite"):
+        monkeypatch.setenv("AGY_EVENT_SOURCE", source)
+        if source == "sqlite":
+            monkeypatch.setenv("AGY_SIM_NO_SERVER", "1")
+        events, message = await run_turn("hello")
+        expect_done(events, message, scenario_answer("tools"))
         by_source[source] = coalesced(events)
     assert by_source["rpc"] == by_source["sqlite"]
     assert leftovers(rpc_env, recorder) == []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from live_helpers import (
+    AGY_VERSIONS,
     Observed,
     agy_sim_path,
     expect_done,
@@ -84,9 +85,11 @@ async def test_text_streams_while_agy_is_still_running(
     assert leftovers(live_env, recorder) == []
 
 
+@pytest.mark.parametrize("version", AGY_VERSIONS)
 async def test_two_turn_session_resumes_and_streams_only_the_new_turn(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, version: str
 ) -> None:
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     store = SessionStore()
     first_events, first = await run_turn("count with me", session="host-1", store=store)
@@ -194,13 +197,23 @@ async def test_locked_database_still_completes_exactly(
     expect_done(events, message, scenario_answer("locked"))
 
 
+@pytest.mark.parametrize("version", AGY_VERSIONS)
 async def test_quota_error_ends_with_agys_message(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, version: str
 ) -> None:
+    from agy_provider.agy.quota import quota_of
+
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
     monkeypatch.setenv("AGY_SIM_SCENARIO", "quota-error")
     events, message = await run_turn("hello")
     expect_error(events, message)
-    assert scenario_error("quota-error").user_message in (message.error_message or "")
+    error = message.error_message or ""
+    assert scenario_error("quota-error").user_message in error  # "… reset after 2h13m5s."
+    assert "Traceback" not in error and "goroutine" not in error
+    quota = quota_of(message)
+    assert quota is not None and quota.resets_in == 2 * 3600 + 13 * 60 + 5
+    if version == "1.3.3":  # exit 3: agy's AGY_ERROR line is the error, not the exit code
+        assert error.startswith("agy failed: RESOURCE_EXHAUSTED (code 429): ")
     assert text_of(events) == ""
     assert leftovers(live_env) == []
 

@@ -857,3 +857,64 @@ def test_a_step_index_too_long_to_print_is_skipped_not_a_crash() -> None:
     )
     assert not any(isinstance(i, Step) for i in items)
     assert text_decoder.skipped_reasons  # type: ignore[attr-defined]
+
+
+# -- agy 1.2.x – 1.3.3 (AGY-FORMATS §2.3; shapes from other projects' runs, unverified here) -----
+
+
+def test_init_before_any_input_names_the_model_and_the_turn_reads_as_usual() -> None:
+    lines = [
+        line("init", model="gemini-3.8-flash", cwd="/w", tools=[], permission_mode="strict"),
+        step(0, "user_input"),
+        step(1, "agent_response", "ACTIVE", text_delta="Hel"),
+        step(2, "finish", "ACTIVE"),
+        step(1, "agent_response", text_delta="lo", usage=usage(10, 2)),
+        step(2, "finish", "ERROR"),  # never an error of the turn, whatever its state
+        line("result", status="SUCCESS", response="Hello", num_turns=1, usage=usage(10, 2)),
+    ]
+    items, decoder = decode(lines)
+    assert decoder.model == "gemini-3.8-flash" and decoder.permission_mode == "strict"
+    assert {i.kind for i in items if isinstance(i, Step) and i.index == 2} == {StepKind.SYSTEM}
+    final = assemble(items)
+    assert isinstance(final, DoneEvent) and text_of(final) == "Hello"
+
+
+def test_command_result_with_a_command_object_then_a_zero_token_result() -> None:
+    data = {"buckets": [{"window": "5h", "remaining_fraction": 0.4, "resets_in": "3h20m"}]}
+    lines = [
+        line("init", model="gemini-3.8-flash"),
+        json.dumps({"event": "command_result", "command": {"name": "usage", "data": data}}),
+        line("result", status="SUCCESS", response="", num_turns=0, usage=usage(0, 0)),
+    ]
+    items, decoder = decode(lines)
+    assert decoder.last_result is not None and decoder.last_result.command == "usage"
+    final = assemble(items)
+    assert isinstance(final, DoneEvent) and '"remaining_fraction": 0.4' in text_of(final)
+
+
+@pytest.mark.parametrize("status", ["ERROR", "RESOURCE_EXHAUSTED"])
+def test_a_quota_result_keeps_agys_words_and_types_the_refusal(status: str) -> None:
+    words = "Individual quota reached. Upgrade your plan for more. Resets in 120h9m43s."
+    items, _ = decode([line("result", status=status, error=words, num_turns=0)])
+    [outcome] = outcomes(items)
+    assert not outcome.ok and words in outcome.error
+    assert outcome.quota is not None and outcome.quota.resets_in == 120 * 3600 + 9 * 60 + 43
+    final = assemble(items)
+    assert isinstance(final, ErrorEvent) and "Resets in 120h9m43s" in str(final.error.error_message)
+
+
+def test_denied_actions_with_an_empty_success_response_fail_naming_them() -> None:
+    lines = [
+        step(0, "user_input"),
+        step(1, "tool", "DONE", tool_info={"name": "run_command", "parameters": {}}),
+        line(
+            "result",
+            status="SUCCESS",
+            response="",
+            num_turns=1,
+            denied_actions=[{"action": "command", "display_name": "RunCommand"}],
+        ),
+    ]
+    items, _ = decode(lines)
+    [outcome] = outcomes(items)
+    assert not outcome.ok and "RunCommand" in outcome.error and outcome.quota is None

@@ -49,6 +49,7 @@ __all__ = [
 # Step payload fields (the `oneof step` of gemini_coder.Step) that hold one kind of step.
 _USER, _PLANNER, _ERROR_MSG, _CHECKPOINT = 19, 20, 24, 30
 _HISTORY, _SYSTEM, _EPHEMERAL, _GENERIC = 111, 114, 103, 140
+_FINISH = 12
 _RUN_COMMAND, _VIEW_FILE, _LIST_DIR, _GREP, _CODE_ACTION, _MCP = 28, 14, 15, 13, 10, 47
 _ASK_QUESTION, _INVOKE_SUBAGENT, _AGENCY_TOOL = 154, 143, 116
 _METADATA, _STEP_ERROR, _REQUESTED_INTERACTION = 5, 31, 56
@@ -229,6 +230,10 @@ def decode_step_payload(
     if _SYSTEM in present or _EPHEMERAL in present or step_type in (101, 90):
         text = msg.path_string(_SYSTEM, 1) or msg.path_string(_EPHEMERAL, 1)
         return Step(kind=StepKind.SYSTEM, text=text, **fields)
+    if (_FINISH in present or step_type == 2) and tool is None:
+        # FINISH (type 2, field 12): the end of the agent's loop (1.3.x, AGY-FORMATS §2.3;
+        # unverified in a database): bookkeeping, never the answer nor the turn's failure.
+        return Step(kind=StepKind.SYSTEM, **fields)
 
     planner = msg.message(_PLANNER)
     if planner is None and step_type == 15 and usage is not None and not present & _TOOL_FIELDS:
@@ -307,9 +312,7 @@ def decode_generator_record(data: bytes) -> GeneratorRecord:
     )
 
 
-def model_of_turn(
-    records: Iterable[GeneratorRecord], after: int, before: int | None = None
-) -> str:
+def model_of_turn(records: Iterable[GeneratorRecord], after: int, before: int | None = None) -> str:
     """The model that answered a turn: the newest record that wrote a step in `(after, before)`.
 
     `after` is the turn's USER step index; `before` the next turn's (None: to the end). Records
@@ -326,6 +329,7 @@ def model_of_turn(
 
 def _kind_from_type(step_type: int) -> StepKind:
     return {
+        2: StepKind.SYSTEM,  # FINISH (1.3.x)
         14: StepKind.USER,
         15: StepKind.ASSISTANT,
         17: StepKind.ERROR,

@@ -32,6 +32,7 @@ __all__ = ["decode_json_step", "step_type_number"]
 _TYPE_NUMBERS: Mapping[str, int] = {
     "CODE_ACTION": 5,
     "GREP_SEARCH": 7,
+    "FINISH": 2,
     "VIEW_FILE": 8,
     "LIST_DIRECTORY": 9,
     "USER_INPUT": 14,
@@ -118,6 +119,8 @@ def decode_json_step(raw: Any, *, index: int | None = None, position: int | None
             raw.get("ephemeralMessage")
         ).get("content", "")
         return Step(kind=StepKind.SYSTEM, text=_str(text), **fields)
+    if ("finish" in raw or step_type == 2) and tool is None:
+        return Step(kind=StepKind.SYSTEM, **fields)  # the agent loop's end (1.3.x; as rows.py)
 
     planner = raw.get("plannerResponse")
     if isinstance(planner, dict):

@@ -10,6 +10,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from agy_provider.agy.quota import QuotaInfo
+
 __all__ = [
     "STATUS_BY_NUMBER",
     "STATUS_TRANSITIONS",
@@ -288,10 +290,12 @@ class Step:
 class TurnOutcome:
     """How a source says a turn ended, beyond its steps (stream-json `result`, process exit).
 
-    `usage` replaces the per-step sum when the source states the turn's total.
+    `usage` replaces the per-step sum when the source states the turn's total; `quota` is set
+    when agy refused the turn for quota (`error` then holds agy's words, saying when it resets).
     """
 
     ok: bool = True
     error: str = ""
     aborted: bool = False
     usage: StepUsage | None = None
+    quota: QuotaInfo | None = None

@@ -1,6 +1,6 @@
 """Decode agy's `--output-format stream-json` (and `json`) output into Step snapshots and outcomes.
 
-Owns every shape agy 1.1.8–1.2.x prints (AGY-FORMATS §2.1, §2.2); sans-I/O, stateful per stream.
+Owns every shape agy 1.1.8–1.3.3 prints (AGY-FORMATS §2.1–§2.3); sans-I/O, stateful per stream.
 
 Shapes covered, oldest first:
 - 1.1.17: a tool's outcome in the update's top-level `output` / `error{type,message}`; `result`
@@ -10,6 +10,8 @@ Shapes covered, oldest first:
   stderr), `SUCCESS` with an empty answer and `denied_actions`, or `ERROR` with a full answer;
   `system_message`, `error_message`, `unknown` and `subagent` (`subagent_info`) steps;
   `command_result` events of slash commands; non-JSON lines (notices, errors) between events.
+- 1.2.x–1.3.3: `init` at process start, before any input (with `init.model` from 1.3.2);
+  `finish` steps (bookkeeping, skipped); a quota refusal's outcome carries `quota`.
 - `--output-format json`: one bare `result` object, no `event` key.
 
 Text arrives as deltas. Each step keeps its deltas as a list of chunks and joins them only when a
@@ -24,12 +26,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 from agy_provider.agy import streamjson_values as values
+from agy_provider.agy.quota import quota_from_text
 from agy_provider.agy.step import (
     Step,
     StepKind,
@@ -41,6 +43,7 @@ from agy_provider.agy.step import (
 )
 from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
 from agy_provider.errors import DecodeError
+from agy_provider.wire import jsontext
 from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
 __all__ = [
@@ -76,6 +79,9 @@ _KINDS: Mapping[str, StepKind] = {
     "checkpoint": StepKind.CHECKPOINT,
     "system_message": StepKind.SYSTEM,
     "error_message": StepKind.ERROR,
+    # 1.3.x marks the end of the agent's loop with a `finish` step (AGY-FORMATS §2.3; its body
+    # is unverified): bookkeeping, never the answer and never an error, whatever its state.
+    "finish": StepKind.SYSTEM,
 }
 
 _STATES: Mapping[str, StepStatus] = {
@@ -157,8 +163,9 @@ class StreamJsonDecoder:
     usages. `last_result` keeps the raw totals.
 
     Attributes: `conversation_id` (from `init`, the only place a fresh run states it, else from
-    any event), `permission_mode`, `last_result`, `skipped` (count of skipped lines) and
-    `chars_joined` (characters copied to build snapshot texts: the decoder's work).
+    any event), `permission_mode`, `model` (`init.model`: 1.3.2+ always, 1.1.18+ with
+    `--model`), `last_result`, `skipped` (count of skipped lines) and `chars_joined`
+    (characters copied to build snapshot texts: the decoder's work).
     """
 
     def __init__(
@@ -170,6 +177,7 @@ class StreamJsonDecoder:
     ) -> None:
         self.conversation_id = ""
         self.permission_mode = ""
+        self.model = ""
         self.last_result: StreamJsonResult | None = None
         self.skipped = 0
         self.chars_joined = 0
@@ -272,6 +280,7 @@ class StreamJsonDecoder:
             init = event.get("init")
             if isinstance(init, Mapping):
                 self.permission_mode = values.text(init.get("permission_mode"))
+                self.model = values.text(init.get("model"))[:200] or self.model
         elif kind == "command_result":
             self._command_result(event, items)
         elif kind == "user":
@@ -509,11 +518,7 @@ class StreamJsonDecoder:
             response=response,
             error=outcome.error,
             num_turns=turns,
-            duration_seconds=float(duration)
-            if isinstance(duration, int | float)
-            and not isinstance(duration, bool)
-            and math.isfinite(duration)
-            else None,
+            duration_seconds=jsontext.finite_number(duration),
             total_usage=total,
             turn_usage=turn_usage,
             denied_actions=denied,
@@ -577,7 +582,7 @@ class StreamJsonDecoder:
         notes = [n for n in self._notes if n not in message]
         if notes:
             message = f"{message} — agy said: {' '.join(notes)}"
-        return TurnOutcome(ok=False, error=message)
+        return TurnOutcome(ok=False, error=message, quota=quota_from_text(message))
 
     def _reconcile(self, response: str, items: list[Item]) -> None:
         """Make the streamed answer agree with `result.response`, never retracting what was shown.

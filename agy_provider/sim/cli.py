@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from agy_provider.errors import UsageError
+from agy_provider.sim.commands import COMMANDS, command_data
 from agy_provider.sim.control import ServerLink
 from agy_provider.sim.engine import Clock, Conversation, SimCrash, Simulator, TurnResult
 from agy_provider.sim.output import StreamJsonPrinter, dumps, emit_line
@@ -179,6 +180,9 @@ class _Session:
         self.sim.on_commit = self.link.changed
         self.sim.on_conversation = self._opened
         self.stream = args.output_format == "stream-json"
+        self._planned: str | None = None
+        self._fresh = True
+        self.init_sent = False
 
     def _opened(self, conversation: Conversation) -> None:
         self.link.conversation(conversation)
@@ -186,19 +190,53 @@ class _Session:
     def emit(self, event: dict[str, Any]) -> None:
         emit_line(sys.stdout, event)
 
-    def conversation(self) -> Conversation:
-        args = self.args
-        time.sleep(self.scenario.cold_start_ms / 1000 / self.speed)
-        cid = args.conversation
-        if cid is None and args.continue_:
+    def planned_id(self) -> str:
+        """The conversation this run holds: the one resumed, else a new id.
+
+        An id with no database is refused before 1.2; 1.2+ starts a new conversation instead,
+        saying only `warning: conversation "<id>" not found` on stderr (AGY-FORMATS §2.3).
+        """
+        if self._planned is not None:
+            return self._planned
+        cid = self.args.conversation
+        if cid is None and self.args.continue_:
             cid = self.state.last_conversation(os.getcwd())
-        if cid is not None:
-            if not self.state.db_path(cid).exists():
+        if cid is not None and not self.state.db_path(cid).exists():
+            if not self.version.forks_unknown_conversation:
                 _fail(f"conversation {cid} not found")
-            return self.sim.open(cid)
-        conversation = self.sim.open()
-        self.state.log(f"Created conversation {conversation.id}")
+            sys.stderr.write(f'warning: conversation "{cid}" not found\n')
+            sys.stderr.flush()
+            cid = None
+        self._fresh = cid is None
+        self._planned = cid or self.sim.ids.uuid()
+        return self._planned
+
+    def conversation(self) -> Conversation:
+        time.sleep(self.scenario.cold_start_ms / 1000 / self.speed)
+        conversation = self.sim.open(self.planned_id())
+        if self._fresh:
+            self.state.log(f"Created conversation {conversation.id}")
         return conversation
+
+    def command(self, name: str, model: CatalogModel) -> int:
+        """A slash command agy answers itself (`-p /usage`): no model call, no conversation
+        written; `command_result` then a zero-token `result` with `num_turns: 0`."""
+        cid = self.planned_id()
+        data = command_data(name, self.scenario, model.slug, time.time())
+        result = TurnResult(cid, num_turns=0, version=self.version)
+        command = {"name": name, "data": data}
+        fmt = self.args.output_format
+        if fmt == "stream-json":
+            if not self.init_sent:
+                self.init_event(cid, model)
+            self.emit({"event": "command_result", "command": command})
+            self.emit({"event": "result", "result": result.to_json()})
+        elif fmt == "json":
+            sys.stdout.write(dumps({**result.to_json(), "command": command}) + "\n")
+        else:
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        sys.stdout.flush()
+        return 0
 
     def run_turn(self, conversation: Conversation, prompt: str, model: CatalogModel) -> TurnResult:
         args = self.args
@@ -230,9 +268,9 @@ class _Session:
         finally:
             self.link.status(conversation_id, False)
 
-    def init_event(self, conversation: Conversation, model: CatalogModel) -> None:
+    def init_event(self, conversation_id: str, model: CatalogModel) -> None:
         """The first line: the conversation id, and (1.1.18+) the model by display name when
-        `--model` chose one."""
+        `--model` chose one (1.3.2+: always)."""
         if self.args.dangerously_skip_permissions:
             mode = self.version.skip_permission_mode
         elif self.sim.strict:
@@ -240,10 +278,13 @@ class _Session:
         else:
             mode = self.args.mode or "request-review"
         init: dict[str, Any] = {}
-        if self.args.model and self.version.new_stream_shapes:
+        if (self.args.model and self.version.new_stream_shapes) or (
+            self.version.init_always_has_model
+        ):
             init["model"] = model.name
         init.update(cwd=os.getcwd(), tools=_TOOLS, permission_mode=mode)
-        self.emit({"event": "init", "conversation_id": conversation.id, "init": init})
+        self.emit({"event": "init", "conversation_id": conversation_id, "init": init})
+        self.init_sent = True
 
     def report(self, result: TurnResult) -> None:
         fmt = self.args.output_format
@@ -319,11 +360,18 @@ def _stream_turns(session: _Session, model: CatalogModel) -> int:
             return 1
         if conversation is None:
             conversation = session.conversation()
-            session.init_event(conversation, model)
+            if not session.init_sent:
+                session.init_event(conversation.id, model)
         result = session.run_turn(conversation, text, model)
         session.report(result)
         code = result.exit_code
     return code
+
+
+def _slash_command(prompt: str) -> str | None:
+    """`/usage` → "usage" when it is a command agy answers itself in print mode, else None."""
+    match = re.fullmatch(r"\s*/([a-z]+)(?:\s.*)?", prompt, re.DOTALL)
+    return match.group(1) if match and match.group(1) in COMMANDS else None
 
 
 def _run(args: argparse.Namespace, version: AgyVersion) -> int:
@@ -343,11 +391,28 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
         _fail(f'invalid conversation id "{args.conversation}"')
     session = _Session(args, scenario, version)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    command = (
+        _slash_command(args.prompt)
+        if args.prompt is not None
+        and args.input_format != "stream-json"
+        and version.answers_slash_commands
+        else None
+    )
+    if command is not None:  # agy answers it itself: no turn, no language server needed
+        if _stdin_blocks():
+            sys.stdin.read()
+        return session.command(command, model)
     # Real agy runs every cascade inside its language server, so the server is up before the
     # turn writes its first step; wait for it the same way (bounded, in case it cannot start).
     if session.link.start():
         session.link.ready.wait(10.0)
     try:
+        if (
+            session.stream
+            and version.init_at_start
+            and (args.input_format == "stream-json" or args.prompt is not None)
+        ):
+            session.init_event(session.planned_id(), model)  # 1.3.x: before any input (§2.3)
         if args.input_format == "stream-json":
             return _stream_turns(session, model)
         if args.prompt is None:
@@ -357,8 +422,8 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
         if _stdin_blocks():
             sys.stdin.read()
         conversation = session.conversation()
-        if session.stream:
-            session.init_event(conversation, model)
+        if session.stream and not session.init_sent:
+            session.init_event(conversation.id, model)
         try:
             result = session.run_turn(conversation, args.prompt, model)
         except SimCrash as crash:

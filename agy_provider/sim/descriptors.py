@@ -130,6 +130,7 @@ def _enum(name: str, values: Iterable[tuple[str, int]]) -> descriptor_pb2.EnumDe
 
 STEP_TYPE: dict[str, int] = {
     "CORTEX_STEP_TYPE_UNSPECIFIED": 0,
+    "CORTEX_STEP_TYPE_FINISH": 2,
     "CORTEX_STEP_TYPE_VIEW_FILE": 8,
     "CORTEX_STEP_TYPE_LIST_DIRECTORY": 9,
     "CORTEX_STEP_TYPE_USER_INPUT": 14,
@@ -400,6 +401,8 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
             [(1, "message", "string", ""), (3, "event_type", "string", "")],
         ),
         _message("CortexStepConversationHistory", [(1, "content", "string", "")]),
+        # FINISH's body is not in the field guide; agy-sim writes it empty (1.3.x, unverified).
+        _message("CortexStepFinish", []),
         _message("AskQuestionOption", [(1, "id", "string", ""), (2, "text", "string", "")]),
         _message(
             "AskQuestionEntry",
@@ -561,6 +564,7 @@ def _trajectory_file() -> descriptor_pb2.FileDescriptorProto:
                 (1, "type", f"enum:{CORTEX}CortexStepType", ""),
                 (4, "status", f"enum:{CORTEX}CortexStepStatus", ""),
                 (5, "metadata", f"msg:{CORTEX}CortexStepMetadata", ""),
+                (12, "finish", f"msg:{CORTEX}CortexStepFinish", step),
                 (14, "view_file", f"msg:{CORTEX}CortexStepViewFile", step),
                 (15, "list_directory", f"msg:{CORTEX}CortexStepListDirectory", step),
                 (19, "user_input", f"msg:{CORTEX}CortexStepUserInput", step),

@@ -78,8 +78,9 @@ class _AutoDenied(Exception):
 
 
 class _TurnFailed(Exception):
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, stderr: str = "") -> None:
         self.exit_code = exit_code
+        self.stderr = stderr
         super().__init__(message)
 
 
@@ -457,9 +458,16 @@ class Simulator:
             conversation.turns += 1
             try:
                 if self.scenario.quota_exhausted:
-                    # agy checks the quota before the turn starts: no step, exit 1 (§2.2).
-                    raise _TurnFailed(self.scenario.quota_exhausted, 1)
+                    # agy checks the quota before the turn starts: no step, exit 1 (§2.2); 1.3.x
+                    # exits 3 with its AGY_ERROR line on stderr (§2.3).
+                    words = self.scenario.quota_exhausted
+                    if self.version.agy_error_exit:
+                        agy_error = f"AGY_ERROR: RESOURCE_EXHAUSTED (code 429): {words}"
+                        raise _TurnFailed(words, 3, agy_error)
+                    raise _TurnFailed(words, 1)
                 self._run_steps(turn, prompt, spec.steps)
+                if self.version.finish_steps:
+                    self._append(turn, factory.finish())
             except _AutoDenied as denied:
                 self._auto_denied(turn, result, denied)
             except _PrintTimeout:
@@ -474,6 +482,7 @@ class Simulator:
                     str(failed),
                     failed.exit_code,
                 )
+                result.stderr = failed.stderr or result.stderr
             finally:
                 for thread in turn.threads:
                     thread.join()
@@ -570,9 +579,7 @@ class Simulator:
         if turn.mcp_result is not None:
             text = tuple(c.replace(MCP_RESULT_PLACEHOLDER, turn.mcp_result) for c in text)
         text = tuple(c.replace(VIEWED_IMAGES_PLACEHOLDER, turn.viewed_images) for c in text)
-        chunks = [("thinking", c) for c in spec.thinking] + [
-            ("modified_response", c) for c in text
-        ]
+        chunks = [("thinking", c) for c in spec.thinking] + [("modified_response", c) for c in text]
         if not chunks:
             self._update(turn, index, step)
         for number, (field, chunk) in enumerate(chunks):
@@ -789,6 +796,12 @@ class Simulator:
         f.move(step, "CORTEX_STEP_STATUS_ERROR")
         self._update(turn, index, step)
         self._append(turn, f.error_message(details))
+        if self.version.agy_error_exit and spec.exit_code:
+            # 1.3.x: exit 3, agy's status name (from the short error) and the user's message
+            # on one AGY_ERROR line, as `RESOURCE_EXHAUSTED (code 429): … Resets in 3h20m`.
+            status, _, _ = spec.short_error.partition(": ")
+            status = status if "(code" in status else "UNKNOWN"
+            raise _TurnFailed(spec.user_message, 3, f"AGY_ERROR: {status}: {spec.user_message}")
         raise _TurnFailed(spec.user_message, spec.exit_code)
 
     def _checkpoint(self, turn: _Turn, prompt: str) -> None:

@@ -3,7 +3,8 @@
 Owns `StreamJsonPrinter`, which turns committed Steps into `step_update` lines with text deltas,
 in the shapes of the agy version imitated (§2.2): compact JSON as Go writes it; tool outcomes at
 the update's top level (≤ 1.1.17) or in `tool_info` (1.1.18+); `system_message`,
-`error_message` and `subagent` steps; the checkpoint with its title call's usage.
+`error_message`, `subagent` and (1.3.x) `finish` steps; the checkpoint with its title call's
+usage.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class StreamJsonPrinter:
             return self._checkpoint(index, step, state)
         if step.type == _TY["CORTEX_STEP_TYPE_SYSTEM_MESSAGE"]:
             return self._once(index, state, self._base(index, state, "system_message"))
+        if step.type == _TY["CORTEX_STEP_TYPE_FINISH"]:
+            return self._once(index, state, self._base(index, state, "finish"))  # 1.3.x
         if step.type == _TY["CORTEX_STEP_TYPE_ERROR_MESSAGE"]:
             update = self._base(index, state, "error_message")
             details = step.error_message.error

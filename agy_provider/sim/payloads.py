@@ -286,6 +286,13 @@ class StepFactory:
         self.move(step, "CORTEX_STEP_STATUS_DONE")
         return step
 
+    def finish(self) -> Any:
+        """The FINISH step 1.3.x writes when the agent's loop ends (body empty; unverified)."""
+        step = self.base("CORTEX_STEP_TYPE_FINISH", "CORTEX_STEP_SOURCE_SYSTEM")
+        step.finish.SetInParent()
+        self.move(step, "CORTEX_STEP_STATUS_DONE")
+        return step
+
     def system_message(self, message: str, event_type: str) -> Any:
         step = self.base("CORTEX_STEP_TYPE_SYSTEM_MESSAGE", "CORTEX_STEP_SOURCE_SYSTEM")
         step.system_message.message = message

@@ -1,6 +1,9 @@
 """Which agy the simulator imitates (`AGY_SIM_VERSION`), and what that version's output looks like.
 
-Owns the version → shape table (AGY-FORMATS §2, §2.1, §2.2); the rest of the simulator asks it.
+Owns the version → shape table (AGY-FORMATS §2, §2.1–§2.3); the rest of the simulator asks it.
+
+The 1.3.x shapes (§2.3) come from other projects' runs of agy and its headless docs, not from a
+capture here: treat them as unverified, and each as its own switch below.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ from typing import Literal
 
 from agy_provider.errors import UsageError
 
-__all__ = ["NEWEST", "OLDEST", "AgyVersion", "sim_version"]
+__all__ = ["LATEST", "NEWEST", "OLDEST", "AgyVersion", "sim_version"]
 
 # The newest agy whose output is verified in the field guide, and the oldest we imitate at all.
+# NEWEST stays the default imitated: 1.3.3 (`AGY_SIM_VERSION=1.3.3`, the newest seen, LATEST) is
+# known only from other projects' reports (AGY-FORMATS §2.3).
 NEWEST = "1.2.13"
+LATEST = "1.3.3"
 OLDEST = "1.0.10"
 _VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,4})")
 
@@ -94,6 +100,39 @@ class AgyVersion:
     @property
     def stream_input_needs_stream_output(self) -> bool:
         """1.2.x refuses `--input-format stream-json` without `--output-format stream-json`."""
+        return self.at_least("1.2.0")
+
+    @property
+    def init_at_start(self) -> bool:
+        """1.3.x prints `init` when the process starts, before reading any input (§2.3)."""
+        return self.at_least("1.3.0")
+
+    @property
+    def init_always_has_model(self) -> bool:
+        """From 1.3.2 `init.model` is always there, not only when `--model` is given (§2.3)."""
+        return self.at_least("1.3.2")
+
+    @property
+    def answers_slash_commands(self) -> bool:
+        """`-p /usage` (and `/config`, `/model`) answers with a `command{name, data}` object and
+        `num_turns: 0`, after a `command_result` event in stream-json (§2.2: 1.1.18–1.2.13 real
+        runs; §2.3: 1.3.x). Older builds send the text to the model like any prompt."""
+        return self.new_stream_shapes
+
+    @property
+    def finish_steps(self) -> bool:
+        """1.3.x ends the agent's loop with a FINISH step (type 2; stream-json `finish`)."""
+        return self.at_least("1.3.0")
+
+    @property
+    def agy_error_exit(self) -> bool:
+        """1.3.x exits 3 on a model or agent failure, with an `AGY_ERROR: …` line on stderr."""
+        return self.at_least("1.3.0")
+
+    @property
+    def forks_unknown_conversation(self) -> bool:
+        """1.2+: `--conversation <id>` without a database starts a new conversation, saying only
+        `warning: conversation "<id>" not found` on stderr; older builds refuse (exit 1)."""
         return self.at_least("1.2.0")
 
     @property

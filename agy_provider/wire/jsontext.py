@@ -20,7 +20,16 @@ from typing import Any, Final
 
 from agy_provider.errors import DecodeError
 
-__all__ = ["MAX_DEPTH", "clean", "clean_text", "integer", "loads", "locate_array", "value_end"]
+__all__ = [
+    "MAX_DEPTH",
+    "clean",
+    "clean_text",
+    "finite_number",
+    "integer",
+    "loads",
+    "locate_array",
+    "value_end",
+]
 
 # The deepest value agy sends is an RPC step inside a stream update inside a tool's arguments:
 # about a dozen levels. 200 leaves room for any tool argument a model writes, while staying far
@@ -197,6 +206,22 @@ def integer(value: Any, what: str = "value") -> int:
     if not _INT_MIN <= number < _INT_LIMIT:
         raise DecodeError(f"{what} is out of range")
     return number
+
+
+def finite_number(value: Any) -> float | None:
+    """A JSON number (int or float) as a finite float; None for anything else.
+
+    Total: an integer too large for a float (JSON has no bound: `duration_seconds` of 400 nines)
+    is None rather than the `OverflowError` that `float()` and `math.isfinite` raise for it, and
+    so are booleans, strings, containers, NaN and the infinities.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 # -- locating the elements of a large document without parsing it whole -------------------------
