@@ -40,6 +40,7 @@ from live_helpers import (
 
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
+from agy_provider.continuity import parse_mark
 from agy_provider.errors import AgyError
 from agy_provider.events import AssistantMessageEvent
 from agy_provider.hookspecs import hookimpl
@@ -139,6 +140,12 @@ def coalesced(events: Sequence[AssistantMessageEvent]) -> list[Any]:
         for key in ("message", "error"):
             if isinstance(data.get(key), dict):
                 data[key].pop("timestamp")
+                # Each turn's mark names its own conversation: the same by construction.
+                if parse_mark(data[key].pop("responseId", None)) is None and key == "message":
+                    raise AssertionError(f"an unmarked {data['type']} message")
+                for block in data[key]["content"]:
+                    for field in ("textSignature", "thinkingSignature", "thoughtSignature"):
+                        block.pop(field, None)
         if data["type"].endswith("_delta") and out and out[-1]["type"] == data["type"]:
             out[-1]["delta"] += data["delta"]
         else:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from host_helpers import TOOL_PARAMETERS
 
-mcp = pytest.importorskip("mcp", reason="the MCP bridge needs the `mcp` SDK (extra `bridge`)")
+mcp = pytest.importorskip("mcp", reason="the MCP bridge needs the `mcp` SDK (a dependency)")
 
 import httpx2  # noqa: E402  (installed with mcp)
 from mcp import Client  # noqa: E402

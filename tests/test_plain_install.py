@@ -8,6 +8,7 @@ runs once, with the tool run at once (`tool_executor`) through the sync API.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -42,8 +43,17 @@ def test_a_host_tool_turn_works_on_an_install_without_extras(tmp_path: Path) -> 
     env_dir = tmp_path / "plain"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    # A copy of the package's sources: building in place would leave a build/ in the checkout.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for folder in ("agy_provider", "plugins"):
+        shutil.copytree(
+            ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(ROOT)],
+        [str(python), "-m", "pip", "install", "--quiet", str(source)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -45,7 +45,7 @@ async def parsed(
         event_source="rpc",
     )
     events = [event async for event in stream]
-    expect_done(events, await stream.result(), scenario_answer("default"))
+    expect_done(events, await stream.result(), scenario_answer("slow"))
     await wait_for_turns()
     return on_loop, anywhere, replays
 
@@ -59,7 +59,11 @@ async def test_a_resumed_rpc_turn_parses_only_its_new_steps(
     monkeypatch.setenv("AGY_PAGED_REPLAY", paged)
     monkeypatch.delenv("AGY_SIM_NO_SERVER")
     monkeypatch.setenv("AGY_EVENT_SOURCE", "rpc")
-    monkeypatch.setenv("AGY_SIM_SPEED", "1")  # so the large turn still runs when rpc is up
+    # A turn slow enough that it still runs when rpc is up, however long a 1,500-turn
+    # conversation takes agy-sim's server to load: else the whole turn arrives in the skipped
+    # first frame and no frame is left to parse (a flake, even on an idle machine).
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "slow")
+    monkeypatch.setenv("AGY_SIM_SPEED", "2")
     small_loop, small, _ = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=3)
     large_loop, large, replays = await parsed(live_env, tmp_path, monkeypatch, earlier_turns=1500)
     # Paged, the short replay is parsed; whole, the 4 MB replay never is.

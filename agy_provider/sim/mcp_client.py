@@ -160,7 +160,7 @@ class McpToolRun:
         except ImportError as exc:
             return McpOutcome(
                 f"agy-sim needs the `mcp` package to call MCP tools ({exc}): "
-                "pip install 'agy-provider[bridge]'",
+                "it is one of agy-provider's dependencies: reinstall agy-provider",
                 True,
             )
 
