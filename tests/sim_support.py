@@ -115,3 +115,15 @@ def schema_problems(message: Any, path: str = "") -> list[str]:
             ):
                 problems.append(f"{where}: enum value {v} not in {field.enum_type.full_name}")
     return problems
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a new user: HOME is `home`, nothing points at any agy state."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGY_", "ANTIGRAVITY_", "XDG_")) and k != "PYTEST_CURRENT_TEST"
+    }
+    env.update(HOME=str(home), AGY_SIM_SPEED="4", PATH="/usr/bin:/bin")
+    env.update(extra)
+    return env

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from live_helpers import agy_sim_path
+from sim_support import cli_env
 
 from agy_provider.cli import main
 from agy_provider.sim.scenario import PlannerSpec, load_scenario
@@ -30,18 +31,6 @@ AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
 # Generous: a busy 2-core machine can take seconds to start Python, agy-sim and its server.
 STARTUP = 90.0
 EXIT = 60.0
-
-
-def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a new user: HOME is `home`, nothing points at any agy state."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGY_", "ANTIGRAVITY_", "XDG_")) and k != "PYTEST_CURRENT_TEST"
-    }
-    env.update(HOME=str(home), AGY_SIM_SPEED="4", PATH="/usr/bin:/bin")
-    env.update(extra)
-    return env
 
 
 def sim_state(home: Path) -> Path:
