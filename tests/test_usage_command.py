@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sim_support import cli_env
 
 from agy_provider.agy.usage_command import read_quota_usage, usage_argv
 from agy_provider.errors import SourceError, UsageError
@@ -24,21 +25,10 @@ AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
 AGY_SIM = os.path.join(os.path.dirname(sys.executable), "agy-sim")
 
 
-def env_for(home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGY_", "ANTIGRAVITY_", "XDG_")) and k != "PYTEST_CURRENT_TEST"
-    }
-    env.update(HOME=str(home), AGY_SIM_SPEED="4", PATH="/usr/bin:/bin")
-    env.update(extra)
-    return env
-
-
 def run(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGY_PROVIDER, *args],
-        env=env_for(home, **extra),
+        env=cli_env(home, **extra),
         cwd=home,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -70,7 +60,7 @@ def test_usage_when_the_quota_is_used_up_names_the_reset(tmp_path: Path) -> None
 
 
 def test_an_agy_that_sends_usage_to_the_model_is_said_so(tmp_path: Path) -> None:
-    env = env_for(tmp_path, AGY_SIM_VERSION="1.1.17", AGY_SIM_NO_SERVER="1")
+    env = cli_env(tmp_path, AGY_SIM_VERSION="1.1.17", AGY_SIM_NO_SERVER="1")
     env["ANTIGRAVITY_APP_DATA_DIR"] = str(tmp_path / "state")
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
