@@ -35,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the fuzz tests' byte mutator, shared
+
+from test_fuzz_decoders import mutate_bytes as _mutate_bytes  # noqa: E402
 
 from agy_provider.agy.quota import (  # noqa: E402
     parse_go_duration,
@@ -101,24 +104,7 @@ _USAGE = {
 
 
 def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
-    buffer = bytearray(data)
-    for _ in range(rnd.randint(1, 4)):
-        at = rnd.randint(0, len(buffer))
-        op = rnd.randrange(6)
-        if op == 0 and buffer:
-            buffer[min(at, len(buffer) - 1)] = rnd.randrange(256)
-        elif op == 1:
-            buffer[at:at] = rnd.choice(_SPLICES)
-        elif op == 2:
-            del buffer[at : at + rnd.randint(1, 16)]
-        elif op == 3:
-            del buffer[at:]
-        elif op == 4 and buffer:
-            start = rnd.randrange(len(buffer))
-            buffer[at:at] = buffer[start : start + rnd.randint(1, 32)]
-        else:
-            buffer[at:at] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
-    return bytes(buffer)
+    return _mutate_bytes(data, rnd, _SPLICES)
 
 
 def mutate_value(value: Any, rnd: random.Random, depth: int = 0) -> Any:

@@ -16,7 +16,7 @@ import os
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,7 +409,11 @@ _HOSTILE_VALUES: list[Callable[[], Any]] = [
 ]
 
 
-def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
+def mutate_bytes(data: bytes, rnd: random.Random, splices: Sequence[bytes] = ()) -> bytes:
+    """`data` with 1–4 random edits: a byte changed, a hostile splice (`splices`, else this
+    file's own) inserted, bytes cut, the tail dropped, a run repeated, random bytes inserted.
+    Shared with `benchmarks/fuzz_million.py`."""
+    splices = splices or _SPLICES
     buffer = bytearray(data)
     for _ in range(rnd.randint(1, 4)):
         at = rnd.randint(0, len(buffer))
@@ -417,7 +421,7 @@ def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
         if op == 0 and buffer:
             buffer[min(at, len(buffer) - 1)] = rnd.randrange(256)
         elif op == 1:
-            buffer[at:at] = rnd.choice(_SPLICES)
+            buffer[at:at] = rnd.choice(splices)
         elif op == 2:
             del buffer[at : at + rnd.randint(1, 16)]
         elif op == 3:
