@@ -157,13 +157,26 @@ def coalesced(events: Sequence[AssistantMessageEvent]) -> list[Any]:
 FAILING = {"quota-error", "empty-answer"}
 
 
+# Every scenario on the default agy (1.2.13), and a turn with agy's own tools on the older
+# (1.1.17) and newest (1.3.3: FINISH steps, init before input) shapes.
 @pytest.mark.parametrize(
-    "scenario",
-    ["default", "thinking", "tools", "quota-error", "empty-answer", "two-turn"],
+    ("scenario", "version"),
+    [
+        *(
+            (s, "1.2.13")
+            for s in ("default", "thinking", "tools", "quota-error", "empty-answer", "two-turn")
+        ),
+        *(("tools", v) for v in AGY_VERSIONS if v != "1.2.13"),
+    ],
 )
 async def test_both_sources_give_identical_events(
-    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, recorder: Observed
+    rpc_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scenario: str,
+    version: str,
+    recorder: Observed,
 ) -> None:
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
     monkeypatch.setenv("AGY_SIM_SCENARIO", scenario)
     by_source = {}
     for source in ("rpc", "sqlite"):
@@ -178,26 +191,6 @@ async def test_both_sources_give_identical_events(
             expect_error(events, message)
         else:
             expect_done(events, message, scenario_answer(scenario))
-        by_source[source] = coalesced(events)
-    assert by_source["rpc"] == by_source["sqlite"]
-    assert leftovers(rpc_env, recorder) == []
-
-
-@pytest.mark.parametrize("version", [v for v in AGY_VERSIONS if v != "1.2.13"])  # 1.2.13: above
-async def test_both_sources_agree_on_each_agy_version(
-    rpc_env: Path, monkeypatch: pytest.MonkeyPatch, version: str, recorder: Observed
-) -> None:
-    """The older (1.1.17) and newest (1.3.3: FINISH steps, init before input) shapes, a turn
-    with agy's own tools, from the language server and from the database alike."""
-    monkeypatch.setenv("AGY_SIM_VERSION", version)
-    monkeypatch.setenv("AGY_SIM_SCENARIO", "tools")
-    by_source = {}
-    for source in ("rpc", "sqlite"):
-        monkeypatch.setenv("AGY_EVENT_SOURCE", source)
-        if source == "sqlite":
-            monkeypatch.setenv("AGY_SIM_NO_SERVER", "1")
-        events, message = await run_turn("hello")
-        expect_done(events, message, scenario_answer("tools"))
         by_source[source] = coalesced(events)
     assert by_source["rpc"] == by_source["sqlite"]
     assert leftovers(rpc_env, recorder) == []

@@ -541,6 +541,37 @@ def test_extra_dirs_must_be_absolute_existing_folders(tmp_path: Path, bad: str) 
 
 # --- end to end: agy-sim as the MCP client ------------------------------------------------------
 
+async def run_agy_sim(
+    request: TurnRequest, state: Path, scenario: str = "mcp-host-tool"
+) -> tuple[int | None, bytes, bytes]:
+    """agy-sim runs `request` (stream-json, `scenario`, state in `state`); its exit code, stdout
+    and stderr. Killed if it outlives the bound."""
+    env = {
+        **os.environ,
+        "ANTIGRAVITY_APP_DATA_DIR": str(state),
+        "AGY_SIM_SCENARIO": scenario,
+        "AGY_SIM_SPEED": "10",
+        "AGY_SIM_NO_SERVER": "1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        *build_argv(request),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=request.cwd,
+        env=env,
+        start_new_session=True,
+        limit=16 * 1024 * 1024,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 200)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return process.returncode, out, err
+
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("server_name", ["host", ""])
@@ -587,29 +618,8 @@ async def test_agy_sim_calls_a_host_tool_through_the_bridge_and_answers_with_it(
             extra_dirs=(running.config_dir,),
             print_timeout=180,
         )
-        env = {
-            **os.environ,
-            "ANTIGRAVITY_APP_DATA_DIR": str(state),
-            "AGY_SIM_SCENARIO": str(scenario_path),
-            "AGY_SIM_SPEED": "10",
-            "AGY_SIM_NO_SERVER": "1",
-        }
-        process = await asyncio.create_subprocess_exec(
-            *build_argv(request),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workspace,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            out, err = await asyncio.wait_for(process.communicate(), 200)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    assert process.returncode == 0, err.decode()
+        returncode, out, err = await run_agy_sim(request, state, str(scenario_path))
+    assert returncode == 0, err.decode()
 
     expected_result = "order A-1042 shipped on 2026-11-28"
     answer = scenario_answer("mcp-host-tool").replace(MCP_RESULT_PLACEHOLDER, expected_result)
@@ -659,24 +669,8 @@ async def test_agy_sim_without_a_bridge_folder_records_the_failed_mcp_call(tmp_p
     request = TurnRequest(
         prompt="Where is my order?", cwd=str(workspace), agy_bin=agy_sim_path(), print_timeout=120
     )
-    env = {
-        **os.environ,
-        "ANTIGRAVITY_APP_DATA_DIR": str(state),
-        "AGY_SIM_SCENARIO": "mcp-host-tool",
-        "AGY_SIM_SPEED": "10",
-        "AGY_SIM_NO_SERVER": "1",
-    }
-    process = await asyncio.create_subprocess_exec(
-        *build_argv(request),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=workspace,
-        env=env,
-        start_new_session=True,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 200)
-    assert process.returncode == 0, err.decode()
+    returncode, out, err = await run_agy_sim(request, state)
+    assert returncode == 0, err.decode()
     result = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")][-1]["result"]
     database = state / "conversations" / f"{result['conversation_id']}.db"
     with load_recording(str(database)) as recording:
@@ -796,30 +790,8 @@ async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
             extra_dirs=(running.config_dir,),
             print_timeout=180,
         )
-        env = {
-            **os.environ,
-            "ANTIGRAVITY_APP_DATA_DIR": str(state),
-            "AGY_SIM_SCENARIO": "mcp-host-tool",
-            "AGY_SIM_SPEED": "10",
-            "AGY_SIM_NO_SERVER": "1",
-        }
-        process = await asyncio.create_subprocess_exec(
-            *build_argv(request),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workspace,
-            env=env,
-            start_new_session=True,
-            limit=16 * 1024 * 1024,
-        )
-        try:
-            out, err = await asyncio.wait_for(process.communicate(), 200)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    assert process.returncode == 0, err.decode()
+        returncode, out, err = await run_agy_sim(request, state)
+    assert returncode == 0, err.decode()
     lines = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
     tool = [
         e["step_update"]
