@@ -145,7 +145,7 @@ async def test_misuse_is_an_error_event_not_an_exception(live_env: Path) -> None
     message = await stream.result()
     assert message.stop_reason == "error"
     assert "options.session_id: expected a string" in (message.error_message or "")
-    # A conversation agy cannot take: an image in the prompt, refused by the turn.
+    # A conversation agy cannot take: an image that is not what it says (two bytes, not a PNG).
     image = {"type": "image", "data": "AA", "mimeType": "image/png"}
     stream = models.stream_simple(
         model, {"messages": [{"role": "user", "content": [image], "timestamp": 0}]}

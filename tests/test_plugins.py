@@ -118,7 +118,7 @@ async def test_a_bad_image_is_a_clear_error_event_before_agy_is_looked_for(
     message = UserMessage(
         content=[
             TextContent(text="what is this?"),
-            ImageContent(data="aGk=", mime_type="image/png"),
+            ImageContent(data="aGk=", mime_type="image/png"),  # "hi": not a PNG
         ],
         timestamp=0,
     )
