@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -146,6 +147,13 @@ def coalesced(events: Sequence[AssistantMessageEvent]) -> list[Any]:
                 for block in data[key]["content"]:
                     for field in ("textSignature", "thinkingSignature", "thoughtSignature"):
                         block.pop(field, None)
+                # A quota's reset time is said as a clock time: the two turns ran moments apart.
+                if data[key].get("errorMessage"):
+                    data[key]["errorMessage"] = re.sub(
+                        r"resets at \d{4}-\d\d-\d\d \d\d:\d\d UTC",
+                        "resets at <time>",
+                        data[key]["errorMessage"],
+                    )
         if data["type"].endswith("_delta") and out and out[-1]["type"] == data["type"]:
             out[-1]["delta"] += data["delta"]
         else:
