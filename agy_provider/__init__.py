@@ -31,6 +31,7 @@ __all__ = [
     "ImageContent",
     "IncompleteStreamError",
     "Model",
+    "QuotaExceededError",
     "RpcError",
     "SimpleStreamOptions",
     "SourceError",
@@ -58,6 +59,8 @@ __all__ = [
     "complete_simple",
     "hookimpl",
     "load_recording",
+    "quota_error",
+    "quota_of",
     "replay",
     "stream_simple",
 ]
@@ -65,6 +68,7 @@ __all__ = [
 if TYPE_CHECKING:
     from typing import Any
 
+    from .agy.quota import quota_error, quota_of
     from .errors import (
         AgyError,
         AgyNotFoundError,
@@ -72,6 +76,7 @@ if TYPE_CHECKING:
         DecodeError,
         FramingError,
         IncompleteStreamError,
+        QuotaExceededError,
         RpcError,
         SourceError,
         TurnError,
@@ -124,6 +129,7 @@ _LAZY: dict[str, str] = {
             "DecodeError",
             "FramingError",
             "IncompleteStreamError",
+            "QuotaExceededError",
             "RpcError",
             "SourceError",
             "TurnError",
@@ -131,6 +137,7 @@ _LAZY: dict[str, str] = {
         ),
         "errors",
     ),
+    **dict.fromkeys(("quota_error", "quota_of"), "agy.quota"),
     **dict.fromkeys(
         (
             "AssistantMessageEvent",

@@ -24,6 +24,7 @@ PUBLIC_NAMES = [
     "ImageContent",
     "IncompleteStreamError",
     "Model",
+    "QuotaExceededError",
     "RpcError",
     "SimpleStreamOptions",
     "SourceError",
@@ -51,6 +52,8 @@ PUBLIC_NAMES = [
     "complete_simple",
     "hookimpl",
     "load_recording",
+    "quota_error",
+    "quota_of",
     "replay",
     "stream_simple",
 ]
