@@ -12,6 +12,9 @@ from typing import Any
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 REAL_FDS = REFERENCE / "schema" / "antigravity_schema.fds"
+AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
+# Generous: a busy 2-core machine can take seconds to start Python, agy-sim and its server.
+STARTUP = 90.0
 
 
 def sim_env(
@@ -127,3 +130,17 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     env.update(HOME=str(home), AGY_SIM_SPEED="4", PATH="/usr/bin:/bin")
     env.update(extra)
     return env
+
+
+def run_cli(
+    home: Path, *args: str, timeout: float = STARTUP, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGY_PROVIDER, *args],
+        env=cli_env(home, **extra),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

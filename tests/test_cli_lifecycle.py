@@ -14,7 +14,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,14 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 from live_helpers import agy_sim_path
-from sim_support import cli_env
+from sim_support import AGY_PROVIDER, STARTUP, cli_env, run_cli
 
 from agy_provider.cli import main
 from agy_provider.sim.scenario import PlannerSpec, load_scenario
 
-AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
-# Generous: a busy 2-core machine can take seconds to start Python, agy-sim and its server.
-STARTUP = 90.0
 EXIT = 60.0
 
 
@@ -42,20 +38,6 @@ def scenario_text(name: str) -> str:
     planners = [s for s in load_scenario(name).turns[0].steps if isinstance(s, PlannerSpec)]
     assert len(planners) == 1
     return "".join(planners[0].text)
-
-
-def run_cli(
-    home: Path, *args: str, timeout: float = STARTUP, **extra: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGY_PROVIDER, *args],
-        env=cli_env(home, **extra),
-        cwd=home,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def assert_no_real_agy_state(home: Path) -> None:
