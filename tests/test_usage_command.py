@@ -9,49 +9,35 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from sim_support import cli_env
+from sim_support import cli_env, run_cli
 
 from agy_provider.agy.usage_command import read_quota_usage, usage_argv
 from agy_provider.errors import SourceError, UsageError
 
 pytestmark = pytest.mark.slow
 
-AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
 AGY_SIM = os.path.join(os.path.dirname(sys.executable), "agy-sim")
-
-
-def run(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGY_PROVIDER, *args],
-        env=cli_env(home, **extra),
-        cwd=home,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 @pytest.mark.parametrize("version", ["1.2.13", "1.3.3"])
 def test_usage_prints_each_window_and_when_it_resets(tmp_path: Path, version: str) -> None:
-    done = run(tmp_path, "usage", "--agy-bin", AGY_SIM, AGY_SIM_VERSION=version)
+    done = run_cli(tmp_path, "usage", "--agy-bin", AGY_SIM, AGY_SIM_VERSION=version)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["5h", "weekly"]
     assert all(re.search(r"\d+% left, resets \d{4}-\d\d-\d\d \d\d:\d\d UTC \(in ", x) for x in lines)
-    as_json = json.loads(run(tmp_path, "usage", "--agy-bin", AGY_SIM, "--json").stdout)
+    as_json = json.loads(run_cli(tmp_path, "usage", "--agy-bin", AGY_SIM, "--json").stdout)
     assert [b["window"] for b in as_json["buckets"]] == ["5h", "weekly"]
     assert all(0 <= b["remaining"] <= 1 and b["resetsAt"] for b in as_json["buckets"])
     assert not list(tmp_path.rglob("*.db"))  # agy answered it itself: no conversation
 
 
 def test_usage_when_the_quota_is_used_up_names_the_reset(tmp_path: Path) -> None:
-    done = run(
+    done = run_cli(
         tmp_path, "usage", "--agy-bin", AGY_SIM, "--json", AGY_SIM_SCENARIO="quota-exhausted"
     )
     assert done.returncode == 0, done.stderr
@@ -79,9 +65,9 @@ def test_the_argv_is_a_validated_list_with_an_explicit_print_timeout() -> None:
 
 
 def test_status_shows_the_quota_windows(tmp_path: Path) -> None:
-    done = run(tmp_path, "status", "--agy-bin", AGY_SIM, AGY_SIM_VERSION="1.3.3")
+    done = run_cli(tmp_path, "status", "--agy-bin", AGY_SIM, AGY_SIM_VERSION="1.3.3")
     assert done.returncode == 0, done.stderr
     rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in done.stdout.splitlines())
     assert "% left, resets" in rows["quota 5h"] and "% left" in rows["quota weekly"]
-    as_json = json.loads(run(tmp_path, "status", "--agy-bin", AGY_SIM, "--json").stdout)
+    as_json = json.loads(run_cli(tmp_path, "status", "--agy-bin", AGY_SIM, "--json").stdout)
     assert [b["window"] for b in as_json["quota"]] == ["5h", "weekly"]
