@@ -82,7 +82,10 @@ if TYPE_CHECKING:
         TurnError,
         UsageError,
     )
-    from .events import (
+    from .hookspecs import hookimpl
+    from .live.provider import complete_simple, stream_simple
+    from .offline.replay import load_recording, replay
+    from .pi.events import (
         AssistantMessageEvent,
         DoneEvent,
         ErrorEvent,
@@ -97,12 +100,9 @@ if TYPE_CHECKING:
         ToolCallEndEvent,
         ToolCallStartEvent,
     )
-    from .hookspecs import hookimpl
-    from .options import AbortSignal, SimpleStreamOptions, StreamOptions
-    from .provider import complete_simple, stream_simple
-    from .replay import load_recording, replay
-    from .stream import AssistantMessageEventStream
-    from .types import (
+    from .pi.options import AbortSignal, SimpleStreamOptions, StreamOptions
+    from .pi.stream import AssistantMessageEventStream
+    from .pi.types import (
         AssistantMessage,
         Context,
         Cost,
@@ -154,7 +154,7 @@ _LAZY: dict[str, str] = {
             "ToolCallEndEvent",
             "ToolCallStartEvent",
         ),
-        "events",
+        "pi.events",
     ),
     **dict.fromkeys(
         (
@@ -171,12 +171,12 @@ _LAZY: dict[str, str] = {
             "Usage",
             "UserMessage",
         ),
-        "types",
+        "pi.types",
     ),
-    **dict.fromkeys(("AbortSignal", "SimpleStreamOptions", "StreamOptions"), "options"),
-    **dict.fromkeys(("complete_simple", "stream_simple"), "provider"),
-    **dict.fromkeys(("load_recording", "replay"), "replay"),
-    "AssistantMessageEventStream": "stream",
+    **dict.fromkeys(("AbortSignal", "SimpleStreamOptions", "StreamOptions"), "pi.options"),
+    **dict.fromkeys(("complete_simple", "stream_simple"), "live.provider"),
+    **dict.fromkeys(("load_recording", "replay"), "offline.replay"),
+    "AssistantMessageEventStream": "pi.stream",
     "hookimpl": "hookspecs",
 }
 

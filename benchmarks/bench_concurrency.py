@@ -46,7 +46,7 @@ async def provider_turns(
     n: int, source: str, cwd: Path, tag: str
 ) -> tuple[live.LagProbe, list[live.TurnTiming], float, int]:
     """`n` turns at once, each with its own session; returns how many conversations they bound."""
-    from agy_provider.sessions import SessionStore
+    from agy_provider.store.sessions import SessionStore
 
     store = SessionStore()
     sessions = [f"{tag}-{source}-{n}-{k}" for k in range(n)]

@@ -58,7 +58,7 @@ def cpu_hogs(count: int) -> Iterator[list[int]]:
 
 
 async def load_run(n: int, source: str, cwd: Path, answer: str) -> str:
-    from agy_provider.sessions import SessionStore
+    from agy_provider.store.sessions import SessionStore
 
     store = SessionStore()
     sessions = [f"load-{time.time_ns()}-{source}-{k}" for k in range(n)]

@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
 
 import live_support as live
 
-from agy_provider.continuity import parse_mark
 from agy_provider.hookspecs import hookimpl
-from agy_provider.options import SimpleStreamOptions
+from agy_provider.live.continuity import parse_mark
+from agy_provider.live.prompt import build_prompt
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage, Context, Message, UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.prompt import build_prompt
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import AssistantMessage, Context, Message, UserMessage
 
 CPU_GOAL = 1.0  # a stateless resume costs no more than a resume by session id
 

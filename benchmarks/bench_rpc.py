@@ -28,8 +28,8 @@ import bench_sqlite_source as sqlite_bench
 
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import StepKind, StepStatus
-from agy_provider.assembler import StepAssembler
-from agy_provider.rpc_client import ConnectClient
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.rpc.client import ConnectClient
 from agy_provider.wire.connect import ConnectStreamDecoder, encode_json_envelope
 
 FRAMES = 120

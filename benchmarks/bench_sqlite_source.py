@@ -116,9 +116,9 @@ async def closed(source: Any) -> None:
 
 
 def notifications() -> str:
-    """What the source wakes on: inotify (in `agy_provider.fswatch` since issue 8) or ticks."""
+    """What the source wakes on: inotify (in `agy_provider.live.fswatch` since issue 8) or ticks."""
     try:
-        from agy_provider import fswatch
+        from agy_provider.live import fswatch
 
         available = fswatch.inotify_simple is not None
     except ImportError:

@@ -80,7 +80,7 @@ def _git(*args: str) -> str:
 
 def agy_sim() -> str:
     """The agy-sim executable, found the way the provider finds agy."""
-    from agy_provider.runner import find_agy
+    from agy_provider.live.runner import find_agy
 
     return find_agy("agy-sim")
 

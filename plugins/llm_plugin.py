@@ -53,7 +53,7 @@ def register_models(register: Any) -> None:
     if not catalog:
         return
     from agy_provider.errors import UsageError
-    from agy_provider.model_catalog import ALIASES, resolve_model
+    from agy_provider.store.model_catalog import ALIASES, resolve_model
 
     aliases: dict[str, list[str]] = {}
     for word in ALIASES:
@@ -73,9 +73,9 @@ def register_models(register: Any) -> None:
 def _catalog() -> list[Any]:
     """agy's models from the kept catalog ([] when agy is missing or lists none: said at debug
     level, since llm asks on every run; `llm -m agy` then fails saying why)."""
-    from agy_provider.config import load_config
     from agy_provider.errors import AgyError
-    from agy_provider.model_catalog import cached_models
+    from agy_provider.store.config import load_config
+    from agy_provider.store.model_catalog import cached_models
 
     try:
         binary = locate_agy(load_config().agy_bin)
@@ -122,9 +122,9 @@ class _AgyModelBase:
 
     def _turn(self, prompt: llm.Prompt, conversation: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
         """pi's model, context, options and `stream_simple`'s keywords for this prompt."""
-        from agy_provider.ask import turn_edges
-        from agy_provider.options import SimpleStreamOptions
-        from agy_provider.types import Model
+        from agy_provider.hosts.ask import turn_edges
+        from agy_provider.pi.options import SimpleStreamOptions
+        from agy_provider.pi.types import Model
 
         options = prompt.options
         thinking = getattr(options, "thinking", None)
@@ -166,7 +166,7 @@ def _context(prompt: llm.Prompt) -> Any:
     pi's context; the newest message is the user's, or the results of the tools agy called."""
     from llm.parts import ToolCallPart, ToolResultPart
 
-    from agy_provider.types import (
+    from agy_provider.pi.types import (
         AssistantMessage,
         Context,
         TextContent,
@@ -243,7 +243,7 @@ class EventsToLlm:
         self.message: Any = None
 
     def feed(self, event: Any) -> list[StreamEvent]:
-        from agy_provider.tool_runs import is_tool_run, parse_tool_run
+        from agy_provider.assembly.tool_runs import is_tool_run, parse_tool_run
 
         kind = event.type
         index = getattr(event, "content_index", -1)
@@ -312,7 +312,7 @@ def _finish(response: Any, message: Any) -> None:
 
 
 class AgySyncModel(_AgyModelBase, llm.Model):
-    """An agy model for `llm -m`: one agy turn per prompt, through `agy_provider.sync`."""
+    """An agy model for `llm -m`: one agy turn per prompt, through `agy_provider.hosts.sync`."""
 
     class Options(AgyOptions):
         pass
@@ -324,7 +324,7 @@ class AgySyncModel(_AgyModelBase, llm.Model):
         response: llm.Response,
         conversation: llm.Conversation | None,
     ) -> Iterator[StreamEvent]:
-        from agy_provider.sync import iter_events
+        from agy_provider.hosts.sync import iter_events
 
         model, context, options, kwargs = self._turn(prompt, conversation)
         mapper = EventsToLlm()
@@ -352,8 +352,8 @@ class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
         response: llm.AsyncResponse,
         conversation: llm.AsyncConversation | None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        from agy_provider.options import AbortSignal
-        from agy_provider.provider import stream_simple, wait_for_turns
+        from agy_provider.live.provider import stream_simple, wait_for_turns
+        from agy_provider.pi.options import AbortSignal
 
         model, context, options, kwargs = self._turn(prompt, conversation)
         abort = AbortSignal()

@@ -22,7 +22,7 @@ from agy_provider.wire.connect import SkippedFrame
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:  # httpx and its dependencies: imported by the first rpc turn, off the loop
-    from agy_provider.rpc_client import ConnectClient
+    from agy_provider.rpc.client import ConnectClient
 
 __all__ = ["RpcEventSource", "register_event_sources"]
 
@@ -62,8 +62,8 @@ def _load_client() -> Any:
     """The language-server module, imported with httpx and warmed up (~150 ms of CPU the first
     time in a process): only turns that use the rpc source pay it, in a worker thread, while
     the database already streams."""
-    from agy_provider import language_server
-    from agy_provider.rpc_client import warm_up
+    from agy_provider.rpc import language_server
+    from agy_provider.rpc.client import warm_up
 
     warm_up()
     return language_server

@@ -24,8 +24,8 @@ from agy_provider.agy.database import (
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
 from agy_provider.errors import DatabaseError, DecodeError
-from agy_provider.fswatch import FolderWatch, watch_folder
 from agy_provider.hookspecs import hookimpl
+from agy_provider.live.fswatch import FolderWatch, watch_folder
 from agy_provider.workers import off_loop
 
 __all__ = ["SqliteEventSource", "register_event_sources"]

@@ -19,14 +19,14 @@ from typing import Any
 import psutil
 import pytest
 
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hookspecs import hookimpl
-from agy_provider.options import AbortSignal, SimpleStreamOptions
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage, Context, Model, TextContent, UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.sessions import SessionStore
 from agy_provider.sim.scenario import ErrorSpec, PlannerSpec, load_scenario
-from agy_provider.types import AssistantMessage, Context, Model, TextContent, UserMessage
+from agy_provider.store.sessions import SessionStore
 
 MODEL = Model(
     id="gemini-3.7-flash",
@@ -261,8 +261,8 @@ def seed_resumable(
     whose "resume" session points at its last row: (conversation id, store, last row index)."""
     import uuid
 
-    from agy_provider.sessions import SessionRecord
     from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+    from agy_provider.store.sessions import SessionRecord
 
     conversation = str(uuid.uuid4())
     folder = app / "conversations"

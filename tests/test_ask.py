@@ -23,7 +23,10 @@ from agy_provider.agy.models import collapse_tiers
 from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.agy.step import ToolCall as StepToolCall
 from agy_provider.agy.step import ToolResult as StepToolResult
-from agy_provider.ask import (
+from agy_provider.assembly.assembler import render_tool_run
+from agy_provider.assembly.tool_runs import parse_tool_run
+from agy_provider.errors import SourceError, UsageError
+from agy_provider.hosts.ask import (
     ASK_TOOL_NAME,
     TURN_ENV,
     AskResult,
@@ -33,14 +36,11 @@ from agy_provider.ask import (
     nested_turn_reason,
     run_ask_tool,
 )
-from agy_provider.assembler import render_tool_run
-from agy_provider.errors import SourceError, UsageError
-from agy_provider.model_catalog import cached_models, catalog_path, resolve_model
-from agy_provider.options import AbortSignal
-from agy_provider.provider import wait_for_turns
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import TextContent, ToolCall
 from agy_provider.sim.scenario import DEFAULT_CATALOG, load_scenario
-from agy_provider.tool_runs import parse_tool_run
-from agy_provider.types import TextContent, ToolCall
+from agy_provider.store.model_catalog import cached_models, catalog_path, resolve_model
 
 SIM_MODELS = collapse_tiers((m.slug, m.name) for m in DEFAULT_CATALOG)
 AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
@@ -141,7 +141,7 @@ def test_a_process_under_agy_refuses(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import subprocess, sys
-        child = "from agy_provider.ask import nested_turn_reason; print(nested_turn_reason({{}}))"
+        child = "from agy_provider.hosts.ask import nested_turn_reason; print(nested_turn_reason({{}}))"
         sys.exit(subprocess.run([{sys.executable!r}, "-c", child]).returncode)
         """
     )
@@ -385,7 +385,7 @@ async def test_the_pi_tool_runs_a_call(live_env: Path, monkeypatch: pytest.Monke
 def test_the_sync_call_runs_a_turn_and_stops_agy_when_the_caller_raises(
     live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
 ) -> None:
-    pytest.importorskip("agy_provider.sync", reason="the sync API is not in this checkout")
+    pytest.importorskip("agy_provider.hosts.sync", reason="the sync API is not in this checkout")
     monkeypatch.setenv("AGY_SIM_SCENARIO", "tools")
     steps, progress = _steps()
     result = ask_antigravity_sync("What is here?", on_progress=progress)

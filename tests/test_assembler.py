@@ -16,10 +16,10 @@ from agy_provider.agy.step import (
     ToolResult,
     TurnOutcome,
 )
-from agy_provider.assembler import StepAssembler
-from agy_provider.events import DoneEvent, ErrorEvent, ToolCallDeltaEvent
-from agy_provider.outcome import CANCELLED, EMPTY_ANSWER
-from agy_provider.types import TextContent, ThinkingContent
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.outcome import CANCELLED, EMPTY_ANSWER
+from agy_provider.pi.events import DoneEvent, ErrorEvent, ToolCallDeltaEvent
+from agy_provider.pi.types import TextContent, ThinkingContent
 
 USER = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE, text="hi")
 
@@ -281,7 +281,7 @@ def test_a_turn_agy_cancelled_says_so_instead_of_blaming_permissions() -> None:
 
 
 def test_a_parked_turn_ends_its_message_with_the_calls_and_resumes_in_a_new_one() -> None:
-    from agy_provider.types import ToolCall as PiToolCall
+    from agy_provider.pi.types import ToolCall as PiToolCall
 
     asm = StepAssembler(model="m")
     call = PiToolCall(id="mcp-1", name="lookup", arguments={"id": "A-1", "n": 2})
@@ -318,7 +318,7 @@ def test_a_parked_turn_ends_its_message_with_the_calls_and_resumes_in_a_new_one(
 
 
 def test_a_resumed_message_without_an_answer_is_the_empty_answer_error() -> None:
-    from agy_provider.types import ToolCall as PiToolCall
+    from agy_provider.pi.types import ToolCall as PiToolCall
 
     asm = StepAssembler(model="m")
     asm.feed([USER, planner(1, text="Let me check.", status=StepStatus.DONE)])

@@ -11,16 +11,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agy_provider.continuity import (
+from agy_provider.live.continuity import (
     conversation_key,
     find_continuation,
     make_mark,
     mark_message,
     parse_mark,
 )
-from agy_provider.prompt import build_prompt, history_digest
-from agy_provider.sessions import SessionRecord
-from agy_provider.types import (
+from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     Message,
@@ -30,6 +29,7 @@ from agy_provider.types import (
     ToolResultMessage,
     UserMessage,
 )
+from agy_provider.store.sessions import SessionRecord
 
 CID = "0b6c1d2e-3f40-4a5b-8c6d-7e8f9a0b1c2d"
 TOKEN = "a" * 32

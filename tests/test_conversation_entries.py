@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from agy_provider.conversations import export_conversations
+from agy_provider.offline.conversations import export_conversations
 
 AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
 
@@ -41,7 +41,7 @@ def test_export_warns_for_each_entry_it_skips_and_still_exports_the_rest(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder, odd = _folder(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="agy_provider.conversations"):
+    with caplog.at_level(logging.WARNING, logger="agy_provider.offline.conversations"):
         result = export_conversations(folder, tmp_path / "out", workers=1)
     assert len(result.written) == 1 and result.failed == ()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agy_provider.discovery import bind_database
 from agy_provider.errors import TurnError
-from agy_provider.runner import AgyProcess, TurnRequest
+from agy_provider.live.discovery import bind_database
+from agy_provider.live.runner import AgyProcess, TurnRequest
 
 CID = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 
@@ -97,7 +97,7 @@ sys.stdout.write(json.dumps(line) + "\\\\n")
 async def test_binding_reads_agy_stdout_to_its_end_after_agy_exited(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="agy_provider.discovery")
+    caplog.set_level(logging.DEBUG, logger="agy_provider.live.discovery")
     folder = tmp_path / "conversations"
     folder.mkdir()
     fake = tmp_path / "agy"

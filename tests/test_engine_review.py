@@ -29,22 +29,22 @@ from test_turn_driver import (
 )
 
 from agy_provider.agy.step import StepStatus
-from agy_provider.config import Config
-from agy_provider.discovery import Binding
 from agy_provider.errors import RpcError, TurnError
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hookspecs import hookimpl
-from agy_provider.language_server import prove_ownership
-from agy_provider.options import AbortSignal
+from agy_provider.live.discovery import Binding
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.live.runner import AgyProcess, TurnRequest
+from agy_provider.live.turn import TurnContext, history_digest
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import event_sources, get_plugin_manager
-from agy_provider.provider import wait_for_turns
-from agy_provider.rpc_client import ConnectClient
-from agy_provider.runner import AgyProcess, TurnRequest
-from agy_provider.sessions import SessionRecord
+from agy_provider.rpc.client import ConnectClient
+from agy_provider.rpc.language_server import prove_ownership
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
-from agy_provider.turn import TurnContext, history_digest
-from agy_provider.types import UserMessage
+from agy_provider.store.config import Config
+from agy_provider.store.sessions import SessionRecord
 
 # -- an observer that raises must not cost the host its final event -------------------------
 

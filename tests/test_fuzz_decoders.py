@@ -31,11 +31,11 @@ from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.agy.verdict import exit_verdict
-from agy_provider.assembler import StepAssembler
+from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.cli import main
 from agy_provider.errors import DecodeError, RpcError, UsageError
-from agy_provider.formatters import event_line, markdown, step_line, transcript
-from agy_provider.replay import detect_format
+from agy_provider.offline.formatters import event_line, markdown, step_line, transcript
+from agy_provider.offline.replay import detect_format
 from agy_provider.wire import jsontext
 from agy_provider.wire.connect import ConnectStreamDecoder, parse_error_body
 from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder

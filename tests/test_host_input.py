@@ -20,14 +20,14 @@ import pytest
 from host_helpers import slow_start_scenario, until_agy_runs
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer
 
-from agy_provider.abort_bridge import bridge_signal
 from agy_provider.errors import UsageError
-from agy_provider.events import ErrorEvent
-from agy_provider.host_input import normalise_turn
-from agy_provider.options import AbortSignal, SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.stream import AssistantMessageEventStream
-from agy_provider.types import (
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.abort_bridge import bridge_signal
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.host_input import normalise_turn
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     ImageContent,
@@ -517,7 +517,7 @@ def test_tools_a_transcript_adds_and_later_removes_are_not_offered() -> None:
 def test_a_bad_cwd_is_a_usage_error_saying_what_is_wrong(
     tmp_path: Path, make: Any, says: str
 ) -> None:
-    from agy_provider.host_input import checked_cwd
+    from agy_provider.pi.host_input import checked_cwd
 
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(UsageError, match=r"^cwd: ") as refused:
@@ -528,7 +528,7 @@ def test_a_bad_cwd_is_a_usage_error_saying_what_is_wrong(
 def test_a_good_cwd_is_made_absolute_and_none_stays_the_hosts_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agy_provider.host_input import checked_cwd
+    from agy_provider.pi.host_input import checked_cwd
 
     (tmp_path / "project").mkdir()
     monkeypatch.chdir(tmp_path)
@@ -540,7 +540,7 @@ def test_a_good_cwd_is_made_absolute_and_none_stays_the_hosts_folder(
 def test_a_relative_cwd_when_the_current_folder_is_gone_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agy_provider.host_input import checked_cwd
+    from agy_provider.pi.host_input import checked_cwd
 
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -607,7 +607,7 @@ LONE = "\ud83d"  # a high surrogate without its low half: not encodable as UTF-8
 
 
 def test_every_host_text_is_freed_of_lone_surrogates() -> None:
-    from agy_provider.prompt import build_prompt, history_digest
+    from agy_provider.live.prompt import build_prompt, history_digest
 
     bad = f"text {LONE} here"
     context = Context(

@@ -25,12 +25,12 @@ from host_helpers import (
 )
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
 
-from agy_provider.events import DoneEvent
-from agy_provider.options import AbortSignal, SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.runner import build_argv
-from agy_provider.turn import PARKED
-from agy_provider.types import (
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.runner import build_argv
+from agy_provider.live.turn import PARKED
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     TextContent,
@@ -311,7 +311,7 @@ async def test_a_tool_executor_runs_each_call_at_once_in_one_message(
 def test_the_sync_api_takes_a_plain_function_and_its_exception_is_the_models_error_result(
     tool_env: Path,
 ) -> None:
-    from agy_provider.sync import complete
+    from agy_provider.hosts.sync import complete
 
     def execute(call: ToolCall) -> str:
         raise LookupError(f"no order {call.arguments['order_id']}")
@@ -448,7 +448,7 @@ async def test_a_new_turn_on_another_loop_ends_the_parked_turn_of_its_session(
 def test_the_sync_api_runs_the_tool_loop_in_one_agy_turn(tool_env: Path, recorder: Any) -> None:
     """Without an event loop: `complete` returns `toolUse` while agy waits on a private loop;
     the next `complete` with the results resumes that same turn."""
-    from agy_provider.sync import complete
+    from agy_provider.hosts.sync import complete
 
     context = Context(
         messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
@@ -479,7 +479,7 @@ def test_a_program_that_exits_with_agy_waiting_for_its_tools_leaves_nothing(
     script.write_text(
         textwrap.dedent(
             """
-            from agy_provider.sync import complete
+            from agy_provider.hosts.sync import complete
             tool = {"name": "lookup_order", "description": "Look up an order",
                     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}
             message = complete("default", {"messages": [{"role": "user", "content": "A-1042?"}],
@@ -495,7 +495,7 @@ def test_a_program_that_exits_with_agy_waiting_for_its_tools_leaves_nothing(
     assert done.stdout.split() == ["toolUse"]
     assert "Traceback" not in done.stderr, done.stderr
     assert leftovers(tool_env) == []
-    from agy_provider.sessions import SessionStore
+    from agy_provider.store.sessions import SessionStore
 
     assert SessionStore().get("exits") is not None  # the session was saved at the exit
 

@@ -26,8 +26,8 @@ from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step
 from agy_provider.cli import main
 from agy_provider.errors import DecodeError, FramingError, RpcError
-from agy_provider.formatters import markdown, printable, transcript
-from agy_provider.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.offline.formatters import markdown, printable, transcript
+from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
 from agy_provider.wire import jsontext
 from agy_provider.wire.connect import ConnectStreamDecoder, encode_envelope, parse_error_body
 from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder

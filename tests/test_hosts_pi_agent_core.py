@@ -21,7 +21,7 @@ from host_helpers import (
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
-from agy_provider.provider import wait_for_turns
+from agy_provider.live.provider import wait_for_turns
 
 core = pytest.importorskip(
     "pi_agent_core", reason="pi-agent-core is not installed (pip install -e '.[hosts]')"

@@ -17,7 +17,7 @@ from host_helpers import TOOL_SCENARIO, conversations, tool_answer, tool_argumen
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
-from agy_provider.provider import wait_for_turns
+from agy_provider.live.provider import wait_for_turns
 
 pytest.importorskip("pi_agents", reason="pi-agents-py is not installed (pip install -e '.[hosts]')")
 from pi_agents.agent.agent import Agent

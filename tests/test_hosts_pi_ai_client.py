@@ -39,7 +39,7 @@ import psutil
 import pi_ai, pi_agent_loop
 from pi_ai import Context, UserMessage
 from agy_provider.hosts.pi_ai_client import provider
-from agy_provider.provider import wait_for_turns
+from agy_provider.live.provider import wait_for_turns
 
 def text_of(message):
     return "".join(b.text for b in message.content if b.type == "text")

@@ -13,7 +13,7 @@ from host_helpers import conversations, slow_start_scenario, until_agy_runs
 from live_helpers import agy_sim_path, leftovers, scenario_answer
 
 from agy_provider.agy.models import list_models
-from agy_provider.provider import wait_for_turns
+from agy_provider.live.provider import wait_for_turns
 
 pi_ai = pytest.importorskip(
     "pi_ai", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from agy_provider.errors import UsageError
-from agy_provider.images import (
+from agy_provider.live.images import (
     MAX_IMAGE_BYTES,
     ImageStaging,
     check_images,
     image_lines,
     newest_images,
 )
-from agy_provider.prompt import build_prompt
-from agy_provider.types import Context, ImageContent, TextContent, UserMessage
+from agy_provider.live.prompt import build_prompt
+from agy_provider.pi.types import Context, ImageContent, TextContent, UserMessage
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 24

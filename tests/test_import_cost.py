@@ -15,7 +15,7 @@ from conftest import FIXTURES
 
 # Heavy modules only the live path (or the simulator) needs.
 LIVE = {"asyncio", "httpx", "psutil", "pluggy", "google.protobuf"}
-REPLAY = {"sqlite3", "agy_provider.replay", "agy_provider.assembler"}
+REPLAY = {"sqlite3", "agy_provider.offline.replay", "agy_provider.assembly.assembler"}
 
 
 def loaded_after(code: str) -> set[str]:
@@ -45,7 +45,7 @@ def test_the_types_never_load_the_live_path_or_replay() -> None:
         "agy_provider.Model, agy_provider.UserMessage, agy_provider.DoneEvent\n"
         "agy_provider.AgyError, agy_provider.hookimpl"
     )
-    assert {"agy_provider.types", "agy_provider.events", "agy_provider.errors"} <= new
+    assert {"agy_provider.pi.types", "agy_provider.pi.events", "agy_provider.errors"} <= new
     assert not new & ({"asyncio", "httpx", "psutil", "google.protobuf"} | REPLAY), new
 
 
@@ -61,7 +61,7 @@ def test_replay_never_loads_the_live_path() -> None:
 
 def test_the_live_path_loads_on_first_use() -> None:
     new = loaded_after("from agy_provider import stream_simple")
-    assert {"asyncio", "agy_provider.provider"} <= new
+    assert {"asyncio", "agy_provider.live.provider"} <= new
 
 
 def test_only_an_rpc_turn_loads_httpx() -> None:
@@ -72,26 +72,26 @@ def test_only_an_rpc_turn_loads_httpx() -> None:
         "get_plugin_manager()"
     )
     assert "agy_provider.plugins.rpc_source" in new
-    assert not new & {"httpx", "agy_provider.language_server", "agy_provider.rpc_client"}, new
+    assert not new & {"httpx", "agy_provider.rpc.language_server", "agy_provider.rpc.client"}, new
 
 
 def test_replay_keeps_its_name_after_its_module_is_imported() -> None:
     # The function and its module share a name: the package must keep answering the function.
     new = loaded_after(
-        "import agy_provider.replay\n"
+        "import agy_provider.offline.replay\n"
         "from agy_provider import replay\n"
         "assert callable(replay) and replay.__name__ == 'replay', replay\n"
         "assert agy_provider.replay is replay"
     )
-    assert "agy_provider.replay" in new
+    assert "agy_provider.offline.replay" in new
 
 
 @pytest.mark.parametrize(
     ("argv", "absent"),
     [
-        (["--help"], LIVE | REPLAY | {"agy_provider.formatters"}),
-        (["chat", "--help"], LIVE | REPLAY | {"agy_provider.chat"}),
-        (["replay", str(FIXTURES / "db" / "tool-run.db")], LIVE | {"agy_provider.chat"}),
+        (["--help"], LIVE | REPLAY | {"agy_provider.offline.formatters"}),
+        (["chat", "--help"], LIVE | REPLAY | {"agy_provider.cli.chat"}),
+        (["replay", str(FIXTURES / "db" / "tool-run.db")], LIVE | {"agy_provider.cli.chat"}),
     ],
     ids=["help", "chat-help", "replay"],
 )

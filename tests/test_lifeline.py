@@ -19,7 +19,12 @@ import psutil
 import pytest
 from live_helpers import agy_processes, scenario_planners
 
-from agy_provider.mcp_bridge import HostTool, HostToolBridge, HostToolCall, sweep_stale_folders
+from agy_provider.bridge.mcp_bridge import (
+    HostTool,
+    HostToolBridge,
+    HostToolCall,
+    sweep_stale_folders,
+)
 
 # The issue's bound: nothing of a killed host's turns is alive this long after it died.
 GONE_WITHIN = 2.0
@@ -209,7 +214,7 @@ def test_a_sigkilled_host_leaves_no_agy_and_no_bridge_folder(tmp_path: Path) -> 
 
 BRIDGE_HOST = """
 import asyncio
-from agy_provider.mcp_bridge import HostTool, HostToolBridge
+from agy_provider.bridge.mcp_bridge import HostTool, HostToolBridge
 
 async def main():
     async with HostToolBridge([HostTool("t", "a tool")], lambda call: None) as bridge:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from live_helpers import agy_processes, expect_error, leftovers, run_turn
 
-from agy_provider.options import AbortSignal
+from agy_provider.pi.options import AbortSignal
 
 pytestmark = pytest.mark.slow
 

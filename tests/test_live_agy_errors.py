@@ -11,11 +11,11 @@ from live_helpers import AGY_VERSIONS, MODEL, expect_error, leftovers, run_turn
 
 from agy_provider.agy.quota import quota_error, quota_of
 from agy_provider.errors import QuotaExceededError
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 from agy_provider.sim.scenario import load_scenario
-from agy_provider.types import Context, UserMessage
+from agy_provider.store.sessions import SessionRecord, SessionStore
 
 pytestmark = pytest.mark.slow
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from live_helpers import MODEL, expect_done, leftovers, terminal
 
-from agy_provider.events import DoneEvent
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.runner import AgyProcess, TurnRequest
-from agy_provider.turn import TurnEdges
-from agy_provider.types import Context, UserMessage
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.runner import AgyProcess, TurnRequest
+from agy_provider.live.turn import TurnEdges
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,11 @@ from live_helpers import MODEL, Observed, expect_done, final_text, scenario_answ
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
-from agy_provider.continuity import parse_mark
-from agy_provider.events import AssistantMessageEvent
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import (
+from agy_provider.live.continuity import parse_mark
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     Message,
@@ -135,7 +135,7 @@ async def test_a_host_that_drops_the_mark_gets_a_new_conversation_and_the_log_sa
         stop_reason="stop",
         timestamp=0,
     )
-    with caplog.at_level(logging.INFO, logger="agy_provider.turn"):
+    with caplog.at_level(logging.INFO, logger="agy_provider.live.turn"):
         _events, _second = await turn([user("first"), rebuilt, user("second")])
     await wait_for_turns()
     assert len(set(conversations(recorder))) == 2
@@ -180,7 +180,7 @@ async def test_an_aborted_turn_keeps_the_conversation_whatever_the_host_keeps(
     monkeypatch: pytest.MonkeyPatch,
     host_keeps_the_aborted_message: bool,
 ) -> None:
-    from agy_provider.options import AbortSignal
+    from agy_provider.pi.options import AbortSignal
 
     _events, first = await turn([user("one")])
     await wait_for_turns()
@@ -260,7 +260,7 @@ async def test_two_turns_of_one_conversation_at_once_run_one_after_the_other(
 
 
 def test_the_sync_api_continues_by_mark_too(live_env: Path, recorder: Observed) -> None:
-    from agy_provider.sync import complete
+    from agy_provider.hosts.sync import complete
 
     transcript: list[Message] = [user("sync one")]
     transcript.append(complete(MODEL, Context(messages=list(transcript))))

@@ -21,13 +21,11 @@ from typing import Any
 import pytest
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer
 
-from agy_provider.events import AssistantMessageEvent
 from agy_provider.hookspecs import hookimpl
-from agy_provider.options import AbortSignal, SimpleStreamOptions
-from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER
-from agy_provider.types import (
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     ImageContent,
@@ -35,6 +33,8 @@ from agy_provider.types import (
     ThinkingContent,
     UserMessage,
 )
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER
 
 pytestmark = pytest.mark.slow
 

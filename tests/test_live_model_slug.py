@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from live_helpers import MODEL, expect_done, run_turn, scenario_answer
 
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import Context, UserMessage
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,11 @@ import pytest
 from agy_provider.plugins import sqlite_source
 from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
 
-from agy_provider import discovery
 from agy_provider.agy import rows
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import Context, UserMessage
+from agy_provider.live import discovery
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 
 pytestmark = pytest.mark.slow
 

@@ -41,13 +41,13 @@ from live_helpers import (
 
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
-from agy_provider.continuity import parse_mark
 from agy_provider.errors import AgyError
-from agy_provider.events import AssistantMessageEvent
 from agy_provider.hookspecs import hookimpl
-from agy_provider.language_server import listening_ports
-from agy_provider.options import AbortSignal
+from agy_provider.live.continuity import parse_mark
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.options import AbortSignal
 from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.rpc.language_server import listening_ports
 from agy_provider.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
@@ -455,8 +455,8 @@ async def test_another_agys_server_is_never_bound(rpc_env: Path, recorder: Obser
 
 
 def test_coalescing_is_not_vacuous() -> None:
-    from agy_provider.events import TextDeltaEvent
-    from agy_provider.types import AssistantMessage
+    from agy_provider.pi.events import TextDeltaEvent
+    from agy_provider.pi.types import AssistantMessage
 
     partial = AssistantMessage(
         content=(), api="agy", provider="agy", model="m", stop_reason="stop", timestamp=0

@@ -33,9 +33,9 @@ from live_helpers import (
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
-from agy_provider.options import AbortSignal
-from agy_provider.sessions import SessionStore
-from agy_provider.types import UserMessage
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import UserMessage
+from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
 
@@ -256,8 +256,8 @@ async def test_a_prompt_that_looks_like_a_flag_is_sent_as_is(live_env: Path) -> 
 
 def test_expectations_can_fail() -> None:
     """The checks above reject a wrong answer, a missing or doubled terminal event."""
-    from agy_provider.events import DoneEvent, TextDeltaEvent
-    from agy_provider.types import AssistantMessage, TextContent
+    from agy_provider.pi.events import DoneEvent, TextDeltaEvent
+    from agy_provider.pi.types import AssistantMessage, TextContent
 
     message = AssistantMessage(
         content=(TextContent(text="One."),), api="agy", provider="agy", model="m",

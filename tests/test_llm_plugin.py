@@ -201,7 +201,7 @@ def test_the_plugin_finds_agy_where_the_runner_does(tmp_path: Path) -> None:
     from agy_provider.plugins.llm_plugin import locate_agy
 
     from agy_provider.errors import AgyNotFoundError
-    from agy_provider.runner import find_agy
+    from agy_provider.live.runner import find_agy
 
     assert locate_agy("agy-sim") == find_agy("agy-sim")
     assert locate_agy(agy_sim_path()) == find_agy(agy_sim_path())
@@ -215,7 +215,7 @@ def test_listing_models_does_not_load_the_runner(llm_env: dict[str, str]) -> Non
     """llm lists every plugin's models on every run: that must not import the live path."""
     code = (
         "import sys, llm; llm.get_models_with_aliases(); "
-        "print(sorted(m for m in sys.modules if m in ('agy_provider.runner', 'psutil')))"
+        "print(sorted(m for m in sys.modules if m in ('agy_provider.live.runner', 'psutil')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=llm_env, timeout=200

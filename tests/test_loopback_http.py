@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agy_provider.loopback_http import LoopbackTransport
-from agy_provider.rpc_client import _unverified_tls
+from agy_provider.rpc.client import _unverified_tls
+from agy_provider.rpc.loopback_http import LoopbackTransport
 from agy_provider.sim.tls import make_server_context
 
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
@@ -210,7 +210,7 @@ async def test_a_request_that_meets_a_reset_kept_alive_connection_is_sent_again(
     import socket
     import struct
 
-    from agy_provider import loopback_http
+    from agy_provider.rpc import loopback_http
 
     async def reset_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await _ok(reader, writer)

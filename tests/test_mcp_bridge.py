@@ -28,9 +28,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from agy_provider.errors import UsageError  # noqa: E402
-from agy_provider.hookspecs import hookimpl  # noqa: E402
-from agy_provider.mcp_bridge import (  # noqa: E402
+from agy_provider.bridge.mcp_bridge import (  # noqa: E402
     CONFIG_RELATIVE_PATH,
     TOKEN_HEADER,
     HostTool,
@@ -41,9 +39,11 @@ from agy_provider.mcp_bridge import (  # noqa: E402
     plugin_host_tools,
     plugin_tool_handler,
 )
+from agy_provider.errors import UsageError  # noqa: E402
+from agy_provider.hookspecs import hookimpl  # noqa: E402
+from agy_provider.live.runner import TurnRequest, build_argv  # noqa: E402
+from agy_provider.pi.types import Tool  # noqa: E402
 from agy_provider.plugin_manager import get_plugin_manager  # noqa: E402
-from agy_provider.runner import TurnRequest, build_argv  # noqa: E402
-from agy_provider.types import Tool  # noqa: E402
 
 LOOKUP = HostTool("lookup_order", "Look up an order by its id", TOOL_PARAMETERS)
 MODES = ["legacy", "auto", "2026-07-28"]
@@ -584,7 +584,7 @@ async def test_agy_sim_calls_a_host_tool_through_the_bridge_and_answers_with_it(
     from live_helpers import agy_sim_path, scenario_answer
 
     from agy_provider.agy.step import StepKind
-    from agy_provider.replay import load_recording, replay
+    from agy_provider.offline.replay import load_recording, replay
     from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER, PlannerSpec, load_scenario
 
     scenario_file = Path(__file__).parents[1] / "agy_provider/sim/scenarios/mcp-host-tool.json"
@@ -661,7 +661,7 @@ async def test_agy_sim_without_a_bridge_folder_records_the_failed_mcp_call(tmp_p
     from live_helpers import agy_sim_path
 
     from agy_provider.agy.step import StepKind
-    from agy_provider.replay import load_recording, replay
+    from agy_provider.offline.replay import load_recording, replay
 
     workspace, state = tmp_path / "work", tmp_path / "state"
     workspace.mkdir()
@@ -720,7 +720,7 @@ async def test_a_cancelled_agy_turn_stops_waiting_for_the_host(tmp_path: Path) -
     """agy-sim's engine waiting on a parked host call: CancelCascadeSteps ends the turn CANCELED
     at once, its MCP step CANCELED, and the bridge's callback learns that agy went away."""
     from agy_provider.agy.step import StepKind, StepStatus
-    from agy_provider.replay import load_recording, replay
+    from agy_provider.offline.replay import load_recording, replay
     from agy_provider.sim.engine import Clock, Simulator
     from agy_provider.sim.scenario import load_scenario
 
@@ -769,7 +769,7 @@ async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
     bridge cuts the text and says so; agy gets the kept head with the note, and the log tells."""
     from live_helpers import agy_sim_path
 
-    from agy_provider.mcp_bridge import MAX_RESULT_BYTES
+    from agy_provider.bridge.mcp_bridge import MAX_RESULT_BYTES
 
     workspace, state = tmp_path / "work", tmp_path / "state"
     workspace.mkdir()

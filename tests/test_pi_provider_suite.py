@@ -17,10 +17,10 @@ import pytest
 from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO
 from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
 
-from agy_provider.events import AssistantMessageEvent
-from agy_provider.options import AbortSignal, SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import (
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     Message,

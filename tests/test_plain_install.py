@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = """
 import json, sys
 from agy_provider import Context, Model, Tool, UserMessage
-from agy_provider.sync import complete
+from agy_provider.hosts.sync import complete
 
 model = Model(id="gemini-3.7-flash", name="Flash", api="agy", provider="agy", base_url="",
               reasoning=True, context_window=0, max_tokens=0)

@@ -19,16 +19,16 @@ from agy_provider.agy.step import (
     StepStatus,
 )
 from agy_provider.errors import UsageError
-from agy_provider.events import ErrorEvent
 from agy_provider.hookspecs import hookimpl
+from agy_provider.live.provider import complete_simple, stream_simple
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.types import Context, ImageContent, Model, TextContent, UserMessage
 from agy_provider.plugin_manager import (
     DEFAULT_PLUGINS,
     event_sources,
     get_plugin_manager,
     load_plugins,
 )
-from agy_provider.provider import complete_simple, stream_simple
-from agy_provider.types import Context, ImageContent, Model, TextContent, UserMessage
 
 MODEL = Model(
     id="m",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from agy_provider.bridge.host_tools import ParkedTurns
 from agy_provider.errors import UsageError
-from agy_provider.host_tools import ParkedTurns
-from agy_provider.prompt import build_prompt
-from agy_provider.types import (
+from agy_provider.live.prompt import build_prompt
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     TextContent,

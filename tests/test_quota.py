@@ -25,7 +25,7 @@ from agy_provider.agy.quota import (
 )
 from agy_provider.agy.verdict import agy_error, exit_verdict, without_stack_trace
 from agy_provider.errors import DecodeError, QuotaExceededError, SourceError
-from agy_provider.types import AssistantMessage, Usage
+from agy_provider.pi.types import AssistantMessage, Usage
 
 STREAM_WORDS = "Individual quota reached. Upgrade your plan for more. Resets in 120h9m43s."
 AGY_ERROR = (

@@ -22,9 +22,9 @@ from realwriter.scenarios import SCENARIOS, Expect
 from agy_provider.agy.database import iter_generator_rows, open_conversation_db
 from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import STATUS_TRANSITIONS, StepKind, StepStatus
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.replay import ReplayedTurn, load_recording, replay
-from agy_provider.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.offline.replay import ReplayedTurn, load_recording, replay
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
 from agy_provider.wire.protowire import Message
 
 pytestmark = pytest.mark.slow

@@ -179,7 +179,7 @@ def test_stream_json_after_plain_text_lines_replays_with_a_warning_each(tmp_path
 
 @pytest.mark.parametrize("name", ["two-turn.ndjson", "two-turn.poll.json", "two-turn.db"])
 def test_turns_load_in_any_order(name: str) -> None:
-    from agy_provider.replay import load_recording
+    from agy_provider.offline.replay import load_recording
 
     folder = {"ndjson": "stream-json", "json": "rpc", "db": "db"}[name.rsplit(".", 1)[1]]
     with load_recording(FIXTURES / folder / name) as recording:

@@ -23,9 +23,9 @@ from agy_provider.agy.rows import (
     model_of_turn,
 )
 from agy_provider.agy.step import Step, StepKind, StepStatus
-from agy_provider.assembler import StepAssembler, render_tool_run
-from agy_provider.replay import load_recording, replay
-from agy_provider.types import TextContent, ThinkingContent
+from agy_provider.assembly.assembler import StepAssembler, render_tool_run
+from agy_provider.offline.replay import load_recording, replay
+from agy_provider.pi.types import TextContent, ThinkingContent
 
 sim_support = pytest.importorskip("sim_support")
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agy_provider.errors import RpcError, UsageError
-from agy_provider.rpc_client import CSRF_HEADER, SERVICE, ConnectClient, assert_loopback
+from agy_provider.rpc.client import CSRF_HEADER, SERVICE, ConnectClient, assert_loopback
 from agy_provider.wire.connect import encode_envelope, encode_json_envelope
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
 
-from agy_provider.options import SimpleStreamOptions
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.types import Context, UserMessage
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 from agy_provider.wire import connect
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from agy_provider.agy.models import model_arguments, parse_models
 from agy_provider.errors import AgyNotFoundError, UsageError
-from agy_provider.runner import MAX_ARG_BYTES, TurnRequest, build_argv, find_agy, go_duration
+from agy_provider.live.runner import MAX_ARG_BYTES, TurnRequest, build_argv, find_agy, go_duration
 
 
 def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_model_arguments() -> None:
 
 def test_chat_asks_the_person_at_the_terminal() -> None:
     from agy_provider.agy.step import PermissionRequest, Question, QuestionOption
-    from agy_provider.chat import TerminalDecisions
+    from agy_provider.cli.chat import TerminalDecisions
 
     said: list[str] = []
     replies = iter(["y", "n", "2, 3", "something else"])

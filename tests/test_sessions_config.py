@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agy_provider.config import Config, load_config, save_config
 from agy_provider.errors import UsageError
-from agy_provider.sessions import SessionRecord, SessionStore, valid_conversation_id
+from agy_provider.store.config import Config, load_config, save_config
+from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
 
 UUID = "2399249c-4a48-40f1-bf3b-4c6e5d3a5a0e"
 
@@ -49,7 +49,7 @@ def test_kill_9_mid_write_never_corrupts(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from agy_provider.sessions import SessionRecord, SessionStore
+        from agy_provider.store.sessions import SessionRecord, SessionStore
         store = SessionStore(Path({str(path)!r}))
         n = 0
         while True:
@@ -136,7 +136,7 @@ def _store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "agy_provider.sessions" and r.levelno >= logging.WARNING
+        if r.name == "agy_provider.store.sessions" and r.levelno >= logging.WARNING
     ]
 
 
@@ -250,7 +250,7 @@ def test_a_full_disk_keeps_the_old_store_and_warns_once(
 _READ_ONLY_SCRIPT = f"""
 import logging, os, sys
 from pathlib import Path
-from agy_provider.sessions import SessionRecord, SessionStore
+from agy_provider.store.sessions import SessionRecord, SessionStore
 
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
 if os.geteuid() == 0:  # root writes anywhere: become nobody to meet a read-only folder

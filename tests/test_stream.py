@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.events import (
+from agy_provider.pi.events import (
     AssistantMessageEvent,
     DoneEvent,
     ErrorEvent,
@@ -19,8 +19,8 @@ from agy_provider.events import (
     TextEndEvent,
     TextStartEvent,
 )
-from agy_provider.stream import AssistantMessageEventStream
-from agy_provider.types import AssistantMessage, TextContent
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.types import AssistantMessage, TextContent
 
 T = TypeVar("T")
 

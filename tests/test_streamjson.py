@@ -18,9 +18,9 @@ from agy_provider.agy.streamjson import (
     StreamJsonDecoder,
     decode_stream_json,
 )
-from agy_provider.assembler import StepAssembler, render_tool_run
+from agy_provider.assembly.assembler import StepAssembler, render_tool_run
 from agy_provider.errors import DecodeError, FramingError
-from agy_provider.events import DoneEvent, ErrorEvent
+from agy_provider.pi.events import DoneEvent, ErrorEvent
 
 CAPTURE = Path("stream-json") / "agy-1.1.17-print-denied-command.ndjson"
 CID = "c3b66b04-872b-4fbe-a3a4-058a026ef20a"

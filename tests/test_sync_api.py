@@ -1,4 +1,4 @@
-"""The blocking API (`agy_provider.sync`) on agy-sim: no event loop needed, and no agy left behind
+"""The blocking API (`agy_provider.hosts.sync`) on agy-sim: no event loop needed, and no agy left behind
 however the caller stops — the events running out, `close()`, an exception, Ctrl-C (a real
 SIGINT to a real process) or a `threading.Event` abort."""
 
@@ -26,10 +26,10 @@ from live_helpers import (
 )
 
 from agy_provider.errors import UsageError
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.sessions import SessionStore
-from agy_provider.sync import complete, iter_events
-from agy_provider.types import Context, UserMessage
+from agy_provider.hosts.sync import complete, iter_events
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.types import Context, UserMessage
+from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
 
@@ -161,7 +161,7 @@ def test_ctrl_c_in_a_real_process_leaves_no_agy(
         textwrap.dedent(
             """
             import sys
-            from agy_provider.sync import iter_events
+            from agy_provider.hosts.sync import iter_events
 
             try:
                 for event in iter_events("gemini-3.7-flash", {"messages": [{"role": "user", "content": "hi"}]}):

@@ -18,20 +18,20 @@ import psutil
 import pytest
 
 from agy_provider.agy.step import Step, StepKind, StepStatus
-from agy_provider.assembler import StepAssembler
-from agy_provider.config import Config
-from agy_provider.discovery import Binding
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.outcome import EMPTY_ANSWER
 from agy_provider.errors import SourceError, TurnError
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.options import AbortSignal, SimpleStreamOptions
-from agy_provider.outcome import EMPTY_ANSWER
+from agy_provider.live.discovery import Binding
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.turn import TurnDriver, TurnEdges, history_digest
+from agy_provider.offline.replay import load_recording, replay
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import Context, Model, UserMessage
 from agy_provider.plugin_manager import EventSourceSpec
-from agy_provider.provider import stream_simple, wait_for_turns
-from agy_provider.replay import load_recording, replay
-from agy_provider.runner import TurnRequest
-from agy_provider.sessions import SessionRecord, SessionStore
-from agy_provider.turn import TurnDriver, TurnEdges, history_digest
-from agy_provider.types import Context, Model, UserMessage
+from agy_provider.store.config import Config
+from agy_provider.store.sessions import SessionRecord, SessionStore
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODEL = Model(
@@ -430,7 +430,7 @@ def _empty_answer_db(tmp_path: Path) -> Path:
     import os
     import subprocess
 
-    from agy_provider.runner import find_agy
+    from agy_provider.live.runner import find_agy
 
     env = {
         **os.environ,
@@ -481,8 +481,14 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     """Waiting for the host's tool results pauses our deadlines, not agy's --print-timeout: a turn
     whose host runs the tools gives agy's clock room for them; tool results resume the session
     recorded with the `toolUse` message (its history is what precedes the results)."""
-    from agy_provider.turn import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
-    from agy_provider.types import AssistantMessage, TextContent, Tool, ToolCall, ToolResultMessage
+    from agy_provider.live.turn import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
+    from agy_provider.pi.types import (
+        AssistantMessage,
+        TextContent,
+        Tool,
+        ToolCall,
+        ToolResultMessage,
+    )
 
     script = Script()
     edges = edges_for(script, tmp_path)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agy_provider.errors import DecodeError
-from agy_provider.events import (
+from agy_provider.pi.events import (
     DoneEvent,
     ErrorEvent,
     StartEvent,
@@ -27,8 +27,8 @@ from agy_provider.events import (
     ToolCallStartEvent,
     event_from_json,
 )
-from agy_provider.options import AbortSignal, SimpleStreamOptions, StreamOptions, ThinkingBudgets
-from agy_provider.types import (
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions, StreamOptions, ThinkingBudgets
+from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     Cost,

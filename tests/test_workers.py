@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from live_helpers import live_env  # noqa: F401  (fixture)
 
-from agy_provider import fswatch
+from agy_provider.live import fswatch
 from agy_provider.workers import in_background, off_loop
 
 
@@ -218,7 +218,7 @@ def test_asyncio_run_ending_right_after_done_still_saves_the_session(
                 f"""
                 import asyncio
                 from agy_provider import Context, SimpleStreamOptions, UserMessage, stream_simple
-                from agy_provider.sessions import SessionStore
+                from agy_provider.store.sessions import SessionStore
                 async def main():
                     stream = stream_simple(
                         "default",
@@ -262,7 +262,8 @@ def test_a_host_that_runs_each_turn_in_its_own_asyncio_run_leaks_nothing(
     done = run_child(
         f"""
         import asyncio, json, os, time
-        from agy_provider import Context, UserMessage, stream_simple, fswatch
+        from agy_provider import Context, UserMessage, stream_simple
+        from agy_provider.live import fswatch
         async def one():
             stream = stream_simple("default", Context(messages=[UserMessage(content="hi",
                                    timestamp=0)]), cwd={str(tmp_path)!r})

@@ -12,16 +12,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agy_provider.abort_bridge import forward_until_turn_ends
 from agy_provider.agy.models import AgyModel, list_models
-from agy_provider.config import load_config
 from agy_provider.errors import AgyError, UsageError
-from agy_provider.events import AssistantMessageEvent, ErrorEvent
-from agy_provider.host_input import normalise_turn
-from agy_provider.options import AbortSignal
-from agy_provider.provider import stream_simple
-from agy_provider.runner import find_agy
-from agy_provider.types import AssistantMessage, Model
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.runner import find_agy
+from agy_provider.pi.abort_bridge import forward_until_turn_ends
+from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
+from agy_provider.pi.host_input import normalise_turn
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import AssistantMessage, Model
+from agy_provider.store.config import load_config
 
 __all__ = ["DEFAULT_MODEL_ID", "PROVIDER_ID", "agy_catalog", "host_events", "pi_models", "refusal"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pi_agent_core
 
-from agy_provider.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID, PROVIDER_ID, agy_catalog, host_events
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 
 __all__ = ["model", "models", "stream_fn"]
 

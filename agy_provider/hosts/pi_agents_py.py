@@ -22,9 +22,9 @@ from pi_agents.ai import types as pi
 from pi_agents.ai.api_registry import register_api_provider, unregister_api_providers
 from pi_agents.ai.utils.event_stream import AssistantMessageEventStream
 
-from agy_provider.events import AssistantMessageEvent
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID, PROVIDER_ID, agy_catalog, host_events
-from agy_provider.types import AssistantMessage, TextContent, ThinkingContent, ToolCall
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall
 
 __all__ = ["SOURCE_ID", "model", "models", "register", "stream_fn", "unregister"]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from agy_provider.agy.models import AgyModel
 from agy_provider.errors import UsageError
-from agy_provider.events import AssistantMessageEvent
 from agy_provider.hosts._turns import PROVIDER_ID, agy_catalog, host_events, pi_models
-from agy_provider.options import AbortSignal
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.options import AbortSignal
 
 __all__ = ["provider"]
 

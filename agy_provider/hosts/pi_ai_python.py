@@ -66,7 +66,7 @@ def provider(
 ) -> Provider:
     """A `pi_ai` Provider with id `agy` serving agy's models (`agy models`, asked on first use).
 
-    `models` replaces that list (for example from `agy_provider.model_catalog`); `agy_bin` and
+    `models` replaces that list (for example from `agy_provider.store.model_catalog`); `agy_bin` and
     `cwd` apply to every turn (agy runs its tools in `cwd`). Listing fails quietly as pi_ai
     wants (no models) when agy cannot be found; a turn then ends with an `error` event saying so.
     """

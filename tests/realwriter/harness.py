@@ -23,8 +23,8 @@ from agy_provider.plugins.sqlite_source import SqliteEventSource
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import Step, StepKind, StepStatus
-from agy_provider.assembler import StepAssembler
-from agy_provider.events import AssistantMessageEvent
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.pi.events import AssistantMessageEvent
 from realwriter.gemini_server import Reply, ScriptedGemini
 
 __all__ = [

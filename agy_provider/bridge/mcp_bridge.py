@@ -1,0 +1,914 @@
+"""The MCP bridge: a host's tools offered to agy over MCP Streamable HTTP for the length of a turn.
+
+Owns `HostToolBridge` (a loopback MCP server on the official `mcp` SDK behind a per-turn token, a
+body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), the
+host-tool values (`HostTool`, `HostToolCall`, `HostToolResult`), `ParkedToolCalls` (calls held
+open until the host answers them) and the tools and answers of the `register_host_tools` /
+`invoke_host_tool` hooks.
+
+Every `tools/call` agy makes is handed to one async callback; the callback may take as long as the
+host needs (a parked call waits for the host's next `stream_simple`), and closing the bridge
+answers every call still open with an error result, cancels its callback, stops the server and
+removes the folder. Importing this module loads the SDK (pydantic, starlette, uvicorn): do it off
+the event loop (in a worker thread) when it matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# Imported with this module, so that starting a bridge on the event loop imports nothing: the
+# SDK's first anyio call would import anyio's asyncio backend (tens of ms), and uvicorn its
+# lifespan class.
+import anyio._backends._asyncio  # noqa: F401
+import jsonschema  # type: ignore[import-untyped]
+import mcp_types
+import psutil
+import uvicorn
+import uvicorn.lifespan.off
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from starlette.types import Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from agy_provider import lifeline
+from agy_provider.errors import SourceError, UsageError
+from agy_provider.pi.types import Tool
+from agy_provider.store.atomic import write_json_atomic
+from agy_provider.workers import off_loop
+
+__all__ = [
+    "CONFIG_RELATIVE_PATH",
+    "DEFAULT_SERVER_NAME",
+    "MAX_BODY_BYTES",
+    "MAX_RESULT_BYTES",
+    "MCP_PATH",
+    "TOKEN_HEADER",
+    "HostTool",
+    "HostToolBridge",
+    "HostToolCall",
+    "HostToolHandler",
+    "HostToolResult",
+    "ParkedToolCalls",
+    "plugin_host_tools",
+    "plugin_tool_handler",
+    "sweep_stale_folders",
+]
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+# The header carrying the per-turn token; agy sends it from the config's "headers" (AGY-FORMATS §2).
+TOKEN_HEADER = "X-Agy-Provider-Token"
+DEFAULT_SERVER_NAME = "host"
+# Where agy looks for MCP servers inside each `--add-dir` root.
+CONFIG_RELATIVE_PATH = os.path.join(".agents", "mcp_config.json")
+# A request body past this is refused (413) before it is read: a model's tool-call arguments are
+# a few kilobytes and agy's other MCP requests carry less, so 1 MiB only stops runaways.
+MAX_BODY_BYTES = 1024 * 1024
+# A host tool's result text past this (counted as the JSON string the answer carries, escapes
+# included) is cut, with a note saying so. The SDK's MCP client refuses a server-sent event over
+# 1 MiB (`DEFAULT_MAX_SSE_EVENT_SIZE`) and the call then never completes: agy-sim's client fails
+# it, and the host is never told. Real agy's own limit is unverified; 64 KiB is left for the
+# JSON-RPC envelope around the text.
+MAX_RESULT_BYTES = 1024 * 1024 - 64 * 1024
+# Closing waits this long for answers to reach agy and connections to end, then stops regardless.
+CLOSE_GRACE_SECONDS = 2.0
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# MCP tool names (SEP-986, the SDK's own rule).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode("ascii")
+_VERSION_HEADER_KEY = b"mcp-protocol-version"
+_SESSION_HEADER_KEY = b"mcp-session-id"
+# A bridge folder is named `agy-provider-mcp-<owner pid>-<owner start>-<random>`: a folder whose
+# owner is gone (a host killed outright, its lifeline too) is known by name and removed by the
+# next bridge start; the owner's start time (hundredths of a second) tells a reused pid apart.
+_FOLDER_PREFIX = "agy-provider-mcp-"
+_OWNED_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-(\d+)-")
+# The key under which the ASGI scope of a POST carries its `_Post` (the SDK hands that scope's
+# request to the tool handler as `ctx.request`).
+_POST_SCOPE_KEY = "agy_provider.post"
+_DROPPED_MESSAGE = "agy closed its request for this call before the host answered it"
+_CLOSED_MESSAGE = (
+    "agy-provider closed the host tool bridge before the host answered this call (the turn ended)"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostTool:
+    """A tool the host runs and agy may call: its name, description and arguments' JSON Schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_tool(cls, tool: Tool) -> HostTool:
+        """A pi `Tool` (context.tools) as a host tool."""
+        return cls(tool.name, tool.description, tool.parameters)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostToolCall:
+    """One call agy made: a bridge-chosen id (unique per bridge), the tool's name, its arguments."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostToolResult:
+    """What a host tool answered: text for the model, and whether it is an error."""
+
+    text: str
+    is_error: bool = False
+
+
+HostToolHandler = Callable[[HostToolCall], Awaitable["HostToolResult | str"]]
+
+
+def _schema_of(tool: HostTool) -> dict[str, Any]:
+    """The tool's input schema as MCP wants it: a JSON Schema whose root is an object."""
+    schema = dict(tool.parameters)
+    if not schema:
+        return {"type": "object", "properties": {}}
+    if "type" not in schema:
+        schema["type"] = "object"
+    if schema["type"] != "object":
+        raise UsageError(
+            f"host tool {tool.name!r}: its parameters must be a JSON Schema of type 'object' "
+            f"(MCP passes arguments as an object), not {schema['type']!r}"
+        )
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise UsageError(
+            f"host tool {tool.name!r}: its parameters are not a valid JSON Schema: {exc.message}"
+        ) from exc
+    return schema
+
+
+def _as_host_tools(tools: Sequence[HostTool | Tool]) -> dict[str, HostTool]:
+    found: dict[str, HostTool] = {}
+    for tool in tools:
+        host_tool = tool if isinstance(tool, HostTool) else HostTool.from_tool(tool)
+        if not _TOOL_NAME.fullmatch(host_tool.name):
+            raise UsageError(
+                f"host tool name {host_tool.name!r} is not a valid MCP tool name: use 1-128 "
+                "letters, digits, '_', '-' or '.'"
+            )
+        if host_tool.name in found:
+            raise UsageError(f"host tool {host_tool.name!r} is offered twice")
+        found[host_tool.name] = host_tool
+    return found
+
+
+def _as_result(value: object, name: str) -> HostToolResult:
+    if isinstance(value, HostToolResult):
+        return value
+    if isinstance(value, str):
+        return HostToolResult(value)
+    raise TypeError(
+        f"the handler of host tool {name!r} returned {type(value).__name__}; "
+        "return a str or a HostToolResult"
+    )
+
+
+def _json_size(text: str) -> int:
+    """Bytes `text` takes as a JSON string in an MCP message (UTF-8, escapes, quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def _cut_note(cut: int, total: int) -> str:
+    return (
+        f"\n\n[agy-provider: this tool result was cut: {cut:,} of its {total:,} characters are "
+        f"left out, as an MCP message carries at most {MAX_RESULT_BYTES:,} bytes of it]"
+    )
+
+
+def _capped_text(text: str, limit: int) -> str | None:
+    """`text` cut (the note appended) so that the JSON string is at most `limit` bytes, or None
+    when it fits already. The longest prefix that fits is found by bisection; every character
+    takes at least one byte, so no prefix longer than `limit` characters is tried."""
+    if _json_size(text) <= limit:
+        return None
+    low, high = 0, min(len(text), limit)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _json_size(text[:middle] + _cut_note(len(text) - middle, len(text))) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low] + _cut_note(len(text) - low, len(text))
+
+
+async def _capped(
+    result: HostToolResult, name: str, limit: int = MAX_RESULT_BYTES
+) -> HostToolResult:
+    """`result` with its text cut to what an MCP message can carry (logged when cut)."""
+    # JSON takes at most 6 bytes per character (\u001f): shorter texts fit without measuring.
+    if len(result.text) * 6 + 2 <= limit:
+        return result
+    cut = await off_loop(_capped_text, result.text, limit)
+    if cut is None:
+        return result
+    log.warning(
+        "host tool %s answered %d characters, more than an MCP message carries; cut to %d",
+        name,
+        len(result.text),
+        len(cut),
+    )
+    return HostToolResult(cut, result.is_error)
+
+
+def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(text=result.text)], is_error=result.is_error
+    )
+
+
+class _Post:
+    """One POST agy made: set `dropped` when its connection went away before the answer was sent.
+
+    In a live (stateful) session the SDK runs a call's handler in the session's own task, beyond
+    the request: without this, a call whose request agy dropped would wait for an answer that
+    can no longer reach anyone. (The SDK resumes such a stream only from an event store, which
+    the bridge has none of.)
+    """
+
+    __slots__ = ("dropped",)
+
+    def __init__(self) -> None:
+        self.dropped = asyncio.Event()
+
+
+def _post_of(ctx: Any) -> _Post | None:
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    post = scope.get(_POST_SCOPE_KEY) if isinstance(scope, dict) else None
+    return post if isinstance(post, _Post) else None
+
+
+class _QuietH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol without access lines: uvicorn logs each request whenever its access
+    logger has a handler anywhere up the tree (a host's root handler), whatever the config says."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_log = False
+
+
+class HostToolBridge:
+    """An MCP server on 127.0.0.1 offering the host's tools to one agy turn.
+
+    `tools` are `HostTool`s or pi `Tool`s; `handler` is awaited once per `tools/call` (arguments
+    checked against the tool's schema first) and may wait as long as the host needs. Use it as
+    an async context manager (or `await start()` … `await aclose()`); while it runs,
+    `config_dir` is the folder to pass to agy as one more `--add-dir` (it holds
+    `.agents/mcp_config.json` naming this server, its URL and the token header). Every request
+    must carry the token (403 otherwise); bodies over `max_body_bytes` get 413.
+
+    Raises `UsageError` for bad tools or names (at construction) and `SourceError` when the
+    server or its folder cannot be set up (at start).
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[HostTool | Tool],
+        handler: HostToolHandler,
+        *,
+        server_name: str = DEFAULT_SERVER_NAME,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        parent_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not _SERVER_NAME.fullmatch(server_name):
+            raise UsageError(
+                f"MCP server name {server_name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        if max_body_bytes <= 0:
+            raise UsageError("max_body_bytes must be a positive number of bytes")
+        self._tools = _as_host_tools(tools)
+        self._schemas = {name: _schema_of(tool) for name, tool in self._tools.items()}
+        self._validators = {
+            name: jsonschema.validators.validator_for(schema)(schema)
+            for name, schema in self._schemas.items()
+        }
+        self._handler = handler
+        self.server_name = server_name
+        self.max_body_bytes = max_body_bytes
+        self._parent_dir = os.fspath(parent_dir) if parent_dir is not None else None
+        self._token = secrets.token_urlsafe(32).encode("ascii")
+        self._state = "new"
+        self._port = 0
+        self._config_dir: Path | None = None
+        self._closing = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._calls: dict[str, HostToolCall] = {}
+        self._posts = 0
+        self._posts_idle = asyncio.Event()
+        self._posts_idle.set()
+        self._serve_task: asyncio.Task[None] | None = None
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    def __repr__(self) -> str:  # never the token
+        where = f"{self.url}" if self._port else "not started"
+        return f"<HostToolBridge {self.server_name!r} {where} tools={list(self._tools)}>"
+
+    # --- what the turn needs ---------------------------------------------------------------
+
+    @property
+    def tools(self) -> tuple[HostTool, ...]:
+        return tuple(self._tools.values())
+
+    @property
+    def url(self) -> str:
+        """The server's endpoint, `http://127.0.0.1:<port>/mcp` (once started)."""
+        return f"http://127.0.0.1:{self._port}{MCP_PATH}"
+
+    @property
+    def config_dir(self) -> str:
+        """The private folder to pass to agy as an extra `--add-dir` (once started)."""
+        if self._config_dir is None:
+            raise UsageError("the host tool bridge has no config folder: start it first")
+        return str(self._config_dir)
+
+    @property
+    def pending_calls(self) -> tuple[HostToolCall, ...]:
+        """Calls agy made that have no answer yet, oldest first."""
+        return tuple(self._calls.values())
+
+    def headers(self) -> dict[str, str]:
+        """The headers a client needs on every request (the token); for tests and diagnostics."""
+        return {TOKEN_HEADER: self._token.decode("ascii")}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> HostToolBridge:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> HostToolBridge:
+        """Listen on a free loopback port and write the config folder. Returns self."""
+        if self._state != "new":
+            raise UsageError("a HostToolBridge can be started once")
+        self._state = "starting"
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", 0))
+                sock.listen(16)
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                raise
+            self._port = sock.getsockname()[1]
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._serve_task = asyncio.create_task(
+                self._serve(sock, ready), name=f"mcp-bridge-{self._port}"
+            )
+            await ready
+            writing = asyncio.ensure_future(off_loop(self._write_config))
+            try:
+                self._config_dir = await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # The thread writes the folder anyway: learn where, so that aclose removes it.
+                with contextlib.suppress(Exception):
+                    self._config_dir = await writing
+                raise
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, OSError):
+                raise SourceError(
+                    f"the host tool bridge could not start: {exc}. Check that 127.0.0.1 accepts "
+                    "connections and that the temporary folder is writable"
+                ) from exc
+            raise
+        self._state = "running"
+        log.info(
+            "host tool bridge %r serving %d tool(s) at %s",
+            self.server_name,
+            len(self._tools),
+            self.url,
+        )
+        return self
+
+    async def aclose(self) -> None:
+        """Answer open calls with an error (cancelling their callbacks), stop, remove the folder.
+
+        Idempotent; safe from any task.
+        """
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._closing.set()
+        task = self._serve_task
+        if task is not None:
+            self._stopped.set()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(task)
+        folder, self._config_dir = self._config_dir, None
+        if folder is not None:
+            try:
+                await off_loop(_remove_folder, folder)
+            except RuntimeError:  # the program is ending (no new work for the pool): here, then
+                _remove_folder(folder)
+
+    async def _serve(self, sock: socket.socket, ready: asyncio.Future[None]) -> None:
+        self._manager = manager = StreamableHTTPSessionManager(
+            app=self._mcp_server(),
+            session_idle_timeout=None,  # a session lives as long as the turn
+            max_request_body_size=self.max_body_bytes,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
+            ),
+        )
+        config = uvicorn.Config(
+            self._asgi,
+            http=_QuietH11Protocol,
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            log_config=None,  # the host's logging is the host's
+            log_level=None,
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=int(CLOSE_GRACE_SECONDS),
+        )
+        config.access_log = False  # set after __init__, which would otherwise mute uvicorn's logger
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        try:
+            async with manager.run():
+                await server.startup(sockets=[sock])
+                ready.set_result(None)
+                await self._stopped.wait()
+                await self._let_answers_out()
+        except BaseException as exc:
+            if not ready.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                else:
+                    ready.set_exception(exc)
+            raise
+        finally:
+            if server.started:
+                await server.shutdown(sockets=[sock])
+            else:
+                sock.close()
+
+    async def _let_answers_out(self) -> None:
+        """Closing: every open call has been answered with an error; wait until they are sent."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._posts_idle.wait(), CLOSE_GRACE_SECONDS)
+
+    def _write_config(self) -> Path:
+        parent = self._parent_dir or tempfile.gettempdir()
+        sweep_stale_folders(parent)
+        owner = f"{_FOLDER_PREFIX}{os.getpid()}-{_start_stamp(os.getpid())}-"
+        folder = Path(tempfile.mkdtemp(prefix=owner, dir=parent))
+        # It holds the token: should this process die unannounced, the lifeline removes it.
+        lifeline.keep_folder(str(folder))
+        try:
+            (folder / ".agents").mkdir(mode=0o700)
+            config = {
+                "mcpServers": {
+                    self.server_name: {
+                        "serverUrl": self.url,
+                        "headers": {TOKEN_HEADER: self._token.decode("ascii")},
+                    }
+                }
+            }
+            write_json_atomic(folder / CONFIG_RELATIVE_PATH, config)
+        except BaseException:
+            _remove_folder(folder)
+            raise
+        return folder
+
+    # --- MCP ---------------------------------------------------------------------------------
+
+    def _mcp_server(self) -> Server[Any]:
+        async def list_tools(
+            ctx: Any, params: mcp_types.PaginatedRequestParams | None
+        ) -> mcp_types.ListToolsResult:
+            return mcp_types.ListToolsResult(
+                tools=[
+                    mcp_types.Tool(
+                        name=tool.name,
+                        description=tool.description,
+                        input_schema=self._schemas[tool.name],
+                    )
+                    for tool in self._tools.values()
+                ]
+            )
+
+        async def call_tool(
+            ctx: Any, params: mcp_types.CallToolRequestParams
+        ) -> mcp_types.CallToolResult:
+            result = await self._call(params.name, params.arguments or {}, _post_of(ctx))
+            return _mcp_result(await _capped(result, params.name))
+
+        return Server(
+            "agy-provider host tools",
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            get_tool_input_schema=self._schemas.get,
+        )
+
+    async def _call(
+        self, name: str, arguments: Mapping[str, Any], post: _Post | None = None
+    ) -> HostToolResult:
+        tool = self._tools.get(name)
+        if tool is None:
+            offered = ", ".join(self._tools) or "none"
+            return HostToolResult(f"unknown host tool {name!r} (offered: {offered})", True)
+        problem = next(iter(self._validators[name].iter_errors(dict(arguments))), None)
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "arguments"
+            return HostToolResult(
+                f"arguments for host tool {name!r} do not match its schema at {where}: "
+                f"{problem.message}",
+                True,
+            )
+        if self._closing.is_set():
+            return HostToolResult(_CLOSED_MESSAGE, True)
+        call = HostToolCall(f"mcp-{secrets.token_hex(8)}", name, dict(arguments))
+        self._calls[call.id] = call
+        answer = asyncio.ensure_future(self._run_handler(call))
+        closing = asyncio.ensure_future(self._closing.wait())
+        ends: set[asyncio.Future[Any]] = {answer, closing}
+        if post is not None:
+            ends.add(asyncio.ensure_future(post.dropped.wait()))
+        try:
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                return answer.result()
+            answer.cancel()
+            await asyncio.wait({answer}, timeout=CLOSE_GRACE_SECONDS)
+            if not self._closing.is_set():
+                log.info("host tool call %s (%s) ended unanswered: agy dropped it", call.id, name)
+                return HostToolResult(_DROPPED_MESSAGE, True)
+            log.info("host tool call %s (%s) ended unanswered: the bridge closed", call.id, name)
+            return HostToolResult(_CLOSED_MESSAGE, True)
+        finally:
+            # Also when agy went away (the request was cancelled): the callback learns it too.
+            for end in ends - {answer}:
+                end.cancel()
+            if not answer.done():
+                answer.cancel()
+            self._calls.pop(call.id, None)
+
+    async def _run_handler(self, call: HostToolCall) -> HostToolResult:
+        try:
+            return _as_result(await self._handler(call), call.name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("host tool %s failed: %s: %s", call.name, type(exc).__name__, exc)
+            return HostToolResult(
+                f"host tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+            )
+
+    # --- HTTP in front of the SDK --------------------------------------------------------------
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers: list[tuple[bytes, bytes]] = list(scope.get("headers", ()))
+        if not self._authorized(headers):
+            log.info("host tool bridge refused a request without its token")
+            await _respond(send, 403, "forbidden: this MCP server serves one agy-provider turn")
+            return
+        if scope.get("path") != MCP_PATH:
+            await _respond(send, 404, f"not found: the MCP endpoint is {MCP_PATH}")
+            return
+        if self._closing.is_set():
+            await _respond(send, 503, "the host tool bridge is closing: the turn ended")
+            return
+        if scope.get("method") != "POST":
+            await self._manager_request(_handshake_era(scope, headers, None), receive, send)
+            return
+        body = await self._read_body(headers, receive, send)
+        if body is None:
+            return
+        self._posts += 1
+        self._posts_idle.clear()
+        post = _Post()
+        try:
+            served = {**_handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
+            if not await self._manager_request(served, _replay(body, receive), send):
+                post.dropped.set()
+        finally:
+            self._posts -= 1
+            if not self._posts:
+                self._posts_idle.set()
+
+    async def _manager_request(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Let the SDK serve a request; True when its response went out whole."""
+        assert self._manager is not None  # requests arrive only while _serve runs it
+        state = {"started": False, "complete": False}
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                state["complete"] = True
+            await send(message)
+
+        try:
+            await self._manager.handle_request(scope, receive, tracked)
+            # Ended without its last body: the client went away (the SDK stops an event stream
+            # when it reads the disconnect).
+            return state["complete"]
+        except asyncio.CancelledError:
+            # The host's loop is shutting down (asyncio.run cancels every task) or the bridge
+            # closes: the request ends here, with a proper end, not as uvicorn's logged error.
+            log.debug("host tool bridge: a request was cancelled (the loop or the turn ended)")
+        except RuntimeError as exc:
+            if not self._closing.is_set() and self._manager_alive():
+                raise
+            # The SDK's session manager has already stopped (a loop shutting down).
+            log.debug("host tool bridge: a request after the SDK stopped: %s", exc)
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            if not state["started"]:
+                await _respond(send, 503, "the host tool bridge is closing: the turn ended")
+            elif not state["complete"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    def _manager_alive(self) -> bool:
+        task = self._serve_task
+        return task is not None and not task.done() and not task.cancelling()
+
+    def _authorized(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        given = [value for key, value in headers if key.lower() == _TOKEN_HEADER_KEY]
+        # One value, compared in constant time; two values never pass (which one would count?).
+        return len(given) == 1 and hmac.compare_digest(given[0], self._token)
+
+    async def _read_body(
+        self, headers: Sequence[tuple[bytes, bytes]], receive: Receive, send: Send
+    ) -> bytes | None:
+        """The whole request body, or None after answering 413/400 (or when the client left)."""
+        declared = next((v for k, v in headers if k.lower() == b"content-length"), None)
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                await _respond(send, 400, "bad request: Content-Length is not a number")
+                return None
+            if length > self.max_body_bytes:
+                await _respond(
+                    send, 413, f"request body too large (limit {self.max_body_bytes} bytes)"
+                )
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await _respond(
+                    send, 413, f"request body too large (limit {self.max_body_bytes} bytes)"
+                )
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _start_stamp(pid: int) -> int:
+    """When process `pid` started, in hundredths of a second (0 when it cannot be read)."""
+    try:
+        return round(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return 0
+
+
+def _remove_folder(folder: str | os.PathLike[str]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    lifeline.drop_folder(os.fspath(folder))
+
+
+def sweep_stale_folders(parent: str) -> list[str]:
+    """Remove the bridge folders in `parent` whose owning process is gone (a host killed with
+    its lifeline); returns them. Only our user's folders named by `HostToolBridge`; a folder
+    of a live owner, or of an older version (no owner in its name), is never touched.
+    Blocking: a listing of `parent` (call it in a worker thread)."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        owned = _OWNED_FOLDER.match(entry.name)
+        if owned is None:
+            continue
+        pid, stamp = int(owned.group(1)), int(owned.group(2))
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_dir(follow_symlinks=False) or info.st_uid != uid:
+            continue
+        if stamp and _start_stamp(pid) == stamp:
+            continue  # its owner lives
+        if not stamp and psutil.pid_exists(pid):
+            continue  # cannot tell a reused pid apart: leave it
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d bridge folder(s) of processes that are gone", len(removed))
+    return removed
+
+
+def _handshake_era(
+    scope: Scope, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
+) -> Scope:
+    """Serve a handshake-era request whose `MCP-Protocol-Version` is newer than the SDK's era table.
+
+    The SDK sends any request whose version header is not a handshake version down its stateless
+    2026-07-28 path, which refuses a request without that era's `_meta` envelope (400). agy's
+    client negotiates with `initialize` and then sends `MCP-Protocol-Version: 2026-07-28`
+    (AGY-FORMATS §2): such a request (no envelope, or a GET/DELETE of a session) is served on the
+    handshake path, as the newest handshake version. A real 2026-07-28 request keeps its header.
+    """
+    version = next((v for k, v in headers if k.lower() == _VERSION_HEADER_KEY), None)
+    if version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS:
+        return scope
+    if body is not None and _has_modern_envelope(body):
+        return scope
+    if body is None and not any(k.lower() == _SESSION_HEADER_KEY for k, _ in headers):
+        return scope
+    log.debug(
+        "MCP-Protocol-Version %r on a handshake-era request: served as %s",
+        version.decode("latin-1"),
+        LATEST_HANDSHAKE_VERSION,
+    )
+    fixed = [
+        (k, LATEST_HANDSHAKE_VERSION.encode("ascii") if k.lower() == _VERSION_HEADER_KEY else v)
+        for k, v in headers
+    ]
+    return {**scope, "headers": fixed}
+
+
+def _has_modern_envelope(body: bytes) -> bool:
+    """Whether a POST body carries the per-request envelope of MCP 2026-07-28 (`params._meta`)."""
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        return True  # not JSON: leave it to the SDK to answer
+    params = decoded.get("params") if isinstance(decoded, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and mcp_types.PROTOCOL_VERSION_META_KEY in meta
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands over the body already read, then the client's own messages."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _respond(send: Send, status: int, message: str) -> None:
+    """A JSON-RPC error body (no id) with an HTTP status, as MCP clients can read it."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class ParkedToolCalls:
+    """Holds agy's host-tool calls open until the host answers them (park and resume).
+
+    Give `handle` to a `HostToolBridge` as its handler. `await next_call()` returns each call as
+    agy makes it (the turn ends its `stream_simple` with that `toolCall`); `resolve(call.id,
+    result)` answers it later (from the host's `ToolResultMessage`), and agy's request completes.
+    A call agy abandoned, or that the bridge's closing answered, cannot be resolved any more:
+    `resolve` then returns False.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[HostToolCall, asyncio.Future[HostToolResult]]] = {}
+        self._new: asyncio.Queue[HostToolCall] = asyncio.Queue()
+
+    async def handle(self, call: HostToolCall) -> HostToolResult:
+        """The bridge's handler: park `call` and wait for its answer."""
+        answer: asyncio.Future[HostToolResult] = asyncio.get_running_loop().create_future()
+        self._open[call.id] = (call, answer)
+        self._new.put_nowait(call)
+        try:
+            return await answer
+        finally:
+            self._open.pop(call.id, None)
+
+    async def next_call(self) -> HostToolCall:
+        """The next call agy made that no one has taken yet (skipping calls already ended)."""
+        while True:
+            call = await self._new.get()
+            if call.id in self._open:
+                return call
+
+    @property
+    def pending(self) -> tuple[HostToolCall, ...]:
+        """Calls parked and not answered yet, oldest first."""
+        return tuple(call for call, _ in self._open.values())
+
+    def resolve(self, call_id: str, result: HostToolResult | str) -> bool:
+        """Answer the parked call `call_id`; False when it is no longer open."""
+        entry = self._open.get(call_id)
+        if entry is None or entry[1].done():
+            return False
+        entry[1].set_result(_as_result(result, entry[0].name))
+        return True
+
+
+def plugin_host_tools() -> list[HostTool]:
+    """The host tools plugins register (`register_host_tools`); a name registered twice is an error."""
+    from agy_provider.plugin_manager import get_plugin_manager
+
+    pm = get_plugin_manager()
+    found: dict[str, tuple[HostTool, str]] = {}
+    for impl in pm.hook.register_host_tools.get_hookimpls():
+        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(
+            name: str,
+            description: str = "",
+            parameters: Mapping[str, Any] | None = None,
+            _plugin: str = plugin_name,
+        ) -> None:
+            if not isinstance(name, str) or not name:
+                raise UsageError(f"plugin {_plugin} registered a host tool without a name")
+            if name in found:
+                raise UsageError(
+                    f"host tool {name!r} registered twice ({found[name][1]} and {_plugin})"
+                )
+            found[name] = (HostTool(name, description, dict(parameters or {})), _plugin)
+
+        impl.function(register=register)
+    return [tool for tool, _ in found.values()]
+
+
+def plugin_tool_handler(turn: Any) -> HostToolHandler:
+    """A handler that runs each call through the `invoke_host_tool` hook (in a worker thread).
+
+    A str or `HostToolResult` answer is passed on; any other value is sent as JSON; None (no
+    plugin runs that tool) is an error result.
+    """
+    from agy_provider.plugin_manager import get_plugin_manager
+
+    async def handle(call: HostToolCall) -> HostToolResult:
+        pm = get_plugin_manager()
+        value = await asyncio.to_thread(
+            pm.hook.invoke_host_tool, name=call.name, arguments=dict(call.arguments), turn=turn
+        )
+        if value is None:
+            return HostToolResult(f"no plugin runs the host tool {call.name!r}", True)
+        if isinstance(value, HostToolResult | str):
+            return _as_result(value, call.name)
+        return HostToolResult(json.dumps(value, ensure_ascii=False, default=str))
+
+    return handle

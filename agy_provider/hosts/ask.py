@@ -1,0 +1,765 @@
+"""AskAntigravity: hand one task to agy and get its answer back, for any host.
+
+`ask_antigravity` (async) and `ask_antigravity_sync` run one agy turn — a new conversation or one
+to continue — and return an `AskResult`; `ask_tool()` is the pi tool definition a host registers,
+`run_ask_tool` executes a call of it. Refuses to run inside an agy turn (agy would start agy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, TextIO, TypeAlias
+
+from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
+from agy_provider.errors import AgyError, UsageError
+from agy_provider.hookspecs import hookimpl
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import (
+    AssistantMessage,
+    Context,
+    Model,
+    TextContent,
+    Tool,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agy_provider.store.config import Config, load_config
+from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
+
+__all__ = [
+    "ASK_TOOL_DESCRIPTION",
+    "ASK_TOOL_NAME",
+    "ASK_TOOL_PARAMETERS",
+    "TURN_ENV",
+    "AskResult",
+    "ProgressCallback",
+    "ask_antigravity",
+    "ask_antigravity_sync",
+    "ask_command",
+    "ask_tool",
+    "nested_turn_reason",
+    "run_ask_tool",
+    "turn_edges",
+]
+
+# Set in agy's environment by the runner for the turns agy-provider starts, so agy's own children
+# (a `run_command` that calls `agy-provider ask`) can tell they run inside an agy turn.
+TURN_ENV = "AGY_PROVIDER_TURN"
+# Process names of agy itself (and of the simulator that stands in for it): an ancestor by one of
+# these names means this process is one of agy's tool runs, whoever started agy.
+_AGY_PROCESS_NAMES = frozenset({"agy", "agy-sim"})
+_SIMULATOR = "agy-sim"
+
+Thinking: TypeAlias = Literal["low", "medium", "high"]
+Mode: TypeAlias = Literal["default", "plan", "accept-edits"]
+_THINKING = ("low", "medium", "high")
+_MODES = ("default", "plan", "accept-edits")
+
+ProgressCallback: TypeAlias = Callable[[float, str], object]
+"""Called with (seconds since the call began, the current step): `starting agy`, `thinking`,
+`▸ run_command ls`, `answering`, then `done` or `failed`."""
+
+ASK_TOOL_NAME = "AskAntigravity"
+ASK_TOOL_DESCRIPTION = (
+    "Delegate one task to Google's Antigravity agent (agy), which works in a folder with its own "
+    "tools (it reads files, runs commands and, in accept-edits mode, edits files) and returns its "
+    "answer. Give the whole task in `prompt`. The result ends with the conversation id: pass it "
+    "as `conversation` to ask a follow-up in the same agy conversation."
+)
+ASK_TOOL_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "prompt": {"type": "string", "description": "The task or question for agy."},
+        "cwd": {"type": "string", "description": "The folder agy works in (default: the host's)."},
+        "model": {
+            "type": "string",
+            "description": "flash, pro, sonnet, opus, or a model slug from `agy models` "
+            "(default: the configured model).",
+        },
+        "thinking": {
+            "type": "string",
+            "enum": list(_THINKING),
+            "description": "How hard the model thinks, for models with effort levels.",
+        },
+        "mode": {
+            "type": "string",
+            "enum": list(_MODES),
+            "description": "plan: agy plans without changing files; accept-edits: agy edits "
+            "files without asking; default: the configured mode.",
+        },
+        "conversation": {
+            "type": "string",
+            "description": "An agy conversation id to continue (from an earlier result).",
+        },
+        "timeout": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "Seconds the whole turn may take (default: the configured turn_timeout).",
+        },
+    },
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+Status: TypeAlias = Literal["ok", "error", "aborted"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AskResult:
+    """How a delegated turn ended.
+
+    `answer` is agy's answer text; `model` the model that answered (as agy recorded it);
+    `conversation_id` the agy conversation (continue it with `conversation=`; "" when agy never
+    started one); `usage` pi's token counts; `duration` seconds; `status` ok, error or aborted,
+    with `error` saying what failed in agy's own words; `exit_code` agy's, when it had exited.
+    """
+
+    answer: str
+    model: str
+    conversation_id: str
+    usage: Usage
+    duration: float
+    status: Status
+    error: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        """camelCase JSON, as pi's own types write it."""
+        return {
+            "answer": self.answer,
+            "model": self.model,
+            "conversationId": self.conversation_id,
+            "usage": self.usage.to_json(),
+            "durationMs": round(self.duration * 1000),
+            "status": self.status,
+            "error": self.error,
+            "exitCode": self.exit_code,
+        }
+
+    def tool_text(self) -> str:
+        """What a host's model reads as the tool's result: the answer (or the failure) and a
+        last line naming the model and the conversation to continue."""
+        body = self.answer if self.ok else f"agy failed: {self.error or 'the turn failed'}"
+        facts = [f"model {self.model}"] if self.model else []
+        if self.conversation_id:
+            facts.append(f"conversation {self.conversation_id}")
+        facts.append(f"{self.duration:.1f} s")
+        return f"{body}\n\n[{ASK_TOOL_NAME}: {', '.join(facts)}]"
+
+
+# --- refusing to recurse ----------------------------------------------------------------------
+
+
+def nested_turn_reason(env: Mapping[str, str] | None = None) -> str:
+    """Why this process runs inside an agy turn ("" when it does not): agy-provider's marker in
+    the environment, or an agy process among its ancestors."""
+    env = os.environ if env is None else env
+    if env.get(TURN_ENV):
+        return f"{TURN_ENV} is set: this process was started inside an agy turn"
+    import psutil
+
+    try:
+        ancestors = psutil.Process().parents()
+    except psutil.Error:
+        return ""
+    for proc in ancestors:
+        try:
+            # The kernel's name, and the program as started (a wrapper may exec under another).
+            names = {proc.name(), *(os.path.basename(arg) for arg in proc.cmdline()[:1])}
+        except psutil.Error:
+            continue
+        for name in sorted(names & _AGY_PROCESS_NAMES):
+            return f"its ancestor process {proc.pid} is {name}"
+    return ""
+
+
+# --- one turn's settings ----------------------------------------------------------------------
+
+
+class _MemoryStore(SessionStore):
+    """A session store for one call, held in memory: AskAntigravity names the conversation to
+    continue itself and keeps nothing in the user's session store."""
+
+    def __init__(self) -> None:
+        super().__init__(Path(f"<ask {uuid.uuid4().hex}>"))
+        self._mine: dict[str, SessionRecord] = {}
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        return self._mine.get(session_id)
+
+    def all(self) -> Mapping[str, SessionRecord]:
+        return dict(self._mine)
+
+    def put(self, session_id: str, record: SessionRecord) -> None:
+        self._mine[session_id] = record
+
+    def put_many(self, records: Mapping[str, SessionRecord]) -> None:
+        self._mine.update(records)
+
+    def delete(self, session_id: str) -> None:
+        self._mine.pop(session_id, None)
+
+
+def turn_edges(
+    *,
+    mode: str | None = None,
+    timeout: float | None = None,
+    store: SessionStore | None = None,
+    agy_bin: str | None = None,
+) -> Any:
+    """`TurnEdges` whose settings are the configured ones with this turn's `mode` and
+    `timeout` (the turn deadline, seconds) in place; bad values raise `UsageError` by name.
+
+    With the simulator as agy (`agy_bin`, else the configured binary, named `agy-sim`) and no
+    state folder chosen, the turn looks for agy-sim's conversations in the simulator's own folder,
+    where agy-sim writes them (as `agy-provider chat` does).
+    """
+    from agy_provider.live.turn import TurnEdges
+
+    overrides: dict[str, Any] = {}
+    if mode is not None:
+        overrides["mode"] = mode
+    if timeout is not None:
+        overrides["turn_timeout"] = float(timeout)
+
+    def config() -> Config:
+        settings = dataclasses.replace(load_config(), **overrides)
+        binary = agy_bin or settings.agy_bin
+        chosen = settings.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR")
+        if os.path.basename(binary) == _SIMULATOR and not chosen:
+            from agy_provider.sim.state import simulator_state_dir
+
+            settings = dataclasses.replace(settings, app_data_dir=str(simulator_state_dir()))
+        return settings
+
+    config()  # refuse bad values now, by name
+    edges = TurnEdges(config=config)
+    if store is not None:
+        edges.store = store
+    return edges
+
+
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    model: Model
+    context: Context
+    options: SimpleStreamOptions
+    kwargs: dict[str, Any]
+    session_id: str
+
+
+def _last_step_index(path: Path) -> int:
+    from agy_provider.agy.database import open_conversation_db, scan_step_signatures
+
+    conn = open_conversation_db(path)
+    try:
+        rows = scan_step_signatures(conn, after=-1)
+    finally:
+        conn.close()
+    return max((row[0] for row in rows), default=-1)
+
+
+def _plan(
+    prompt: str,
+    *,
+    cwd: str | None,
+    model: str,
+    thinking: str | None,
+    mode: str | None,
+    conversation: str | None,
+    timeout: float | None,
+    signal: AbortSignal | None,
+    agy_bin: str | None,
+) -> _Plan:
+    """Check the request and settle everything the turn needs (reads files: off the loop)."""
+    reason = nested_turn_reason()
+    if reason:
+        raise UsageError(
+            f"AskAntigravity refuses to run inside an agy turn ({reason}): agy would start agy "
+            "again. Do the work in the current turn instead."
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UsageError("AskAntigravity needs a prompt: the task for agy, as text")
+    if thinking is not None and thinking not in _THINKING:
+        raise UsageError(f"thinking must be low, medium or high, not {thinking!r}")
+    if mode is not None and mode not in _MODES:
+        raise UsageError(f"mode must be plan, accept-edits or default, not {mode!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+    ):
+        raise UsageError(f"timeout must be a number of seconds, not {timeout!r}")
+    folder = os.path.abspath(cwd) if cwd else os.getcwd()
+    if not os.path.isdir(folder):
+        raise UsageError(f"cwd {folder} is not a folder")
+    from agy_provider.live.discovery import conversations_dir
+    from agy_provider.live.runner import find_agy
+    from agy_provider.store.model_catalog import cached_models, resolve_model
+
+    edges = turn_edges(mode=mode, timeout=timeout, store=_MemoryStore(), agy_bin=agy_bin)
+    config: Config = edges.config()
+    binary = find_agy(agy_bin or config.agy_bin)
+    slug = ""
+    if model.strip():
+        from agy_provider.agy.models import model_arguments
+
+        catalog = cached_models(binary)
+        slug = resolve_model(model, catalog)
+        model_arguments(slug, thinking or "", catalog)  # an effort the model lacks: UsageError
+    session_id = f"ask-{uuid.uuid4().hex}"
+    if conversation is not None:
+        if not valid_conversation_id(conversation):
+            raise UsageError(f"not an agy conversation id: {conversation!r}")
+        path = conversations_dir(config.app_data_dir) / f"{conversation}.db"
+        if not path.is_file():
+            raise UsageError(
+                f"agy has no conversation {conversation} ({path} does not exist): pass the id an "
+                "earlier answer gave, with the same agy state folder"
+            )
+        edges.store.put(
+            session_id,
+            SessionRecord(conversation_id=conversation, last_step_index=_last_step_index(path)),
+        )
+    pi_model = Model(
+        id=slug or "agy",
+        name=slug or "agy",
+        api="agy",
+        provider="agy",
+        base_url="",
+        reasoning=True,
+        context_window=1_000_000,
+        max_tokens=65_536,
+    )
+    options = SimpleStreamOptions(
+        session_id=session_id,
+        reasoning=thinking,  # type: ignore[arg-type]  # checked above: low, medium or high
+        signal=signal,
+    )
+    return _Plan(
+        model=pi_model,
+        context=Context(messages=[UserMessage(content=prompt, timestamp=int(time.time() * 1000))]),
+        options=options,
+        kwargs={
+            "cwd": folder,
+            "agy_bin": binary,
+            "store": edges.store,
+            "continue_session": conversation is not None,
+            "edges": edges,
+        },
+        session_id=session_id,
+    )
+
+
+# --- following the turn -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Seen:
+    conversation_id: str = ""
+    exit_code: int | None = None
+
+
+class _TurnWatcher:
+    """Learns each watched turn's conversation id and agy's exit code (`observe_event`)."""
+
+    def __init__(self) -> None:
+        self.watched: dict[str, _Seen] = {}
+
+    @hookimpl
+    def observe_event(self, event: Any, turn: Any) -> None:
+        seen = self.watched.get(getattr(turn, "session_id", ""))
+        if seen is None:
+            return
+        binding = getattr(turn, "binding", None)
+        if binding is not None:
+            seen.conversation_id = binding.conversation_id
+        if event.type in ("done", "error"):
+            process = getattr(turn, "process", None)
+            seen.exit_code = getattr(process, "returncode", None)
+
+
+_WATCHER_NAME = "agy-provider-ask"
+_watcher_lock = threading.Lock()
+
+
+def _watcher() -> _TurnWatcher:
+    """The one watcher, registered on first use (calls may start in several threads at once)."""
+    from agy_provider.plugin_manager import get_plugin_manager
+
+    pm = get_plugin_manager()
+    with _watcher_lock:
+        plugin = pm.get_plugin(_WATCHER_NAME)
+        if not isinstance(plugin, _TurnWatcher):
+            plugin = _TurnWatcher()
+            pm.register(plugin, name=_WATCHER_NAME)
+        return plugin
+
+
+def _watch(session_id: str) -> _Seen:
+    seen = _watcher().watched[session_id] = _Seen()
+    return seen
+
+
+def _unwatch(session_id: str) -> None:
+    _watcher().watched.pop(session_id, None)
+
+
+class _Progress:
+    """Turns the events of a turn into steps for the progress callback, and keeps its end."""
+
+    def __init__(self, callback: ProgressCallback | None, started: float) -> None:
+        self.callback = callback
+        self.started = started
+        self.step = ""
+        self.message: AssistantMessage | None = None
+        self._thinking_open = False
+
+    def say(self, step: str) -> None:
+        if step == self.step:
+            return
+        self.step = step
+        if self.callback is not None:
+            self.callback(time.monotonic() - self.started, step)
+
+    def feed(self, event: AssistantMessageEvent) -> None:
+        kind = event.type
+        if kind == "start":
+            self.say("starting agy")
+        elif kind == "thinking_start":
+            self._thinking_open = True
+        elif kind == "thinking_delta" and self._thinking_open:
+            self._thinking_open = False  # the first delta tells a tool run from thinking
+            delta = getattr(event, "delta", "")
+            if delta.startswith(TOOL_RUN_MARK):
+                self.say(delta.partition("\n")[0])
+            else:
+                self.say("thinking")
+        elif kind == "text_start":
+            self.say("answering")
+        elif isinstance(event, DoneEvent):
+            self.message = event.message
+            self.say("done")
+        elif isinstance(event, ErrorEvent):
+            self.message = event.error
+            self.say("aborted" if event.reason == "aborted" else "failed")
+
+    def result(self, seen: _Seen, model: Model) -> AskResult:
+        duration = time.monotonic() - self.started
+        message = self.message
+        if message is None:  # the stream ended without its final event: a bug, still said
+            return AskResult(
+                answer="",
+                model=model.id,
+                conversation_id=seen.conversation_id,
+                usage=Usage(),
+                duration=duration,
+                status="error",
+                error="the turn ended without a final event",
+                exit_code=seen.exit_code,
+            )
+        answer = "".join(b.text for b in message.content if isinstance(b, TextContent))
+        status: Status = (
+            "aborted"
+            if message.stop_reason == "aborted"
+            else "error"
+            if message.stop_reason == "error"
+            else "ok"
+        )
+        return AskResult(
+            answer=answer,
+            model=message.model if message.model not in ("", "agy") else "",
+            conversation_id=seen.conversation_id,
+            usage=message.usage,
+            duration=duration,
+            status=status,
+            error=message.error_message if status != "ok" else None,
+            exit_code=seen.exit_code,
+        )
+
+
+# --- the calls --------------------------------------------------------------------------------
+
+
+async def ask_antigravity(
+    prompt: str,
+    *,
+    cwd: str | None = None,
+    model: str = "",
+    thinking: Thinking | None = None,
+    mode: Mode | None = None,
+    conversation: str | None = None,
+    timeout: float | None = None,
+    on_progress: ProgressCallback | None = None,
+    signal: AbortSignal | None = None,
+    agy_bin: str | None = None,
+) -> AskResult:
+    """Run `prompt` as one agy turn and return how it ended (never raises for a failed turn:
+    `status` and `error` say so).
+
+    `model`: flash, pro, sonnet, opus or a slug agy lists (default: the configured model);
+    `thinking`: low, medium or high; `mode`: plan, accept-edits or default; `conversation`: an
+    agy conversation id to continue; `timeout`: seconds for the whole turn; `on_progress(elapsed,
+    step)` is called as the turn moves on; `signal` aborts the turn (so does cancelling this
+    call). Raises `UsageError` for bad arguments, when run inside an agy turn, or for a model agy
+    does not offer, and `AgyError` when agy cannot be found or lists no models.
+    """
+    started = time.monotonic()
+    own = AbortSignal()
+    from agy_provider.workers import off_loop
+
+    plan = await off_loop(
+        _plan,
+        prompt,
+        cwd=cwd,
+        model=model,
+        thinking=thinking,
+        mode=mode,
+        conversation=conversation,
+        timeout=timeout,
+        signal=own,
+        agy_bin=agy_bin,
+    )
+    from agy_provider.live.provider import stream_simple
+
+    progress = _Progress(on_progress, started)
+    seen = _watch(plan.session_id)
+    linked: asyncio.Future[None] | None = None
+    if signal is not None:
+        linked = asyncio.ensure_future(signal.wait())
+        linked.add_done_callback(lambda _: own.abort(signal.reason))
+    try:
+        stream = stream_simple(plan.model, plan.context, plan.options, **plan.kwargs)
+        async for event in stream:
+            progress.feed(event)
+    except asyncio.CancelledError:
+        own.abort("AskAntigravity was cancelled")
+        raise
+    finally:
+        if linked is not None:
+            linked.cancel()
+        _unwatch(plan.session_id)
+    return progress.result(seen, plan.model)
+
+
+def ask_antigravity_sync(
+    prompt: str,
+    *,
+    cwd: str | None = None,
+    model: str = "",
+    thinking: Thinking | None = None,
+    mode: Mode | None = None,
+    conversation: str | None = None,
+    timeout: float | None = None,
+    on_progress: ProgressCallback | None = None,
+    signal: AbortSignal | None = None,
+    agy_bin: str | None = None,
+) -> AskResult:
+    """`ask_antigravity` for callers without an event loop (through `agy_provider.hosts.sync`).
+
+    KeyboardInterrupt (or any exception in `on_progress`) aborts the turn and leaves no agy
+    running before it propagates.
+    """
+    from agy_provider.hosts.sync import iter_events
+
+    started = time.monotonic()
+    plan = _plan(
+        prompt,
+        cwd=cwd,
+        model=model,
+        thinking=thinking,
+        mode=mode,
+        conversation=conversation,
+        timeout=timeout,
+        signal=signal,
+        agy_bin=agy_bin,
+    )
+    progress = _Progress(on_progress, started)
+    seen = _watch(plan.session_id)
+    events: Iterator[AssistantMessageEvent] = iter_events(
+        plan.model, plan.context, plan.options, **plan.kwargs
+    )
+    try:
+        for event in events:
+            progress.feed(event)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+        _unwatch(plan.session_id)
+    return progress.result(seen, plan.model)
+
+
+# --- the pi tool --------------------------------------------------------------------------------
+
+
+def ask_tool() -> Tool:
+    """The `AskAntigravity` tool definition (pi's `Tool`, JSON Schema parameters) to register."""
+    return Tool(
+        name=ASK_TOOL_NAME, description=ASK_TOOL_DESCRIPTION, parameters=ASK_TOOL_PARAMETERS
+    )
+
+
+def _tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's arguments checked against `ASK_TOOL_PARAMETERS`; `UsageError` names the field."""
+    if not isinstance(arguments, Mapping):
+        raise UsageError(
+            f"{ASK_TOOL_NAME} arguments must be an object, not {type(arguments).__name__}"
+        )
+    properties: Mapping[str, Any] = ASK_TOOL_PARAMETERS["properties"]
+    unknown = sorted(set(arguments) - set(properties))
+    if unknown:
+        raise UsageError(
+            f"{ASK_TOOL_NAME} takes no argument {', '.join(unknown)} "
+            f"(it takes {', '.join(properties)})"
+        )
+    checked: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if value is None:
+            continue
+        spec = properties[name]
+        if spec["type"] == "string" and not isinstance(value, str):
+            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a string, not {value!r}")
+        if spec["type"] == "number" and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+        ):
+            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a number above 0, not {value!r}")
+        if "enum" in spec and value not in spec["enum"]:
+            raise UsageError(
+                f"{ASK_TOOL_NAME}: {name} must be one of {', '.join(spec['enum'])}, not {value!r}"
+            )
+        checked[name] = value
+    if "prompt" not in checked:
+        raise UsageError(f"{ASK_TOOL_NAME} needs a prompt")
+    return checked
+
+
+async def run_ask_tool(
+    call: ToolCall,
+    *,
+    cwd: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    signal: AbortSignal | None = None,
+) -> ToolResultMessage:
+    """Execute a host model's `AskAntigravity` call: the pi `ToolResultMessage` to give back.
+
+    `cwd` is the folder used when the call names none. Bad arguments, a refusal or a failed
+    turn come back as an error result (`is_error`) saying why, never as an exception.
+    """
+    try:
+        arguments = _tool_arguments(call.arguments)
+        arguments.setdefault("cwd", cwd)
+        result = await ask_antigravity(
+            arguments.pop("prompt"), on_progress=on_progress, signal=signal, **arguments
+        )
+    except AgyError as exc:
+        return ToolResultMessage(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=[TextContent(text=f"{ASK_TOOL_NAME} could not run: {exc}")],
+            is_error=True,
+            timestamp=int(time.time() * 1000),
+        )
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=[TextContent(text=result.tool_text())],
+        is_error=not result.ok,
+        details=result.to_json(),
+        timestamp=int(time.time() * 1000),
+    )
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+async def ask_command(
+    prompt: str,
+    *,
+    cwd: str | None,
+    model: str,
+    thinking: Thinking | None,
+    mode: Mode | None,
+    conversation: str | None,
+    timeout: float | None,
+    agy_bin: str | None,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """`agy-provider ask`: the answer on `out` (or the result as JSON), progress on `err`.
+
+    Returns the exit code: 0 answered, 1 the turn failed (agy's error on `err`), 128+N when
+    signal N (SIGINT, SIGTERM, SIGHUP) aborted it — agy's whole tree is ended first.
+    """
+    import signal as signals
+
+    abort = AbortSignal()
+    received: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        abort.abort(f"interrupted by {signals.Signals(signum).name}")
+
+    installed = []
+    for signum in (signals.SIGINT, signals.SIGTERM, signals.SIGHUP):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            continue
+        installed.append(signum)
+
+    def show(elapsed: float, step: str) -> None:
+        err.write(f"[{elapsed:6.1f}s] {step}\n")
+        err.flush()
+
+    try:
+        result = await ask_antigravity(
+            prompt,
+            cwd=cwd,
+            model=model,
+            thinking=thinking,
+            mode=mode,
+            conversation=conversation,
+            timeout=timeout,
+            on_progress=show,
+            signal=abort,
+            agy_bin=agy_bin,
+        )
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+    if as_json:
+        out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+    elif result.answer:
+        out.write(result.answer if result.answer.endswith("\n") else result.answer + "\n")
+    out.flush()
+    if result.conversation_id:
+        who = f"{result.model or 'agy'} answered in" if result.ok else "the turn ran in"
+        err.write(
+            f"agy-provider: {who} conversation {result.conversation_id} "
+            f"(continue it with --conversation {result.conversation_id})\n"
+        )
+    if received:
+        return 128 + received[0]
+    if not result.ok:
+        err.write(f"agy-provider: {result.error or 'the turn failed'}\n")
+        return 1
+    return 0

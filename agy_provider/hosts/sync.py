@@ -1,0 +1,290 @@
+"""A blocking API for callers without an event loop: `iter_events` and `complete`.
+
+Owns the private loop each turn runs on (in a daemon thread) and the promise that no agy outlives
+the caller: closing the iterator, an exception or Ctrl-C in the caller aborts the turn and waits
+until agy's process tree is gone; so does the interpreter's exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import queue
+import threading
+from collections.abc import Generator, Iterator
+from typing import Any
+
+from agy_provider.errors import IncompleteStreamError
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.turn import PARKED, STOPPED_WAITING
+from agy_provider.pi.abort_bridge import forward_until_turn_ends
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.host_input import HostTurn, normalise_turn
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import AssistantMessage
+
+__all__ = ["complete", "iter_events"]
+
+log = logging.getLogger(__name__)
+
+# How long stopping may take before we say so: an abort lands within ~200 ms and agy's tree is
+# then ended (TERM, 0.1 s, KILL); this only bounds a hang, on a busy machine, with a warning.
+_STOP_BOUND = 60.0
+
+
+class _End:
+    """The turn's thread finished; `error` is what it raised, if anything."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class _TurnThread:
+    """One turn on a private event loop in a daemon thread, feeding a thread-safe queue.
+
+    A turn that ends its stream with `toolUse` (agy waits for the caller's tool results) keeps
+    its loop: the caller's events end, and the call that brings the results (`_Resumed`) runs
+    on the same loop. The thread ends with the turn.
+    """
+
+    def __init__(self, turn: HostTurn, kwargs: dict[str, Any]) -> None:
+        self.stop = AbortSignal()
+        self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
+        self.parked = False  # the stream ended `toolUse`: the turn waits for tool results
+        self._turn = turn
+        self._kwargs = kwargs
+        self._thread = threading.Thread(target=self._main, name="agy-provider turn", daemon=True)
+
+    def start(self) -> None:
+        _live.add(self)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as exc:  # handed to the caller's thread, never lost here
+            self.events.put(_End(exc))
+        else:
+            self.events.put(_End())
+        finally:
+            _live.discard(self)
+
+    async def _run(self) -> None:
+        stream = _start(self._turn, self._kwargs, self.stop)
+        self.parked = await _relay(stream, self._turn, self.stop, self.events)
+        if self.parked:
+            self.events.put(_End())  # the caller's events end; this loop serves the turn on
+        # The session is saved and agy stopped after the final event: wait for both here, so
+        # the caller is handed back control only when nothing of the turn runs (a parked turn:
+        # until the calls that resume it have ended it, or it ends unanswered).
+        await stream.turn_ended()
+        await wait_for_turns()
+
+    def finish(self, reason: str) -> None:
+        """Abort the turn (if still running) and wait until its thread, and so agy, is done;
+        a turn parked on the caller's tool results is left waiting for them."""
+        if self.parked and reason != _EXITING:
+            return
+        self.stop.abort(reason)
+        if self.parked:
+            _end_parked_turns()
+        self._thread.join(_STOP_BOUND)
+        if self._thread.is_alive():
+            log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
+
+
+class _Resumed:
+    """The call that brings a parked turn its tool results, run on that turn's loop."""
+
+    def __init__(self, turn: HostTurn, kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        self.stop = AbortSignal()
+        self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
+        self.parked = False
+        self._turn = turn
+        self._kwargs = kwargs
+        self._loop = loop
+        self._done: concurrent.futures.Future[None] | None = None
+
+    def start(self) -> None:
+        work = self._run()
+        try:
+            self._done = asyncio.run_coroutine_threadsafe(work, self._loop)
+        except RuntimeError:  # the loop has closed
+            work.close()
+            raise
+
+    def lost(self) -> bool:
+        """True when the turn's loop closed under this call (the turn ended meanwhile and its
+        loop with it) before the call could say how it ended."""
+        done = self._done
+        return self._loop.is_closed() and (done is None or not done.done() or done.cancelled())
+
+    async def _run(self) -> None:
+        try:
+            stream = _start(self._turn, self._kwargs, self.stop)
+            self.parked = await _relay(stream, self._turn, self.stop, self.events)
+            if not self.parked:
+                await stream.turn_ended()  # agy stopped and the session saved
+        except asyncio.CancelledError:
+            raise  # the loop is closing under this call: the caller sees it `lost()`
+        except BaseException as exc:
+            self.events.put(_End(exc))
+            raise
+        self.events.put(_End())
+
+    def finish(self, reason: str) -> None:
+        if self.parked and reason != _EXITING:
+            return
+        self.stop.abort(reason)
+        if self._done is not None:
+            try:
+                self._done.result(_STOP_BOUND)
+            except concurrent.futures.TimeoutError:
+                log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
+            except BaseException:  # already handed to the caller as its _End
+                pass
+
+
+def _start(turn: HostTurn, kwargs: dict[str, Any], stop: AbortSignal) -> Any:
+    options = dataclasses.replace(turn.options, signal=stop)
+    stream = stream_simple(turn.model, turn.context, options, **kwargs)
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    return stream
+
+
+async def _relay(
+    stream: Any,
+    turn: HostTurn,
+    stop: AbortSignal,
+    events: queue.SimpleQueue[AssistantMessageEvent | _End],
+) -> bool:
+    """Pass the stream's events on; True when it ended `toolUse` (the turn is parked)."""
+    host_signal = turn.options.signal
+    follow = None
+    if host_signal is not None:
+        follow = asyncio.ensure_future(forward_until_turn_ends(host_signal, stop, stream))
+    last: AssistantMessageEvent | None = None
+    try:
+        async for event in stream:
+            events.put(event)
+            last = event
+    finally:
+        if follow is not None and not (isinstance(last, DoneEvent) and last.reason == "toolUse"):
+            follow.cancel()
+    return isinstance(last, DoneEvent) and last.reason == "toolUse"
+
+
+def _end_parked_turns() -> None:
+    """End every parked turn on its own loop, from any thread (the interpreter is exiting)."""
+    for parked in PARKED.all():
+        loop = parked.loop
+        if loop is not None and loop.is_running():
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(parked.end_parked(STOPPED_WAITING), loop)
+
+
+_EXITING = "the interpreter exiting"
+# How often a caller waiting for a resumed turn's events checks that its loop still runs.
+_LOST_CHECK = 1.0
+_live: set[_TurnThread] = set()
+
+
+def _stop_all_turns() -> None:
+    # Daemon threads die with the interpreter without cleaning up: end every turn first.
+    for runner in list(_live):
+        runner.finish(_EXITING)
+
+
+# Before concurrent.futures refuses new work at exit (its own hook, registered earlier, runs
+# after this one): ending a turn saves its session and reads agy's database in worker threads.
+# `threading._register_atexit` is how concurrent.futures itself does it; plain atexit otherwise.
+_register_early = getattr(threading, "_register_atexit", None)
+if callable(_register_early):
+    _register_early(_stop_all_turns)
+else:
+    atexit.register(_stop_all_turns)
+
+
+def iter_events(
+    model: object, context: object, options: object = None, **kwargs: Any
+) -> Iterator[AssistantMessageEvent]:
+    """Run a turn and yield its pi events as they stream, from plain synchronous code.
+
+    Takes what `stream_simple` takes (`kwargs`: `cwd`, `agy_bin`, `store`, `continue_session`,
+    …). The turn starts at the first `next()`, on a private event loop in a daemon thread, so
+    no loop needs to be running. Stopping early — `close()` on the iterator, leaving a `for`
+    loop with `break`, an exception or Ctrl-C while waiting — aborts the turn and returns only
+    once agy's process tree is gone; when the events run out, agy is gone too — unless they end
+    `done` with `toolUse`: agy then waits (on that private loop) for the results of the calls,
+    and the `iter_events` whose context ends in them resumes the same turn (host tools; see
+    `stream_simple`). The interpreter's exit ends a turn still waiting.
+
+    Raises `UsageError` at once for input `stream_simple` cannot use; every failure of the turn
+    itself is its final `error` event.
+    """
+    turn = normalise_turn(model, context, options)
+    return _events(turn, dict(kwargs))
+
+
+def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessageEvent, None, None]:
+    runner: _TurnThread | _Resumed = _TurnThread(turn, kwargs)
+    found = PARKED.find(turn.context.messages)
+    loop = found[0].loop if found is not None else None
+    if loop is not None and loop.is_running():
+        try:  # tool results for a turn parked on its loop: the same turn goes on
+            resumed = _Resumed(turn, kwargs, loop)
+            resumed.start()
+            runner = resumed
+        except RuntimeError:  # its loop closed just now: the results make a new turn
+            runner.start()
+    else:
+        runner.start()
+    ended = yielded = False
+    try:
+        while True:
+            try:
+                item = runner.events.get(timeout=_LOST_CHECK)
+            except queue.Empty:
+                if isinstance(runner, _Resumed) and runner.lost():
+                    if yielded:
+                        raise IncompleteStreamError(
+                            "the turn ended while its tool results were being delivered"
+                        ) from None
+                    runner = _TurnThread(turn, kwargs)  # the results make a new turn
+                    runner.start()
+                continue
+            if isinstance(item, DoneEvent) and item.reason == "toolUse":
+                runner.parked = True  # agy waits for the caller's tool results: leave it so
+            if isinstance(item, _End):
+                ended = True
+                if item.error is not None:
+                    raise item.error
+                return
+            yielded = True
+            yield item
+    finally:
+        runner.finish("the turn ending" if ended else "the caller stopping")
+
+
+def complete(
+    model: object, context: object, options: object = None, **kwargs: Any
+) -> AssistantMessage:
+    """Run a turn to its end and return the final message (the `error` message if it failed).
+
+    Blocking and loop-free like `iter_events`; an abort signal in `options` (a
+    `threading.Event` set from another thread, our `AbortSignal`, …) ends it `aborted`.
+    """
+    final: AssistantMessage | None = None
+    for event in iter_events(model, context, options, **kwargs):
+        if isinstance(event, DoneEvent):
+            final = event.message
+        elif isinstance(event, ErrorEvent):
+            final = event.error
+    if final is None:
+        raise IncompleteStreamError("the turn ended without a done or error event")
+    return final

@@ -1,0 +1,171 @@
+"""pi's provider contract for agy: `stream_simple(model, context, options)` and `complete_simple`.
+
+Starts a turn (`turn.TurnDriver`: prepare → launch → pump → settle) and hands back its stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.diffs import GitBaselines
+from agy_provider.bridge.host_tools import ToolExecutor
+from agy_provider.live.turn import (
+    PARKED,
+    STOPPED_WAITING,
+    TurnContext,
+    TurnDriver,
+    TurnEdges,
+    bare_error,
+    build_prompt,
+    history_digest,
+)
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.host_input import checked_cwd, normalise_turn
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.types import AssistantMessage, Context, Model
+from agy_provider.store.sessions import SessionStore
+
+__all__ = [
+    "TurnContext",
+    "build_prompt",
+    "complete_simple",
+    "history_digest",
+    "stream_simple",
+    "wait_for_turns",
+]
+
+
+def stream_simple(
+    model: Model | Any,
+    context: Context | Any,
+    options: SimpleStreamOptions | Any = None,
+    *,
+    cwd: str | None = None,
+    agy_bin: str | None = None,
+    event_source: str | None = None,
+    store: SessionStore | None = None,
+    continue_session: bool = False,
+    edges: TurnEdges | None = None,
+    tool_executor: ToolExecutor | None = None,
+) -> AssistantMessageEventStream:
+    """Start a turn with agy and return its event stream at once (call from a running loop).
+
+    `start` is pushed immediately; every failure arrives as a final `error` event (an abort as
+    reason `aborted`, within ~200 ms of the signal, at any phase). With `options.session_id` the
+    turn resumes that session's conversation when the host's history matches what the session
+    saw; `continue_session=True` resumes it whatever the history (a CLI has none).
+
+    `model`, `context` and `options` may also be what other pi hosts pass (`host_input`): pi's
+    camelCase JSON, another port's pydantic models or dataclasses, options as a mapping or any
+    object, any abort signal. Input that cannot be understood raises `UsageError` here, before
+    a stream exists (as pi-ai throws for a model no provider serves); host adapters whose
+    contract forbids raising (`agy_provider.hosts`) turn it into an `error` event.
+
+    Host tools (`context.tools`) are offered to agy for the turn through the MCP bridge. When agy
+    calls one, the stream ends with `done` and stop reason `toolUse` whose message holds the
+    `toolCall`s, while agy waits; the host runs them (pi's tool loop) and calls `stream_simple`
+    again with the context ending in their `toolResult`s, which resumes the same agy turn into the
+    new stream (the turn keeps what it started with — model, `cwd`, session, keywords; the new
+    call gives its context and abort signal). A host that moves on instead (a new user message
+    in the session) or does not answer within `host_tool_timeout` ends the waiting turn. With
+    `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
+    functions run in a worker thread) agy's calls run at once instead, and the turn stays one
+    message.
+    """
+    turn = normalise_turn(model, context, options)
+    cwd = checked_cwd(cwd)
+    model, context, options = turn.model, turn.context, turn.options
+    stream = AssistantMessageEventStream()
+    found = PARKED.find(context.messages)
+    if found is not None:
+        parked, results = found
+        if (
+            parked.loop is asyncio.get_running_loop()
+            and parked.task is not None
+            and parked.resume(context, options, stream, results)
+        ):
+            stream.follow_turn(parked.task)
+            if turn.abort is not None:
+                turn.abort.attach(stream)
+            return stream
+    assembler = StepAssembler(
+        model=model.id,
+        provider=model.provider or "agy",
+        api=model.api or "agy",
+        timestamp=int(time.time() * 1000),
+        baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
+    )
+    for event in assembler.start():
+        stream.push(event)
+    if found is None and PARKED.resumed_by_another(context.messages):
+        # Two hosts (or one host twice) bringing the same tool results: exactly one resumes
+        # agy's turn; running agy on the same work again would answer twice.
+        stream.push(
+            ErrorEvent(
+                reason="error",
+                error=bare_error(
+                    model,
+                    "these tool results already resumed the agy turn that asked for them "
+                    "(another call brought them first); wait for that call's answer",
+                ),
+            )
+        )
+        return stream
+    if store is not None:  # never change an `edges` the caller may use again
+        edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
+    driver = TurnDriver(
+        model,
+        context,
+        options,
+        stream,
+        assembler,
+        cwd=cwd,
+        agy_bin=agy_bin,
+        event_source=event_source,
+        continue_session=continue_session,
+        edges=edges,
+        tool_executor=tool_executor,
+    )
+    task = asyncio.get_running_loop().create_task(driver.run())
+    driver.task = task
+    # The host's abort follows the turn, which outlives a stream that ends `toolUse`.
+    stream.follow_turn(task)
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    _running.add(task)
+    task.add_done_callback(_running.discard)
+    return stream
+
+
+async def complete_simple(
+    model: Model, context: Context, options: SimpleStreamOptions | None = None, **kwargs: Any
+) -> AssistantMessage:
+    """Run a turn and return its final message (the `error` message when it failed)."""
+    return await stream_simple(model, context, options, **kwargs).result()
+
+
+_running: set[asyncio.Task[None]] = set()
+
+
+async def wait_for_turns() -> None:
+    """Wait until every turn started in this loop has finished its work after its final event
+    (saving the session, stopping agy): for tests and for programs about to exit.
+
+    A turn still waiting for the host's tool results is ended first: no one will answer it.
+    """
+    loop = asyncio.get_running_loop()
+    PARKED.stopping.add(loop)  # a turn that parks from now on ends at once
+    try:
+        for parked in PARKED.all():
+            if parked.loop is loop:
+                await parked.end_parked(STOPPED_WAITING)
+        pending = [t for t in _running if t.get_loop() is loop and t is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending)
+    finally:
+        PARKED.stopping.discard(loop)

@@ -1,0 +1,114 @@
+"""What a live turn is made of, apart from its driver: the context plugins see, the edges it
+touches (real by default, fakes in tests), the plan `prepare` makes, and agy's state folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import psutil
+
+from agy_provider.live.discovery import Binding, bind_database
+from agy_provider.live.runner import AgyProcess, TurnRequest, agy_version, find_agy
+from agy_provider.plugin_manager import EventSourceSpec, event_sources
+from agy_provider.store.config import Config, load_config
+from agy_provider.store.sessions import SessionStore
+
+__all__ = ["TurnContext", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
+
+
+@dataclasses.dataclass(slots=True)
+class TurnContext:
+    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
+
+    session_id: str
+    prompt: str
+    cwd: str
+    config: Config
+    event_source: str
+    permissions: str
+    min_index: int = -1
+    binding: Binding | None = None
+    process: Any = None  # the running agy (`runner.AgyProcess`)
+    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
+    # How the conversation was chosen: "session" (the host's session id), "mark" (the
+    # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
+    continuity: str = "new"
+    lost_conversation: str = ""
+
+
+class TurnProcess(Protocol):
+    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
+
+    request: TurnRequest
+    id_stated: asyncio.Event
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stated_conversation_id(self) -> str: ...
+
+    @property
+    def result(self) -> Mapping[str, Any] | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self, timeout: float | None = None) -> int | None: ...
+
+    async def terminate(self, grace: float = 2.0) -> None: ...
+
+    async def scan_tree(self) -> list[psutil.Process]: ...
+
+    def stderr_text(self) -> str: ...
+
+    def stdout_text(self) -> str: ...
+
+
+@dataclasses.dataclass(slots=True)
+class TurnEdges:
+    """Everything a turn touches outside itself. Defaults are the real ones."""
+
+    store: SessionStore = dataclasses.field(default_factory=SessionStore)
+    spawn: Callable[[TurnRequest], TurnProcess] = AgyProcess
+    bind: Callable[..., Awaitable[Binding]] = bind_database
+    sources: Callable[[], Mapping[str, EventSourceSpec]] = event_sources
+    find_agy: Callable[[str], str] = find_agy
+    version: Callable[[str], Awaitable[str]] = agy_version
+    config: Callable[[], Config] = load_config
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """What `prepare` decided: settings, session, prompt, source and agy's command line."""
+
+    config: Config
+    state_dir: str  # agy's state folder ("" = agy's default), where its databases appear
+    session_id: str
+    resume: bool
+    conversation_id: str
+    min_index: int
+    prompt: str
+    source_name: str
+    request: TurnRequest
+    # Whether the turn offers agy tools (the host's `context.tools`, or plugins' through
+    # `register_host_tools`): the MCP bridge then starts before agy.
+    offers_tools: bool = False
+    plugin_tools: bool = False
+
+
+def state_dir(config: Config, binary: str) -> str:
+    """The state folder agy writes and we watch, told to agy explicitly whenever it is not agy's
+    default: the configured one, `ANTIGRAVITY_APP_DATA_DIR`, or — for the bundled simulator —
+    the simulator's own folder (agy-sim never writes into the real agy's state by default)."""
+    chosen = config.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
+    if not chosen and os.path.basename(binary) == "agy-sim":
+        from agy_provider.sim.state import simulator_state_dir
+
+        chosen = str(simulator_state_dir())
+    # Absolute: agy runs in the turn's cwd, and both must name the same folder.
+    return os.path.abspath(chosen) if chosen else ""

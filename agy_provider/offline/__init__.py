@@ -1,0 +1,4 @@
+"""Saved conversations: replay, listing and export, formatters.
+
+Imports every floor below live/ and nothing of live/.
+"""

@@ -1,0 +1,279 @@
+"""Host session id → agy conversation, in one JSON store shared safely by many processes.
+
+Each update locks, re-reads, merges one record and replaces the file atomically (`atomic.py`). A
+store that cannot be read or written costs resumption, never a turn: one warning, then on we go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agy_provider.store.atomic import file_lock, read_json, write_json_atomic
+
+__all__ = [
+    "SESSIONS_ENV",
+    "SessionRecord",
+    "SessionStore",
+    "default_store_path",
+    "valid_conversation_id",
+]
+
+log = logging.getLogger(__name__)
+
+SESSIONS_ENV = "AGY_PROVIDER_SESSIONS"
+
+# agy's conversation ids are UUIDs; anything that could become a flag is refused (AGY-FORMATS §2).
+_CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+
+
+def valid_conversation_id(value: str) -> bool:
+    """True for an id safe to pass as `--conversation <id>`."""
+    return bool(_CONVERSATION_ID.fullmatch(value))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """What we remember of a host session: its agy conversation and how far we have read it.
+
+    `history_digest` fingerprints the conversation as the host will next present it, so a turn can
+    tell whether the host's history still matches what agy holds. A conversation's own record
+    (`continuity.conversation_key`) also holds the token of the newest message we marked
+    (`mark`, proved by `history_digest`) and of the newest one that was an answer
+    (`answered_mark`, proved by `answered_digest`): the turns after it failed or were aborted.
+    """
+
+    conversation_id: str
+    last_step_index: int = -1
+    event_source: str = ""
+    agy_version: str = ""
+    history_digest: str = ""
+    updated_at: float = 0.0
+    mark: str = ""
+    answered_mark: str = ""
+    answered_digest: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SessionRecord:
+        conversation_id = data.get("conversation_id")
+        if not isinstance(conversation_id, str) or not valid_conversation_id(conversation_id):
+            raise ValueError(f"bad conversation_id {conversation_id!r}")
+        last = data.get("last_step_index", -1)
+        if not isinstance(last, int) or isinstance(last, bool):
+            raise ValueError(f"bad last_step_index {last!r}")
+        return cls(
+            conversation_id=conversation_id,
+            last_step_index=last,
+            event_source=str(data.get("event_source", "")),
+            agy_version=str(data.get("agy_version", "")),
+            history_digest=str(data.get("history_digest", "")),
+            updated_at=float(data.get("updated_at", 0.0)),
+            mark=str(data.get("mark", "")),
+            answered_mark=str(data.get("answered_mark", "")),
+            answered_digest=str(data.get("answered_digest", "")),
+        )
+
+
+def default_store_path() -> Path:
+    """`$AGY_PROVIDER_SESSIONS`, else `$XDG_STATE_HOME/agy-provider/sessions.json`."""
+    explicit = os.environ.get(SESSIONS_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "agy-provider" / "sessions.json"
+
+
+_MISSING = object()
+
+# Records of conversations continued by their marks (`conv:<id>`, one per conversation a
+# stateless host ran): the oldest go once there are more than this, so the store stays small.
+MAX_CONVERSATION_RECORDS = 2000
+_CONVERSATION_PREFIX = "conv:"
+
+
+def _prune_conversations(records: dict[str, SessionRecord]) -> None:
+    keys = [k for k in records if k.startswith(_CONVERSATION_PREFIX)]
+    if len(keys) <= MAX_CONVERSATION_RECORDS:
+        return
+    keys.sort(key=lambda k: records[k].updated_at)
+    for key in keys[: len(keys) - MAX_CONVERSATION_RECORDS]:
+        del records[key]
+
+# Problems already reported, by (store path, what failed): a store that cannot be written would
+# otherwise repeat the same warning on every turn of a long-running host.
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def _warn_once(path: Path, what: str, message: str) -> None:
+    with _reported_lock:
+        if (str(path), what) in _reported:
+            return
+        _reported.add((str(path), what))
+    log.warning("%s", message)
+
+
+def _resolved(path: Path, what: str) -> None:
+    """The problem is gone: report it again should it come back."""
+    with _reported_lock:
+        _reported.discard((str(path), what))
+
+
+class SessionStore:
+    """The store at `path`. Reads never lock; writes lock, merge and replace atomically.
+
+    Neither `get` nor `put` raises for a store that is unreadable, corrupt or unwritable: `get`
+    answers None (the turn starts a new conversation), `put` logs one warning and returns.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_store_path()
+
+    def _load(self) -> tuple[dict[str, SessionRecord], str]:
+        """The records, and why the file as a whole was unusable ("" when it was fine).
+
+        Raises OSError when the file exists but cannot be read: a writer must then not replace it.
+        """
+        try:
+            data = read_json(self.path, missing=_MISSING)
+        except ValueError as exc:  # UnicodeDecodeError included
+            return {}, f"it is not JSON ({exc})"
+        if data is _MISSING:
+            return {}, ""
+        sessions = data.get("sessions") if isinstance(data, dict) else None
+        if not isinstance(sessions, dict):
+            return {}, 'it has no "sessions" object'
+        records: dict[str, SessionRecord] = {}
+        dropped: list[str] = []
+        for key, value in sessions.items():
+            try:
+                records[str(key)] = SessionRecord.from_json(value)
+            except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+                dropped.append(f"{key!r} ({exc})")
+        if dropped:
+            _warn_once(
+                self.path,
+                "records",
+                f"session store {self.path}: {len(dropped)} session(s) ignored because their "
+                f"records are malformed: {'; '.join(dropped[:5])}. Their next turns start new agy "
+                "conversations; the next save of any session drops them from the file",
+            )
+        else:
+            _resolved(self.path, "records")
+        return records, ""
+
+    def _records(self) -> dict[str, SessionRecord]:
+        try:
+            records, corrupt = self._load()
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "read",
+                f"could not read the session store {self.path} ({exc.strerror or exc}); sessions "
+                "cannot resume until it is readable, so their turns start new agy conversations. "
+                f"Fix its permissions or set {SESSIONS_ENV} to a file you own",
+            )
+            return {}
+        _resolved(self.path, "read")
+        if corrupt:
+            _warn_once(
+                self.path,
+                "corrupt",
+                f"session store {self.path} is corrupt: {corrupt}. Its sessions are ignored (their "
+                f"next turns start new agy conversations); the next save sets it aside as "
+                f"{self._aside()} and starts a fresh store. Delete either file if you do not need it",
+            )
+        return records
+
+    def _aside(self) -> Path:
+        return self.path.with_name(self.path.name + ".corrupt")
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        """The session's record, or None (unknown session, or a store that cannot be read)."""
+        return self._records().get(session_id)
+
+    def all(self) -> Mapping[str, SessionRecord]:
+        return self._records()
+
+    def put(self, session_id: str, record: SessionRecord) -> None:
+        """Store `record` under `session_id`, keeping every other process's records.
+
+        A store that cannot be written (read-only folder, full disk) logs one warning naming the
+        path and what to do, and returns: the turn was already delivered.
+        """
+        self.put_many({session_id: record})
+
+    def put_many(self, records: Mapping[str, SessionRecord]) -> None:
+        """Store several records in one locked write (a turn's session and its conversation)."""
+        if not records:
+            return
+        now = time.time()
+        stamped = {k: dataclasses.replace(v, updated_at=now) for k, v in records.items()}
+
+        def change(current: dict[str, SessionRecord]) -> bool:
+            current.update(stamped)
+            _prune_conversations(current)
+            return True
+
+        try:
+            with file_lock(self.path):
+                self._update(change)
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "write",
+                f"could not save session {', '.join(map(repr, records))} to {self.path} "
+                f"({exc.strerror or exc}); this turn is complete, but the session's next turn "
+                f"will start a new agy conversation. Make {self.path.parent} writable, free disk "
+                f"space, or set {SESSIONS_ENV} to a writable file",
+            )
+            return
+        _resolved(self.path, "write")
+
+    def delete(self, session_id: str) -> None:
+        """Forget `session_id` (a store that cannot be written logs one warning)."""
+        try:
+            with file_lock(self.path):
+                self._update(lambda records: records.pop(session_id, None) is not None)
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "write",
+                f"could not remove session {session_id!r} from {self.path} "
+                f"({exc.strerror or exc}); make {self.path.parent} writable or set "
+                f"{SESSIONS_ENV} to a writable file",
+            )
+
+    def _update(self, change: Callable[[dict[str, SessionRecord]], bool]) -> None:
+        """Under the lock: re-read, apply `change` (True when it changed something), write.
+
+        A corrupt file is set aside first, so whatever it held can still be looked at.
+        """
+        records, corrupt = self._load()
+        if not change(records) and not corrupt:
+            return
+        if corrupt:
+            os.replace(self.path, self._aside())
+            _warn_once(
+                self.path,
+                "corrupt",
+                f"session store {self.path} was corrupt ({corrupt}): set aside as "
+                f"{self._aside()}, and a fresh store replaces it",
+            )
+            _resolved(self.path, "corrupt")
+        write_json_atomic(
+            self.path,
+            {"version": 1, "sessions": {k: v.to_json() for k, v in sorted(records.items())}},
+        )
