@@ -13,21 +13,12 @@ import re
 import threading
 from pathlib import Path
 
+from agy_provider.agy.state_folder import simulator_state_dir
+
 __all__ = ["CONVERSATION_ID", "AppState", "default_app_dir", "simulator_state_dir"]
 
 # agy validates ids passed to --conversation: alphanumeric first, then [A-Za-z0-9-], at most 128.
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
-
-
-def simulator_state_dir() -> Path:
-    """The simulator's own state folder: `$XDG_STATE_HOME/agy-provider/sim-state`.
-
-    Never the real agy's state: simulated conversations there would be offered by `agy --continue`.
-    """
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "agy-provider" / "sim-state"
 
 
 def default_app_dir(gemini_dir: str | None = None) -> Path:
