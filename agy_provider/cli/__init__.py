@@ -13,6 +13,7 @@ import os
 import sys
 
 from agy_provider import __version__
+from agy_provider.agy.state_folder import SIMULATOR, chosen_state_folder, is_simulator
 from agy_provider.errors import AgyError, AgyNotFoundError, UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -36,7 +37,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it; SIGTERM gives 143, SIGHUP 129
 
 # What the simulator is called: any binary by this name gets a state folder of its own.
-_SIMULATOR = "agy-sim"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -345,14 +345,13 @@ def _simulator_state(agy_bin: str, err: TextIO) -> Iterator[None]:
     config's environment override, which the provider reads when the turn starts, passes to agy
     and searches for the conversation. The process environment is restored afterwards.
     """
-    if os.path.basename(agy_bin) != _SIMULATOR:
+    if not is_simulator(agy_bin):
         yield
         return
-    from agy_provider.sim.state import simulator_state_dir
     from agy_provider.store.config import load_config
 
     explicit = load_config().app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
-    folder = explicit or str(simulator_state_dir())
+    folder = chosen_state_folder(agy_bin, explicit)
     print(f"agy-sim keeps its conversations in {folder}", file=err)
     if explicit:
         yield
@@ -466,7 +465,7 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if agy:
         print(f"Running a turn with {agy}.", file=err)
     else:
-        agy = find_agy(_SIMULATOR)
+        agy = find_agy(SIMULATOR)
         print("agy is not installed: using the bundled simulator agy-sim instead.", file=err)
     chat = argparse.Namespace(
         prompt=args.prompt,

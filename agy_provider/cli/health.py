@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from agy_provider.agy.state_folder import is_simulator, state_folder
 from agy_provider.errors import AgyError
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
 ]
 
 # The simulator's binary name: it gets a state folder of its own, and a language-server probe.
-SIMULATOR = "agy-sim"
 # Databases opened by `doctor` at most (newest first): enough to find a pattern of failures.
 DOCTOR_DATABASES = 50
 # How long the simulator's language server may take to answer Heartbeat on a busy machine.
@@ -67,14 +67,7 @@ class Status:
 def agy_state_folder(binary: str, app_data_dir: str = "") -> Path:
     """The state folder this agy writes: the configured one, `ANTIGRAVITY_APP_DATA_DIR`, the
     simulator's own for a binary named agy-sim, else `~/.gemini/antigravity-cli`."""
-    explicit = app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
-    if explicit:
-        return Path(explicit)
-    if os.path.basename(binary) == SIMULATOR:
-        from agy_provider.sim.state import simulator_state_dir
-
-        return simulator_state_dir()
-    return Path(os.path.expanduser("~")) / ".gemini" / "antigravity-cli"
+    return state_folder(binary, app_data_dir)
 
 
 def _find(configured: str) -> tuple[str, str]:
@@ -416,7 +409,7 @@ def _database_check(conversations: Path) -> Check:
 def _server_check(binary: str) -> Check:
     if not binary:
         return Check("language server", "skip", "agy not found")
-    if os.path.basename(binary) != SIMULATOR:
+    if not is_simulator(binary):
         return Check(
             "language server",
             "skip",

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TextIO, TypeAlias
 
+from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
 from agy_provider.errors import AgyError, UsageError
 from agy_provider.hookspecs import hookimpl
@@ -60,7 +61,6 @@ TURN_ENV = "AGY_PROVIDER_TURN"
 # Process names of agy itself (and of the simulator that stands in for it): an ancestor by one of
 # these names means this process is one of agy's tool runs, whoever started agy.
 _AGY_PROCESS_NAMES = frozenset({"agy", "agy-sim"})
-_SIMULATOR = "agy-sim"
 
 Thinking: TypeAlias = Literal["low", "medium", "high"]
 Mode: TypeAlias = Literal["default", "plan", "accept-edits"]
@@ -241,11 +241,10 @@ def turn_edges(
     def config() -> Config:
         settings = dataclasses.replace(load_config(), **overrides)
         binary = agy_bin or settings.agy_bin
-        chosen = settings.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR")
-        if os.path.basename(binary) == _SIMULATOR and not chosen:
-            from agy_provider.sim.state import simulator_state_dir
-
-            settings = dataclasses.replace(settings, app_data_dir=str(simulator_state_dir()))
+        if not settings.app_data_dir and is_simulator(binary):
+            settings = dataclasses.replace(
+                settings, app_data_dir=chosen_state_folder(binary, settings.app_data_dir)
+            )
         return settings
 
     config()  # refuse bad values now, by name

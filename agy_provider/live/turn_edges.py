@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import psutil
 
+from agy_provider.agy.state_folder import chosen_state_folder
 from agy_provider.live.discovery import Binding, bind_database
 from agy_provider.live.runner import AgyProcess, TurnRequest, agy_version, find_agy
 from agy_provider.plugin_manager import EventSourceSpec, event_sources
@@ -105,10 +105,4 @@ def state_dir(config: Config, binary: str) -> str:
     """The state folder agy writes and we watch, told to agy explicitly whenever it is not agy's
     default: the configured one, `ANTIGRAVITY_APP_DATA_DIR`, or — for the bundled simulator —
     the simulator's own folder (agy-sim never writes into the real agy's state by default)."""
-    chosen = config.app_data_dir or os.environ.get("ANTIGRAVITY_APP_DATA_DIR", "")
-    if not chosen and os.path.basename(binary) == "agy-sim":
-        from agy_provider.sim.state import simulator_state_dir
-
-        chosen = str(simulator_state_dir())
-    # Absolute: agy runs in the turn's cwd, and both must name the same folder.
-    return os.path.abspath(chosen) if chosen else ""
+    return chosen_state_folder(binary, config.app_data_dir)
