@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from live_helpers import (
     AGY_VERSIONS,
+    MODEL,
     Observed,
     agy_sim_path,
     expect_done,
@@ -33,8 +34,9 @@ from live_helpers import (
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
-from agy_provider.pi.options import AbortSignal
-from agy_provider.pi.types import UserMessage
+from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import Context, UserMessage
 from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -294,3 +296,16 @@ async def test_leftovers_names_a_process_of_this_state_folder(live_env: Path) ->
         proc.kill()
         proc.wait(30)
     assert leftovers(live_env) == []
+
+
+async def test_the_stream_tells_its_caller_the_turns_facts(live_env: Path) -> None:
+    # The caller of stream_simple learns the conversation, agy's exit code, the answering model
+    # and the source from the stream itself: no hook needed.
+    stream = stream_simple(MODEL, Context(messages=[_user("hi")]), SimpleStreamOptions())
+    assert stream.facts.conversation_id == ""  # nothing known before the turn ends
+    message = await stream.result()
+    await wait_for_turns()
+    dbs = list((live_env / "conversations").glob("*.db"))
+    assert [p.stem for p in dbs] == [stream.facts.conversation_id]
+    assert stream.facts.exit_code == 0 and stream.facts.source == "sqlite"
+    assert stream.facts.model == message.model != ""

@@ -53,7 +53,7 @@ from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnP
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
 from agy_provider.pi.types import (
     AssistantMessage,
     Context,
@@ -848,6 +848,7 @@ class TurnDriver:
         await self._feed(await self._poll())
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
+        self.stream.facts = self._facts(_final_message(events))
         self.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
@@ -1081,9 +1082,19 @@ class TurnDriver:
         """Finish the assembler and deliver its final event; returns the final message."""
         return self._deliver(self._mark(self.assembler.finish(outcome)), outcome)
 
+    def _facts(self, final: AssistantMessage | None) -> TurnFacts:
+        process = self.process
+        return TurnFacts(
+            conversation_id=self.conversation_id,
+            exit_code=None if process is None else process.returncode,
+            model=final.model if final is not None else "",
+            source=self.source_name,
+        )
+
     def _deliver(
         self, events: list[AssistantMessageEvent], outcome: TurnOutcome
     ) -> AssistantMessage | None:
+        self.stream.facts = self._facts(_final_message(events))
         self.emit(events)
         if not self.stream.done:  # the assembler had already finished: still say what happened
             self.stream.push(

@@ -12,6 +12,7 @@ the result, and anything pushed after the stream is done is dropped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +21,22 @@ from agy_provider.errors import IncompleteStreamError
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage
 
-__all__ = ["AssistantMessageEventStream"]
+__all__ = ["AssistantMessageEventStream", "TurnFacts"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnFacts:
+    """What the turn behind a stream knew when its message ended: agy-provider's, beside pi's.
+
+    `conversation_id` the agy conversation ("" when none was bound); `exit_code` agy's, once it
+    had exited; `model` the model that answered, as agy recorded it; `source` the event source
+    the turn read (`rpc`, `sqlite`, …).
+    """
+
+    conversation_id: str = ""
+    exit_code: int | None = None
+    model: str = ""
+    source: str = ""
 
 
 class AssistantMessageEventStream:
@@ -43,6 +59,8 @@ class AssistantMessageEventStream:
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._turn: asyncio.Future[Any] | None = None  # the turn feeding this stream
+        # Set by the turn just before its final event (or its `toolUse` message) is pushed.
+        self.facts = TurnFacts()
 
     def follow_turn(self, turn: asyncio.Future[Any]) -> None:
         """Tie the stream to the turn that feeds it (a task): `turn_done` and `turn_ended()`
