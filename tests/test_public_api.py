@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import agy_provider
 
@@ -93,3 +98,45 @@ def test_import_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == ""
+
+
+# Every import the README and ARCHITECTURE.md show a user, by module: each must keep working
+# under the same name wherever the code behind it moves.
+DOCUMENTED_IMPORTS = {
+    "agy_provider": set(PUBLIC_NAMES),
+    "agy_provider.sync": {"complete", "iter_events"},
+    "agy_provider.ask": {
+        "AskResult",
+        "ask_antigravity",
+        "ask_antigravity_sync",
+        "ask_tool",
+        "run_ask_tool",
+    },
+    "agy_provider.hosts.pi_ai_python": {"provider"},
+    "agy_provider.hosts.pi_agent_core": {"model", "models", "stream_fn"},
+    "agy_provider.hosts.pi_ai_client": {"provider"},
+    "agy_provider.hosts.pi_agents_py": {"model", "models", "register", "stream_fn", "unregister"},
+}
+IMPORT_LINE = re.compile(r"^\s*from (agy_provider[\w.]*) import ([\w, ]+)$", re.M)
+
+
+@pytest.mark.parametrize("module", sorted(DOCUMENTED_IMPORTS))
+def test_every_documented_import_resolves(module: str) -> None:
+    loaded = importlib.import_module(module)
+    for name in DOCUMENTED_IMPORTS[module]:
+        assert getattr(loaded, name, None) is not None, f"{module}.{name}"
+        assert name in getattr(loaded, "__all__", ()), f"{name} is not in {module}.__all__"
+
+
+def test_every_import_the_docs_show_is_pinned() -> None:
+    # A new `from agy_provider… import …` in the docs is a promise: pin it above on purpose.
+    root = Path(__file__).resolve().parents[1]
+    shown = [
+        (module, name.strip())
+        for doc in ("README.md", "ARCHITECTURE.md")
+        for module, names in IMPORT_LINE.findall((root / doc).read_text(encoding="utf-8"))
+        for name in names.split(",")
+    ]
+    assert shown, "the README shows no import: the pattern above no longer reads it"
+    unpinned = [f"{m}.{n}" for m, n in shown if n not in DOCUMENTED_IMPORTS.get(m, set())]
+    assert unpinned == []
