@@ -6,8 +6,6 @@ The package root only re-exports, lazily: `import agy_provider` loads nothing el
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 # `typing` itself costs more than this whole module: mypy reads the constant by its name.
 TYPE_CHECKING = False
@@ -192,21 +190,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """Keeps `agy_provider.replay` the public function once the `replay` submodule is imported.
-
-    Importing a submodule sets it as an attribute of its package, which would hide the function
-    of the same name that the package exports (before lazy loading, the function won).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "replay" and isinstance(value, types.ModuleType):
-            value = getattr(value, "replay", None)
-            if value is None:  # the submodule is still loading: resolve on first use instead
-                return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
