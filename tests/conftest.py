@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ FIXTURES = ROOT / "fixtures"
 # example can take longer without anything being wrong. Examples are bounded by count instead.
 settings.register_profile("agy-provider", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "agy-provider"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # As llm's tests do: plugins installed in this environment load under the tests only when
+    # AGY_PROVIDER_PLUGINS names them (plugin_manager.load_plugins reads this flag).
+    sys._called_from_test = True  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -236,3 +236,29 @@ def test_plugins_load_once_per_process_and_a_broken_one_is_skipped(
     else:
         assert warnings == [], run.stderr  # not on the allow-list: never even imported
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("allow", [None, "fake"], ids=["unset", "named"])
+def test_under_tests_entry_points_load_only_when_named(tmp_path: Path, allow: str | None) -> None:
+    # What this suite's conftest sets, as llm's does: an installed plugin must not change what
+    # tests see unless the test names it.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _install_fake_plugins(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "AGY_PROVIDER_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    if allow is not None:
+        env["AGY_PROVIDER_PLUGINS"] = allow
+    probe = "import sys\nsys._called_from_test = True\n" + _PLUGIN_PROBE
+    run = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["sources"] == (["fake", "rpc", "sqlite"] if allow else ["rpc", "sqlite"])
+    assert sys._called_from_test is True  # type: ignore[attr-defined]  # and this process is one
