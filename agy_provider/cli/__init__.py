@@ -371,7 +371,7 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The live path (asyncio, the provider, its plugins) loads only for the commands that use it.
     import asyncio
 
-    from agy_provider.cli.chat import run_chat
+    from agy_provider.cli.chat_turn import run_chat
     from agy_provider.store.config import load_config
 
     prompt = args.prompt

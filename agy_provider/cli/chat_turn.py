@@ -42,7 +42,8 @@ __all__ = [
 # this process at once and leave agy and its language server running to their own deadline.
 ABORT_SIGNALS: tuple[signals.Signals, ...] = (signals.SIGINT, signals.SIGTERM, signals.SIGHUP)
 
-log = logging.getLogger(__name__)
+# The logger keeps the chat command's name: `-v` prints it on every line it says.
+log = logging.getLogger("agy_provider.cli.chat")
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
