@@ -1,0 +1,82 @@
+"""The `ask` subcommand: AskAntigravity from the command line (the answer on stdout).
+
+Progress goes to stderr; the live path loads only when the turn runs.
+"""
+
+from __future__ import annotations
+
+from agy_provider.cli.options import add_command
+from agy_provider.cli.simulator_state import simulator_state
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `ask` subcommand to `commands`."""
+    ask = add_command(
+        commands,
+        "ask",
+        [
+            "agy-provider ask 'What does this project do?' --model flash",
+            "agy-provider ask 'Now fix the first one' --conversation ID --mode accept-edits",
+        ],
+        help="hand one task to agy: the answer on stdout, progress on stderr",
+        description=(
+            "AskAntigravity from the command line: run PROMPT as one agy turn and print agy's "
+            "answer on stdout, its progress (thinking, each tool run) on stderr. Exit 1 with agy's "
+            "own error when the turn fails. Refuses to run inside an agy turn."
+        ),
+    )
+    ask.add_argument("prompt", metavar="PROMPT")
+    ask.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
+    ask.add_argument(
+        "--model", default="", help="flash, pro, sonnet, opus or a slug (default: config)"
+    )
+    ask.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    ask.add_argument(
+        "--mode",
+        choices=("plan", "accept-edits", "default"),
+        default=None,
+        help="plan: no changes; accept-edits: edit files without asking (default: config)",
+    )
+    ask.add_argument("--conversation", default=None, help="an agy conversation id to continue")
+    ask.add_argument(
+        "--timeout", type=float, default=None, help="seconds the turn may take (default: config)"
+    )
+    ask.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
+    ask.add_argument(
+        "--json", action="store_true", help="print the result (answer, model, usage …) as JSON"
+    )
+    ask.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+
+    from agy_provider.hosts.ask import ask_command
+    from agy_provider.store.config import load_config
+
+    agy_bin = args.agy_bin or load_config().agy_bin
+    with simulator_state(agy_bin, err):
+        return asyncio.run(
+            ask_command(
+                args.prompt,
+                cwd=args.cwd,
+                model=args.model,
+                thinking=args.thinking,
+                mode=args.mode,
+                conversation=args.conversation,
+                timeout=args.timeout,
+                agy_bin=args.agy_bin,
+                as_json=args.json,
+                out=out,
+                err=err,
+            )
+        )

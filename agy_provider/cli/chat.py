@@ -1,0 +1,133 @@
+"""The `chat` subcommand: one turn with agy, streamed to the terminal as it is written.
+
+The live path (cli/chat_turn.py, asyncio, the provider) loads only when the turn runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
+from agy_provider.cli.options import add_command
+from agy_provider.cli.simulator_state import simulator_state
+from agy_provider.errors import UsageError
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `chat` subcommand to `commands`."""
+    ch = add_command(
+        commands,
+        "chat",
+        [
+            "agy-provider chat 'What is in this folder?'",
+            "agy-provider chat -c 'Now add a test for it'",
+            "git diff | agy-provider chat - --system 'You review patches tersely.'",
+            "agy-provider chat 'hi' --agy-bin agy-sim --format events",
+        ],
+        help="run one turn with agy and stream the answer",
+        description=(
+            "Run one turn with agy and stream it as it is written. Ctrl-C, SIGTERM and SIGHUP stop "
+            "agy and its language server and end the turn as aborted. When agy asks for a "
+            "permission or asks a question, you are asked on the terminal. With agy-sim as the "
+            "binary, the simulator's state lives in a folder of its own (said on stderr). "
+            "NO_COLOR turns colour off."
+        ),
+    )
+    ch.add_argument("prompt", metavar="PROMPT", help="what to ask; - reads it from stdin")
+    ch.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="continue the last chat started in this folder (its agy conversation)",
+    )
+    ch.add_argument(
+        "--system", default="", help="a system prompt for a new conversation (ignored with -c)"
+    )
+    ch.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log what the turn does on stderr (-vv: debug detail)",
+    )
+    ch.add_argument("--model", default="", help="agy model slug or base (default: config)")
+    ch.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    ch.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
+    ch.add_argument("--session", default="", help="host session id: continue its agy conversation")
+    ch.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
+    ch.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
+    ch.add_argument(
+        "--format",
+        choices=("text", "events"),
+        default="text",
+        help="text: for people; events: one pi event per line, flushed as produced",
+    )
+    ch.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # The live path (asyncio, the provider, its plugins) loads only for the commands that use it.
+    import asyncio
+
+    from agy_provider.cli.chat_turn import run_chat
+    from agy_provider.store.config import load_config
+
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise UsageError("the prompt is empty: pass it as an argument, or pipe it in with -")
+    if args.continue_last and args.session:
+        raise UsageError("use either -c/--continue or --session, not both")
+    if args.system and (args.continue_last or args.session):
+        # A continued conversation already has its start: agy would see the text as a message.
+        print("agy-provider: --system applies to a new conversation; not sent", file=err)
+        args.system = ""
+    _verbosity(getattr(args, "verbose", 0), err)
+    agy_bin = args.agy_bin or load_config().agy_bin
+    with simulator_state(agy_bin, err):
+        result = asyncio.run(
+            run_chat(
+                prompt,
+                model=args.model,
+                thinking=args.thinking,
+                backend=args.backend,
+                session=args.session,
+                continue_last=getattr(args, "continue_last", False),
+                system=getattr(args, "system", ""),
+                cwd=args.cwd,
+                agy_bin=args.agy_bin,
+                events=args.format == "events",
+                verbose=bool(getattr(args, "verbose", 0)),
+                out=out,
+                err=err,
+            )
+        )
+    if result.signal is not None:
+        return 128 + result.signal
+    if result.message is None or result.message.stop_reason in ("error", "aborted"):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _verbosity(level: int, err: TextIO) -> None:
+    """-v: what the turn does (info); -vv: debug detail, on stderr."""
+    if not level:
+        return
+    logger = logging.getLogger("agy_provider")
+    logger.setLevel(logging.INFO if level == 1 else logging.DEBUG)
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("agy-provider: %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
