@@ -5,7 +5,15 @@ Progress goes to stderr; the live path loads only when the turn runs.
 
 from __future__ import annotations
 
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import (
+    add_agy_bin,
+    add_command,
+    add_cwd,
+    add_json,
+    add_model,
+    add_thinking,
+    add_timeout,
+)
 from agy_provider.cli.simulator_state import simulator_state
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -35,11 +43,9 @@ def add_parser(commands: SubParsers) -> None:
         ),
     )
     ask.add_argument("prompt", metavar="PROMPT")
-    ask.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
-    ask.add_argument(
-        "--model", default="", help="flash, pro, sonnet, opus or a slug (default: config)"
-    )
-    ask.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    add_cwd(ask)
+    add_model(ask, "flash, pro, sonnet, opus or a slug")
+    add_thinking(ask)
     ask.add_argument(
         "--mode",
         choices=("plan", "accept-edits", "default"),
@@ -47,13 +53,9 @@ def add_parser(commands: SubParsers) -> None:
         help="plan: no changes; accept-edits: edit files without asking (default: config)",
     )
     ask.add_argument("--conversation", default=None, help="an agy conversation id to continue")
-    ask.add_argument(
-        "--timeout", type=float, default=None, help="seconds the turn may take (default: config)"
-    )
-    ask.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
-    ask.add_argument(
-        "--json", action="store_true", help="print the result (answer, model, usage …) as JSON"
-    )
+    add_timeout(ask, "the turn", None)
+    add_agy_bin(ask)
+    add_json(ask, "print the result (answer, model, usage …) as JSON")
     ask.set_defaults(run=run)
 
 

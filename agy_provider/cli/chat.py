@@ -9,7 +9,7 @@ import logging
 import sys
 
 from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_cwd, add_model, add_thinking
 from agy_provider.cli.simulator_state import simulator_state
 from agy_provider.errors import UsageError
 
@@ -61,12 +61,12 @@ def add_parser(commands: SubParsers) -> None:
         default=0,
         help="log what the turn does on stderr (-vv: debug detail)",
     )
-    ch.add_argument("--model", default="", help="agy model slug or base (default: config)")
-    ch.add_argument("--thinking", choices=("low", "medium", "high"), default=None)
+    add_model(ch, "agy model slug or base")
+    add_thinking(ch)
     ch.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
     ch.add_argument("--session", default="", help="host session id: continue its agy conversation")
-    ch.add_argument("--cwd", default=None, help="the folder agy works in (default: here)")
-    ch.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
+    add_cwd(ch)
+    add_agy_bin(ch)
     ch.add_argument(
         "--format",
         choices=("text", "events"),

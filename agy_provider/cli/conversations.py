@@ -6,7 +6,7 @@ It also owns which folder holds them, which `export` reads too.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_conversations_folder, add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
@@ -26,11 +26,9 @@ def add_parser(commands: SubParsers) -> None:
         ["agy-provider conversations", "agy-provider conversations --agy-bin agy-sim --json"],
         help="agy's saved conversations: title, date, model, turns, tokens (read-only)",
     )
-    cv.add_argument(
-        "--agy-bin", default=None, help="whose state folder (default: AGY_BIN, then PATH)"
-    )
-    cv.add_argument("--folder", default=None, help="a conversations folder to read instead")
-    cv.add_argument("--json", action="store_true", help="one JSON object per conversation")
+    add_agy_bin(cv, "whose state folder")
+    add_conversations_folder(cv)
+    add_json(cv, "one JSON object per conversation")
     cv.set_defaults(run=run)
 
 

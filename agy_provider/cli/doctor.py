@@ -6,7 +6,7 @@ One line per check (marked, coloured on a terminal) or one JSON object per check
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK, colour_for
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
@@ -35,8 +35,8 @@ def add_parser(commands: SubParsers) -> None:
             "the simulator), and the event sources. Exit 1 when a check fails."
         ),
     )
-    dr.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
-    dr.add_argument("--json", action="store_true", help="one JSON object per check")
+    add_agy_bin(dr)
+    add_json(dr, "one JSON object per check")
     dr.set_defaults(run=run)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
 from agy_provider.cli.conversations import conversation_folder
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_conversations_folder
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -58,10 +58,8 @@ def add_parser(commands: SubParsers) -> None:
     ex.add_argument("dest", metavar="DEST", help="the folder to write (created if needed)")
     ex.add_argument("--format", choices=("markdown", "jsonl"), default="markdown")
     ex.add_argument("--jobs", type=int, default=None, help="files at once (default: the CPUs)")
-    ex.add_argument(
-        "--agy-bin", default=None, help="whose state folder (default: AGY_BIN, then PATH)"
-    )
-    ex.add_argument("--folder", default=None, help="a conversations folder to read instead")
+    add_agy_bin(ex, "whose state folder")
+    add_conversations_folder(ex)
     ex.set_defaults(run=run)
 
 

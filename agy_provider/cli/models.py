@@ -6,7 +6,7 @@ As text, one model a line, or as one JSON object per model.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
@@ -26,10 +26,8 @@ def add_parser(commands: SubParsers) -> None:
         ["agy-provider models", "agy-provider models --agy-bin agy-sim --json"],
         help="list the models agy offers (`agy models`), tiers folded into efforts",
     )
-    models.add_argument(
-        "--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)"
-    )
-    models.add_argument("--json", action="store_true", help="one JSON object per model")
+    add_agy_bin(models)
+    add_json(models, "one JSON object per model")
     models.set_defaults(run=run)
 
 

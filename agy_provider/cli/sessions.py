@@ -6,7 +6,7 @@ Only the provider's own session store is written; agy's files are never touched.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_command, add_json
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -34,7 +34,7 @@ def add_parser(commands: SubParsers) -> None:
     se.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
     se.add_argument("session", nargs="?", metavar="SESSION", help="the session to clear")
     se.add_argument("--all", action="store_true", help="with clear: forget every session")
-    se.add_argument("--json", action="store_true", help="list as JSON lines")
+    add_json(se, "list as JSON lines")
     se.set_defaults(run=run)
 
 

@@ -6,7 +6,7 @@ The facts come from cli/health.py; exit 1 when any of them is a problem.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ def add_parser(commands: SubParsers) -> None:
         ["agy-provider status", "agy-provider status --json"],
         help="agy (found, version, signed in), settings, sessions, conversations, event sources",
     )
-    st.add_argument("--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)")
-    st.add_argument("--json", action="store_true", help="one JSON object")
+    add_agy_bin(st)
+    add_json(st, "one JSON object")
     st.set_defaults(run=run)
 
 

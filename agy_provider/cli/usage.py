@@ -6,7 +6,7 @@ A quota already spent is reported as the failure it is (exit 1), with when it re
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
-from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_agy_bin, add_command, add_json, add_timeout
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -31,13 +31,9 @@ def add_parser(commands: SubParsers) -> None:
         ],
         help="agy's quota: each window's share left and when it resets (`agy -p /usage`)",
     )
-    usage.add_argument(
-        "--agy-bin", default=None, help="the agy binary (default: AGY_BIN, then PATH)"
-    )
-    usage.add_argument("--json", action="store_true", help="one JSON object")
-    usage.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds agy may take (default: 60)"
-    )
+    add_agy_bin(usage)
+    add_json(usage, "one JSON object")
+    add_timeout(usage, "agy", 60.0)
     usage.set_defaults(run=run)
 
 
