@@ -256,6 +256,51 @@ class _Output:
             self.at_line_start = text.removesuffix("\x1b[0m").endswith("\n")
 
 
+class _ChatScreen:
+    """Where a chat turn is shown: text for people (a spinner until the first output, errors on
+    stderr), or pi events for machines on `out`, flushed as they come. Made on the loop."""
+
+    def __init__(self, out: TextIO, err: TextIO, *, events: bool) -> None:
+        no_colour = bool(os.environ.get("NO_COLOR"))
+        self._out = out
+        self._err = err
+        self._events = events
+        self._text_out = _Output(out)
+        self._printer = LivePrinter(self._text_out.write, colour=out.isatty() and not no_colour)
+        self._error_printer = LivePrinter(err.write, colour=err.isatty() and not no_colour)
+        self.spinner = Spinner(err) if not events and err.isatty() else None
+        self._loop = asyncio.get_running_loop()
+
+    def show(self, event: AssistantMessageEvent) -> None:
+        if event.type != "start" and self.spinner is not None:
+            self.spinner.stop()  # before the first write: no residue, nothing wiped
+        if self._events:
+            self._out.write(event_line(event) + "\n")
+            _say_error(event, self._err)
+        elif isinstance(event, ErrorEvent):
+            if not self._text_out.at_line_start:
+                self._text_out.write("\n")
+            self._error_printer.feed(event)
+        else:
+            self._printer.feed(event)
+        self._out.flush()
+
+    def clear_line(self) -> None:
+        """Before a question: the spinner gone, the question on a line of its own."""
+        spinner = self.spinner
+        if spinner is not None:
+            # Hooks ask from a worker thread: stop the spinner on the loop and wait for it, or
+            # its next frame could land on the question's line.
+            async def stop() -> None:
+                spinner.stop()
+
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(2.0)
+        if not self._text_out.at_line_start and self._out.isatty():
+            self._text_out.write("\n")
+            self._out.flush()
+
+
 async def run_chat(
     prompt: str,
     *,
@@ -301,27 +346,8 @@ async def run_chat(
         reasoning=thinking or (config.thinking or None),  # type: ignore[arg-type]
         signal=abort,
     )
-    no_colour = bool(os.environ.get("NO_COLOR"))
-    text_out = _Output(out)
-    printer = LivePrinter(text_out.write, colour=out.isatty() and not no_colour)
-    error_printer = LivePrinter(err.write, colour=err.isatty() and not no_colour)
-    spinner = Spinner(err) if not events and err.isatty() else None
-
-    def clear_line() -> None:
-        """Before a question: the spinner gone, the question on a line of its own."""
-        if spinner is not None:
-            # Hooks ask from a worker thread: stop the spinner on the loop and wait for it, or
-            # its next frame could land on the question's line.
-            async def stop() -> None:
-                spinner.stop()
-
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(stop(), loop).result(2.0)
-        if not text_out.at_line_start and out.isatty():
-            text_out.write("\n")
-            out.flush()
-
-    loop = asyncio.get_running_loop()
+    screen = _ChatScreen(out, err, events=events)
+    spinner = screen.spinner
     asker = None
     narrator = None
     # Signals are ours from here on: loading the plugins can take a moment, and a signal then
@@ -332,7 +358,7 @@ async def run_chat(
             if verbose:
                 narrator = TurnNarrator()
                 pm.register(narrator, name="agy-provider-chat-narrator")
-            terminal = None if events else terminal_asker(err, clear_line)
+            terminal = None if events else terminal_asker(err, screen.clear_line)
             if terminal is not None:
                 asker = TerminalDecisions(*terminal)
                 pm.register(asker, name="agy-provider-chat-terminal")
@@ -353,18 +379,7 @@ async def run_chat(
                 continue_session=bool(session) or continue_last,
             )
             async for event in stream:
-                if event.type != "start" and spinner is not None:
-                    spinner.stop()  # before the first write: no residue, nothing wiped
-                if events:
-                    out.write(event_line(event) + "\n")
-                    _say_error(event, err)
-                elif isinstance(event, ErrorEvent):
-                    if not text_out.at_line_start:
-                        text_out.write("\n")
-                    error_printer.feed(event)
-                else:
-                    printer.feed(event)
-                out.flush()
+                screen.show(event)
             message = dataclasses.replace(await stream.result())
             if spinner is not None:
                 await spinner.finish()
