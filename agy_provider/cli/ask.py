@@ -35,6 +35,7 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider ask 'What does this project do?' --model flash",
             "agy-provider ask 'Now fix the first one' --conversation ID --mode accept-edits",
         ],
+        run,
         help="hand one task to agy: the answer on stdout, progress on stderr",
         description=(
             "AskAntigravity from the command line: run PROMPT as one agy turn and print agy's "
@@ -56,7 +57,6 @@ def add_parser(commands: SubParsers) -> None:
     add_timeout(ask, "the turn", None)
     add_agy_bin(ask)
     add_json(ask, "print the result (answer, model, usage …) as JSON")
-    ask.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

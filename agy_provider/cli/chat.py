@@ -34,6 +34,7 @@ def add_parser(commands: SubParsers) -> None:
             "git diff | agy-provider chat - --system 'You review patches tersely.'",
             "agy-provider chat 'hi' --agy-bin agy-sim --format events",
         ],
+        run,
         help="run one turn with agy and stream the answer",
         description=(
             "Run one turn with agy and stream it as it is written. Ctrl-C, SIGTERM and SIGHUP stop "
@@ -73,7 +74,6 @@ def add_parser(commands: SubParsers) -> None:
         default="text",
         help="text: for people; events: one pi event per line, flushed as produced",
     )
-    ch.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -32,12 +32,12 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider config mode accept-edits",
             "agy-provider config --unset mode",
         ],
+        run,
         help="show or change settings (config.json; environment variables override)",
     )
     cf.add_argument("key", nargs="?", metavar="KEY")
     cf.add_argument("value", nargs="?", metavar="VALUE")
     cf.add_argument("--unset", action="store_true", help="remove KEY: its default applies again")
-    cf.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -24,12 +24,12 @@ def add_parser(commands: SubParsers) -> None:
         commands,
         "conversations",
         ["agy-provider conversations", "agy-provider conversations --agy-bin agy-sim --json"],
+        run,
         help="agy's saved conversations: title, date, model, turns, tokens (read-only)",
     )
     add_agy_bin(cv, "whose state folder")
     add_conversations_folder(cv)
     add_json(cv, "one JSON object per conversation")
-    cv.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

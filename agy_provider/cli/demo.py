@@ -28,10 +28,10 @@ def add_parser(commands: SubParsers) -> None:
         commands,
         "demo",
         ["agy-provider demo", "agy-provider demo --prompt 'List the files here'"],
+        run,
         help="run one demo turn with agy, or with the bundled simulator when agy is not installed",
     )
     demo.add_argument("--prompt", default="Say hello and tell me in one sentence what you can do.")
-    demo.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -27,6 +27,7 @@ def add_parser(commands: SubParsers) -> None:
         commands,
         "doctor",
         ["agy-provider doctor", "agy-provider doctor --agy-bin agy-sim"],
+        run,
         help="check agy, PATH, state folders, databases and agy's language server; say how to fix",
         description=(
             "Check everything a turn needs and say how to fix what fails: agy and its version, "
@@ -37,7 +38,6 @@ def add_parser(commands: SubParsers) -> None:
     )
     add_agy_bin(dr)
     add_json(dr, "one JSON object per check")
-    dr.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

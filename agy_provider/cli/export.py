@@ -48,6 +48,7 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider export ./agy-export",
             "agy-provider export ./agy-export --format jsonl --jobs 4",
         ],
+        run,
         help="write every saved conversation to Markdown or JSON Lines, in parallel",
         description=(
             "Write every conversation in agy's state folder to DEST/<id>.md (or .jsonl: one line "
@@ -60,7 +61,6 @@ def add_parser(commands: SubParsers) -> None:
     ex.add_argument("--jobs", type=int, default=None, help="files at once (default: the CPUs)")
     add_agy_bin(ex, "whose state folder")
     add_conversations_folder(ex)
-    ex.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -24,11 +24,11 @@ def add_parser(commands: SubParsers) -> None:
         commands,
         "models",
         ["agy-provider models", "agy-provider models --agy-bin agy-sim --json"],
+        run,
         help="list the models agy offers (`agy models`), tiers folded into efforts",
     )
     add_agy_bin(models)
     add_json(models, "one JSON object per model")
-    models.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -9,9 +9,12 @@ import argparse
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from typing import TextIO
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+    # A subcommand's runner: its arguments, stdout and stderr in, the exit code out.
+    Runner = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 __all__ = [
     "add_agy_bin",
@@ -27,15 +30,17 @@ __all__ = [
 
 
 def add_command(
-    commands: SubParsers, name: str, examples: Sequence[str], **kwargs: str
+    commands: SubParsers, name: str, examples: Sequence[str], run: Runner, **kwargs: str
 ) -> argparse.ArgumentParser:
-    """A subcommand's parser, its examples shown at the end of its `--help`."""
-    return commands.add_parser(
+    """A subcommand's parser, its examples shown at the end of its `--help`; `main` calls `run`."""
+    parser = commands.add_parser(
         name,
         epilog=examples_epilog(*examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         **kwargs,  # type: ignore[arg-type]
     )
+    parser.set_defaults(run=run)
+    return parser
 
 
 def examples_epilog(*lines: str) -> str:

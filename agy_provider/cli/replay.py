@@ -28,6 +28,7 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider replay fixtures/db/tool-run.db --format transcript",
             "agy-provider replay ~/.gemini/antigravity-cli/conversations/ID.db --turn all",
         ],
+        run,
         help="replay a saved agy conversation as pi events, steps, a transcript or markdown",
         description=(
             "Replay a conversation database (.db, opened read-only), a JSON file of RPC steps, "
@@ -43,7 +44,6 @@ def add_parser(commands: SubParsers) -> None:
         "transcript: for people; markdown: a shareable document",
     )
     rp.add_argument("--turn", default="last", help="last (default), all, or a 1-based number")
-    rp.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

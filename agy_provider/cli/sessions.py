@@ -29,13 +29,13 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider sessions clear my-session",
             "agy-provider sessions clear --all",
         ],
+        run,
         help="list or forget sessions (session id → agy conversation)",
     )
     se.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
     se.add_argument("session", nargs="?", metavar="SESSION", help="the session to clear")
     se.add_argument("--all", action="store_true", help="with clear: forget every session")
     add_json(se, "list as JSON lines")
-    se.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -24,11 +24,11 @@ def add_parser(commands: SubParsers) -> None:
         commands,
         "status",
         ["agy-provider status", "agy-provider status --json"],
+        run,
         help="agy (found, version, signed in), settings, sessions, conversations, event sources",
     )
     add_agy_bin(st)
     add_json(st, "one JSON object")
-    st.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

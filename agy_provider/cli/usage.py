@@ -29,12 +29,12 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider usage --json",
             "AGY_SIM_VERSION=1.3.3 agy-provider usage --agy-bin agy-sim",
         ],
+        run,
         help="agy's quota: each window's share left and when it resets (`agy -p /usage`)",
     )
     add_agy_bin(usage)
     add_json(usage, "one JSON object")
     add_timeout(usage, "agy", 60.0)
-    usage.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
