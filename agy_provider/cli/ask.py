@@ -60,6 +60,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run PROMPT as one agy turn: the answer on `out`, progress on `err`; exit 1 if it fails."""
     import asyncio
 
     from agy_provider.hosts.ask import ask_command

@@ -77,6 +77,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run one chat turn; exit 1 when it ends in an error or aborted, 128+N on signal N."""
     # The live path (asyncio, the provider, its plugins) loads only for the commands that use it.
     import asyncio
 

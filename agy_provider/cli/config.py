@@ -41,6 +41,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Show every setting, show one KEY, set KEY to VALUE, or unset KEY."""
     from agy_provider.store.config import (
         ENV_OVERRIDES,
         config_path,

@@ -33,6 +33,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List agy's saved conversations, one line (or JSON object) each."""
     import json
     import time
 

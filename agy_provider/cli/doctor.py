@@ -41,6 +41,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run every check and print it with its fix; exit 1 when a check fails."""
     import json
 
     from agy_provider.cli.health import doctor_checks

@@ -64,6 +64,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Export every conversation in the folder to DEST; exit 1 when one could not be."""
     from agy_provider.offline.conversations import export_conversations
 
     if args.jobs is not None and args.jobs < 1:

@@ -32,6 +32,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List `agy models`, one model a line (or a JSON object)."""
     import json
 
     from agy_provider.agy.models import list_models

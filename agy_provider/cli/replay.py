@@ -47,6 +47,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print the recording at PATH in the chosen format, turn by turn as each is replayed."""
     from agy_provider.assembly.diffs import GitBaselines
     from agy_provider.offline.formatters import event_line, markdown, step_line, transcript
     from agy_provider.offline.replay import load_recording, replay

@@ -39,6 +39,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List the sessions, most recently updated first, or forget one (or all)."""
     import json
     import time
 

@@ -32,6 +32,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print what is known about agy and the provider; exit 1 when any of it is a problem."""
     import json
 
     from agy_provider.cli.health import gather_status

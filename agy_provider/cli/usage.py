@@ -38,6 +38,7 @@ def add_parser(commands: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print agy's quota windows; exit 1 when the quota is already spent."""
     import json
 
     from agy_provider.agy.usage_command import read_quota_usage
