@@ -537,4 +537,6 @@ def test_offline_commands_never_load_the_live_path(argv: list[str], tmp_path: Pa
         env=env_for(tmp_path), check=True,
     )  # fmt: skip
     loaded = set(done.stdout.split())
-    assert not loaded & {"asyncio", "httpx", "psutil", "pluggy", "agy_provider.cli.chat"}, loaded
+    assert not loaded & {"asyncio", "httpx", "psutil", "pluggy", "agy_provider.cli.chat_turn"}, (
+        loaded
+    )

@@ -68,8 +68,7 @@ def test_only_an_rpc_turn_loads_httpx() -> None:
     """The plugins a turn loads (every event source among them) leave httpx, ~150 ms of imports
     with its CLI and HTTP/2 dependencies installed, to the turns that talk to agy's server."""
     new = loaded_after(
-        "from agy_provider.plugin_manager import get_plugin_manager\n"
-        "get_plugin_manager()"
+        "from agy_provider.plugin_manager import get_plugin_manager\nget_plugin_manager()"
     )
     assert "agy_provider.plugins.rpc_source" in new
     assert not new & {"httpx", "agy_provider.rpc.language_server", "agy_provider.rpc.client"}, new
@@ -90,8 +89,8 @@ def test_replay_keeps_its_name_after_its_module_is_imported() -> None:
     ("argv", "absent"),
     [
         (["--help"], LIVE | REPLAY | {"agy_provider.offline.formatters"}),
-        (["chat", "--help"], LIVE | REPLAY | {"agy_provider.cli.chat"}),
-        (["replay", str(FIXTURES / "db" / "tool-run.db")], LIVE | {"agy_provider.cli.chat"}),
+        (["chat", "--help"], LIVE | REPLAY | {"agy_provider.cli.chat_turn"}),
+        (["replay", str(FIXTURES / "db" / "tool-run.db")], LIVE | {"agy_provider.cli.chat_turn"}),
     ],
     ids=["help", "chat-help", "replay"],
 )

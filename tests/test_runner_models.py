@@ -115,7 +115,7 @@ def test_model_arguments() -> None:
 
 def test_chat_asks_the_person_at_the_terminal() -> None:
     from agy_provider.agy.step import PermissionRequest, Question, QuestionOption
-    from agy_provider.cli.chat import TerminalDecisions
+    from agy_provider.cli.chat_turn import TerminalDecisions
 
     said: list[str] = []
     replies = iter(["y", "n", "2, 3", "something else"])

@@ -1,0 +1,426 @@
+"""One interactive turn for the command line: run it through `stream_simple` and print it live.
+
+People get text (thinking dimmed, a spinner while agy warms up); machines get pi events, flushed.
+SIGINT, SIGTERM and SIGHUP abort the turn (agy's whole tree is ended) and the turn still ends with
+its `aborted` error event; a second signal stops waiting for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import itertools
+import logging
+import os
+import signal as signals
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
+
+from agy_provider.hookspecs import hookimpl
+from agy_provider.live.provider import stream_simple
+from agy_provider.offline.formatters import LivePrinter, event_line
+from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage, Context, Model, UserMessage
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.store.config import load_config
+
+__all__ = [
+    "ABORT_SIGNALS",
+    "ChatResult",
+    "Spinner",
+    "TerminalDecisions",
+    "TurnNarrator",
+    "run_chat",
+    "terminal_asker",
+]
+
+# Signals that end a chat the way Ctrl-C does. Without handlers SIGTERM and SIGHUP would kill
+# this process at once and leave agy and its language server running to their own deadline.
+ABORT_SIGNALS: tuple[signals.Signals, ...] = (signals.SIGINT, signals.SIGTERM, signals.SIGHUP)
+
+# The logger keeps the chat command's name: `-v` prints it on every line it says.
+log = logging.getLogger("agy_provider.cli.chat")
+
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class Spinner:
+    """`⠋ agy is starting…` on the terminal until the first output, then gone without a trace.
+
+    `stop()` erases the line at once, synchronously, before anything else is written: clearing
+    it on the spinner's next tick instead would wipe (or share a line with) the first text.
+    """
+
+    def __init__(self, err: TextIO) -> None:
+        self._err = err
+        self._task: asyncio.Task[None] | None = None
+        self._shown = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._spin())
+
+    async def _spin(self) -> None:
+        for frame in itertools.cycle(_SPINNER):
+            self._err.write(f"\r{frame} agy is starting…")
+            self._err.flush()
+            self._shown = True
+            await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop and erase; safe to call again, and from the loop only."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._shown:
+            self._shown = False
+            self._err.write("\r\x1b[K")
+            self._err.flush()
+
+    async def finish(self) -> None:
+        task = self._task
+        self.stop()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class TerminalDecisions:
+    """Asks the person at the terminal when agy waits on a permission or a question.
+
+    Registered by `agy-provider chat` when a terminal can be asked; hooks run in a worker thread,
+    so blocking on input is fine. `ask` and `say` are the terminal's input and output
+    (`terminal_asker` makes them: the question on stderr or /dev/tty, never on stdout, which
+    may be a file).
+    """
+
+    def __init__(self, ask: Callable[[str], str], say: Callable[[str], object]) -> None:
+        self._ask = ask
+        self._say = say
+
+    @hookimpl(tryfirst=True)
+    def decide_permission(self, request: Any, step: Any, turn: Any) -> bool:
+        what = f"{request.action} `{request.target}`" if request is not None else "an action"
+        why = f" ({request.description})" if request is not None and request.description else ""
+        answer = self._ask(f"agy wants to run {what}{why}. Allow? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    @hookimpl(tryfirst=True)
+    def answer_question(
+        self, questions: Sequence[Any], step: Any, turn: Any
+    ) -> list[dict[str, Any]]:
+        answers = []
+        for question in questions:
+            self._say(f"agy asks: {question.question}\n")
+            ids = [option.id for option in question.options]
+            for option in question.options:
+                self._say(f"  {option.id}. {option.text}\n")
+            reply = self._ask(
+                "Your choice (numbers separated by commas, or your own words): "
+            ).strip()
+            picked = [part.strip() for part in reply.split(",") if part.strip() in ids]
+            answer: dict[str, Any] = {"question": question.question, "selectedOptionIds": picked}
+            if reply and not picked:
+                answer["writeInResponse"] = reply
+            answers.append(answer)
+        return answers
+
+
+def terminal_asker(
+    err: TextIO, before: Callable[[], object]
+) -> tuple[Callable[[str], str], Callable[[str], object]] | None:
+    """(ask, say) for the person at this terminal, or None when there is none to ask.
+
+    Questions go to stderr when it is the terminal (else to /dev/tty) so they are seen even with
+    stdout redirected; answers come from stdin when it is the terminal, else from /dev/tty (the
+    prompt may have been piped in with `-`). `before` runs first (it clears the spinner and
+    starts a fresh line).
+    """
+    # A terminal cannot be opened "r+" as text (a buffered random-access file must seek):
+    # one handle for each direction. They live as long as the process (one chat).
+    try:
+        reader: TextIO = sys.stdin if sys.stdin.isatty() else open("/dev/tty", encoding="utf-8")  # noqa: SIM115
+        writer: TextIO = err if err.isatty() else open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        return None
+    source, sink = reader, writer
+
+    def say(text: str) -> None:
+        before()
+        sink.write(text)
+        sink.flush()
+
+    def ask(question: str) -> str:
+        say(question)
+        line = source.readline()
+        if not line:
+            raise EOFError("no answer: the terminal closed")
+        return line.rstrip("\n")
+
+    return ask, say
+
+
+class TurnNarrator:
+    """`--verbose`: says on stderr (logger `agy_provider.cli.chat`, info) what the turn does — agy
+    started, the conversation it bound, the event source and server, how it ended. Never the
+    prompt's text or a token."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def _once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.info(message, *args)
+
+    @hookimpl
+    def observe_event(self, event: Any, turn: Any) -> None:
+        if turn is None:
+            return
+        process = getattr(turn, "process", None)
+        if process is not None:
+            request = getattr(process, "request", None)
+            binary = getattr(request, "agy_bin", "agy")
+            self._once("agy", "agy started: %s (pid %s) in %s", binary, process.pid, turn.cwd)
+        binding = getattr(turn, "binding", None)
+        if binding is not None:
+            self._once("bound", "conversation %s (%s)", binding.conversation_id, binding.path)
+        if getattr(turn, "endpoint", ""):
+            self._once("server", "agy's language server at %s", turn.endpoint)
+        if event.type in ("done", "error"):
+            message = event.message if event.type == "done" else event.error
+            log.info("turn ended: %s (%d tokens)", message.stop_reason, message.usage.total_tokens)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChatResult:
+    """How a chat turn ended: its final message (None only when a second signal cut the wait
+    short) and the signal that interrupted it, if any."""
+
+    message: AssistantMessage | None
+    signal: int | None = None
+
+
+@contextlib.contextmanager
+def _abort_on_signals(abort: AbortSignal, err: TextIO) -> Iterator[list[int]]:
+    """Turn SIGINT/SIGTERM/SIGHUP into `abort`; yields the signals received, in order.
+
+    The first signal aborts the turn, which ends agy's tree and then the stream; a second one
+    cancels the waiting task (the provider still ends agy's tree as its task is cancelled).
+    """
+    loop = asyncio.get_running_loop()
+    waiting = asyncio.current_task()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        name = signals.Signals(signum).name
+        if len(received) == 1:
+            # On a terminal the signal's echo (^C) or the spinner may share the line: start anew.
+            if err.isatty():
+                err.write("\n")
+            err.write(f"agy-provider: {name} received: stopping agy…\n")
+            err.flush()
+            abort.abort(f"interrupted by {name}")
+        elif waiting is not None:
+            waiting.cancel()
+
+    installed = []
+    for signum in ABORT_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+            continue
+        installed.append(signum)
+    try:
+        yield received
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+class _Output:
+    """`out`, remembering whether its last write ended a line (so stderr lines start cleanly)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.at_line_start = True
+
+    def write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            # A dimmed line ends in the colour reset after its newline: still a line's start.
+            self.at_line_start = text.removesuffix("\x1b[0m").endswith("\n")
+
+
+class _ChatScreen:
+    """Where a chat turn is shown: text for people (a spinner until the first output, errors on
+    stderr), or pi events for machines on `out`, flushed as they come. Made on the loop."""
+
+    def __init__(self, out: TextIO, err: TextIO, *, events: bool) -> None:
+        no_colour = bool(os.environ.get("NO_COLOR"))
+        self._out = out
+        self._err = err
+        self._events = events
+        self._text_out = _Output(out)
+        self._printer = LivePrinter(self._text_out.write, colour=out.isatty() and not no_colour)
+        self._error_printer = LivePrinter(err.write, colour=err.isatty() and not no_colour)
+        self.spinner = Spinner(err) if not events and err.isatty() else None
+        self._loop = asyncio.get_running_loop()
+
+    def show(self, event: AssistantMessageEvent) -> None:
+        if event.type != "start" and self.spinner is not None:
+            self.spinner.stop()  # before the first write: no residue, nothing wiped
+        if self._events:
+            self._out.write(event_line(event) + "\n")
+            _say_error(event, self._err)
+        elif isinstance(event, ErrorEvent):
+            if not self._text_out.at_line_start:
+                self._text_out.write("\n")
+            self._error_printer.feed(event)
+        else:
+            self._printer.feed(event)
+        self._out.flush()
+
+    def clear_line(self) -> None:
+        """Before a question: the spinner gone, the question on a line of its own."""
+        spinner = self.spinner
+        if spinner is not None:
+            # Hooks ask from a worker thread: stop the spinner on the loop and wait for it, or
+            # its next frame could land on the question's line.
+            async def stop() -> None:
+                spinner.stop()
+
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(stop(), self._loop).result(2.0)
+        if not self._text_out.at_line_start and self._out.isatty():
+            self._text_out.write("\n")
+            self._out.flush()
+
+
+async def run_chat(
+    prompt: str,
+    *,
+    model: str = "",
+    thinking: str | None = None,
+    backend: str | None = None,
+    session: str = "",
+    continue_last: bool = False,
+    system: str = "",
+    cwd: str | None = None,
+    agy_bin: str | None = None,
+    events: bool = False,
+    verbose: bool = False,
+    out: TextIO,
+    err: TextIO,
+) -> ChatResult:
+    """Run `prompt` as one turn and write it to `out` as it streams.
+
+    With `session`, the turn continues that session's agy conversation (sending only `prompt`).
+    Without one, the turn is remembered as this folder's last chat, which `continue_last`
+    continues. `system` is sent before the prompt of a new conversation. Errors go to `err`
+    with what to do (in `events` mode the `error` event is also on `out`). Colour only on a
+    terminal and never with NO_COLOR. Raises `UsageError` for bad settings before anything
+    starts.
+    """
+    config = load_config()
+    chosen = model or config.model or "agy"
+    pi_model = Model(
+        id=chosen,
+        name=chosen,
+        api="agy",
+        provider="agy",
+        base_url="",
+        reasoning=True,
+        context_window=1_000_000,
+        max_tokens=65_536,
+    )
+    abort = AbortSignal()
+    # Every plain chat is remembered as this folder's last one; -c continues it.
+    folder_session = _folder_session(cwd)
+    options = SimpleStreamOptions(
+        session_id=session or folder_session,
+        reasoning=thinking or (config.thinking or None),  # type: ignore[arg-type]
+        signal=abort,
+    )
+    screen = _ChatScreen(out, err, events=events)
+    spinner = screen.spinner
+    asker = None
+    narrator = None
+    # Signals are ours from here on: loading the plugins can take a moment, and a signal then
+    # must abort the turn too rather than kill this process with agy about to start.
+    with _abort_on_signals(abort, err) as received:
+        pm = get_plugin_manager()
+        try:
+            if verbose:
+                narrator = TurnNarrator()
+                pm.register(narrator, name="agy-provider-chat-narrator")
+            terminal = None if events else terminal_asker(err, screen.clear_line)
+            if terminal is not None:
+                asker = TerminalDecisions(*terminal)
+                pm.register(asker, name="agy-provider-chat-terminal")
+            if spinner is not None:
+                spinner.start()
+            stream = stream_simple(
+                pi_model,
+                Context(
+                    system_prompt=system or None,
+                    messages=[UserMessage(content=prompt, timestamp=0)],
+                ),
+                options,
+                cwd=cwd,
+                agy_bin=agy_bin,
+                event_source=backend,
+                # The command line has no history of its own: a named session (or -c) always
+                # continues its conversation; a plain chat (history never matches) starts anew.
+                continue_session=bool(session) or continue_last,
+            )
+            async for event in stream:
+                screen.show(event)
+            message = dataclasses.replace(await stream.result())
+            if spinner is not None:
+                await spinner.finish()
+            await _let_the_turn_finish()
+        except asyncio.CancelledError:
+            if not received:
+                raise
+            # A second signal: stop waiting. The provider's task is cancelled as the loop closes,
+            # and ends agy's process tree on its way out.
+            err.write("agy-provider: stopped without waiting for the turn to finish\n")
+            return ChatResult(None, received[0])
+        finally:
+            if asker is not None:
+                pm.unregister(asker)
+            if narrator is not None:
+                pm.unregister(narrator)
+            if spinner is not None:
+                await spinner.finish()
+    return ChatResult(message, received[0] if received else None)
+
+
+# How long the CLI waits, after the final event, for the turn's own epilogue (agy's tree ended,
+# the session saved) before the loop closes and cancels what is left.
+_EPILOGUE_WAIT = 15.0
+
+
+def _folder_session(cwd: str | None) -> str:
+    """The session id of the last plain chat started in `cwd` (what -c continues)."""
+    folder = os.path.realpath(cwd or os.getcwd())
+    return "cli:" + hashlib.sha256(folder.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+async def _let_the_turn_finish() -> None:
+    """Wait for the provider's work after the final event: closing the loop would cancel it."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=_EPILOGUE_WAIT)
+
+
+def _say_error(event: AssistantMessageEvent, err: TextIO) -> None:
+    """In events mode the error event goes to stdout for machines; people read it on stderr."""
+    if isinstance(event, ErrorEvent):
+        err.write(f"agy-provider: {event.error.error_message or 'the turn failed'}\n")
+        err.flush()

@@ -1,0 +1,76 @@
+"""The `conversations` subcommand: agy's saved conversations, read-only, one line (or JSON) each.
+
+It also owns which folder holds them, which `export` reads too.
+"""
+
+from __future__ import annotations
+
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.options import add_agy_bin, add_command, add_conversations_folder, add_json
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "conversation_folder", "run"]
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `conversations` subcommand to `commands`."""
+    cv = add_command(
+        commands,
+        "conversations",
+        ["agy-provider conversations", "agy-provider conversations --agy-bin agy-sim --json"],
+        run,
+        help="agy's saved conversations: title, date, model, turns, tokens (read-only)",
+    )
+    add_agy_bin(cv, "whose state folder")
+    add_conversations_folder(cv)
+    add_json(cv, "one JSON object per conversation")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List agy's saved conversations, one line (or JSON object) each."""
+    import json
+    import time
+
+    from agy_provider.offline.conversations import list_conversations
+    from agy_provider.offline.formatters import printable
+
+    folder = conversation_folder(args)
+    summaries = list_conversations(folder)
+    if not summaries:
+        print(f"no conversations in {folder}", file=err)
+    for s in summaries:
+        if args.json:
+            out.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated))
+        if s.error:
+            out.write(f"{s.id}  {when}  unreadable: {printable(s.error)}\n")
+            continue
+        title = printable(s.title or "(untitled)")
+        turns = f"{s.turns} turn" + ("s" if s.turns != 1 else "")
+        out.write(
+            f"{s.id}  {when}  {title}  [{printable(s.model)} · {turns} · {s.tokens} tokens]\n"
+        )
+    return EXIT_OK
+
+
+def conversation_folder(args: argparse.Namespace) -> str:
+    if args.folder:
+        return str(args.folder)
+    from agy_provider.cli.health import agy_state_folder
+    from agy_provider.errors import AgyNotFoundError
+    from agy_provider.live.runner import find_agy
+    from agy_provider.store.config import load_config
+
+    config = load_config()
+    try:
+        binary = find_agy(args.agy_bin or config.agy_bin)
+    except AgyNotFoundError:
+        binary = args.agy_bin or config.agy_bin or "agy"
+    return str(agy_state_folder(binary, config.app_data_dir) / "conversations")

@@ -1,0 +1,68 @@
+"""The `sessions` subcommand: list or forget host sessions (session id -> agy conversation).
+
+Only the provider's own session store is written; agy's files are never touched.
+"""
+
+from __future__ import annotations
+
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.options import add_command, add_json
+from agy_provider.errors import UsageError
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `sessions` subcommand to `commands`."""
+    se = add_command(
+        commands,
+        "sessions",
+        [
+            "agy-provider sessions",
+            "agy-provider sessions clear my-session",
+            "agy-provider sessions clear --all",
+        ],
+        run,
+        help="list or forget sessions (session id → agy conversation)",
+    )
+    se.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
+    se.add_argument("session", nargs="?", metavar="SESSION", help="the session to clear")
+    se.add_argument("--all", action="store_true", help="with clear: forget every session")
+    add_json(se, "list as JSON lines")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """List the sessions, most recently updated first, or forget one (or all)."""
+    import json
+    import time
+
+    from agy_provider.store.sessions import SessionStore
+
+    store = SessionStore()
+    records = store.all()
+    if args.action == "clear":
+        if args.all == bool(args.session):
+            raise UsageError("sessions clear takes a SESSION id, or --all")
+        names = list(records) if args.all else [args.session]
+        if args.session and args.session not in records:
+            raise UsageError(f"no session {args.session!r} (see agy-provider sessions)")
+        for name in names:
+            store.delete(name)
+        print(f"forgot {len(names)} session(s) in {store.path}", file=err)
+        return EXIT_OK
+    if not records:
+        print(f"no sessions in {store.path}", file=err)
+    for name, record in sorted(records.items(), key=lambda kv: -kv[1].updated_at):
+        if args.json:
+            out.write(json.dumps({"session": name, **record.to_json()}) + "\n")
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.updated_at))
+        out.write(f"{name}\t{record.conversation_id}\t{when}\n")
+    return EXIT_OK

@@ -1,0 +1,46 @@
+"""The `status` subcommand: agy (found, version, signed in), settings, sessions, conversations.
+
+The facts come from cli/health.py; exit 1 when any of them is a problem.
+"""
+
+from __future__ import annotations
+
+from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
+from agy_provider.cli.options import add_agy_bin, add_command, add_json
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `status` subcommand to `commands`."""
+    st = add_command(
+        commands,
+        "status",
+        ["agy-provider status", "agy-provider status --json"],
+        run,
+        help="agy (found, version, signed in), settings, sessions, conversations, event sources",
+    )
+    add_agy_bin(st)
+    add_json(st, "one JSON object")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Print what is known about agy and the provider; exit 1 when any of it is a problem."""
+    import json
+
+    from agy_provider.cli.health import gather_status
+
+    status = gather_status(args.agy_bin or "")
+    if args.json:
+        out.write(json.dumps(status.to_json(), indent=2) + "\n")
+    else:
+        width = max(len(label) for label, _ in status.rows)
+        out.writelines(f"{label:<{width}}  {value}\n" for label, value in status.rows)
+    return EXIT_FAILED if status.problems else EXIT_OK
