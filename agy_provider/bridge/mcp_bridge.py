@@ -1,10 +1,10 @@
 """The MCP bridge: a host's tools offered to agy over MCP Streamable HTTP for the length of a turn.
 
 Owns `HostToolBridge` (a loopback MCP server on the official `mcp` SDK behind a per-turn token, a
-body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), the
-host-tool values (`HostTool`, `HostToolCall`, `HostToolResult`), `ParkedToolCalls` (calls held
-open until the host answers them) and the tools and answers of the `register_host_tools` /
-`invoke_host_tool` hooks.
+body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), and
+re-exports what its users need beside it: the host-tool values (`host_tool_values`),
+`ParkedToolCalls` (`parked_calls`), the plugins' tools (`plugin_tools`) and `sweep_stale_folders`
+(`bridge_folders`).
 
 Every `tools/call` agy makes is handed to one async callback; the callback may take as long as the
 host needs (a parked call waits for the host's next `stream_simple`), and closing the bridge
