@@ -1,6 +1,7 @@
 """Turn execution: plays one scenario turn into a conversation database, commit by commit.
 
-Owns `Simulator` (conversations, turns, pending interactions, cancel) and `TurnResult`.
+Owns `Simulator` (conversations, turns, pending interactions, cancel); the values it plays with
+(`Clock`, `Conversation`, `TurnResult`) live in `turn_values`.
 
 The engine is synchronous and single-writer; other threads (the control channel) only call
 `answer()` and `cancel()`, which hand values over under one condition variable. Every delay goes
