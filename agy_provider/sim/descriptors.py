@@ -254,6 +254,17 @@ def _common_file() -> descriptor_pb2.FileDescriptorProto:
 
 
 def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
+    return [
+        *_step_metadata_messages(),
+        *_input_and_command_step_messages(),
+        *_file_and_other_step_messages(),
+        *_interaction_messages(),
+        *_trajectory_messages(),
+    ]
+
+
+def _step_metadata_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """A step's metadata: its timestamps, status transitions, model usage and error details."""
     status = f"enum:{CORTEX}CortexStepStatus"
     usage = f"msg:{COMMON}ModelUsageStats"
     return [
@@ -304,6 +315,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (9, "model_error_message", "string", ""),
             ],
         ),
+    ]
+
+
+def _input_and_command_step_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The bodies of user input, planner response, generic and run-command steps."""
+    return [
         _message(
             "CortexStepUserInput",
             [
@@ -356,6 +373,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (31, "shell_name", "string", ""),
             ],
         ),
+    ]
+
+
+def _file_and_other_step_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The bodies of the file, error, checkpoint, system, question and MCP tool steps."""
+    return [
         _message(
             "CortexStepViewFile",
             [
@@ -429,6 +452,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (7, "user_rejected", "bool", ""),
             ],
         ),
+    ]
+
+
+def _interaction_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The permission and question interactions a WAITING step asks for, and their answers."""
+    return [
         _message("PermissionResource", [(1, "action", "string", ""), (2, "target", "string", "")]),
         _message(
             "PermissionInteractionSpec",
@@ -489,6 +518,13 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (2, "response", f"msg:{CORTEX}CascadeUserInteraction", ""),
             ],
         ),
+    ]
+
+
+def _trajectory_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """Trajectory-level records: permission grants, generator metadata, trajectory metadata."""
+    usage = f"msg:{COMMON}ModelUsageStats"
+    return [
         _message(
             "PermissionGrant",
             [(1, "resource", f"msg:{CORTEX}PermissionResource", ""), (2, "allow", "bool", "")],
