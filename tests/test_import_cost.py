@@ -105,3 +105,14 @@ def test_the_cli_imports_per_subcommand(argv: list[str], absent: set[str]) -> No
     )
     assert "agy_provider.cli" in new
     assert not new & absent, sorted(new & absent)
+
+
+def test_the_options_never_load_asyncio() -> None:
+    """A host building a model, a context and options (before any loop runs) pays for no
+    asyncio: only `AbortSignal.wait`, on a running loop, needs it."""
+    new = loaded_after(
+        "from agy_provider import AbortSignal, Context, Model, SimpleStreamOptions, UserMessage\n"
+        "SimpleStreamOptions(signal=AbortSignal()).to_json()"
+    )
+    assert {"agy_provider.pi.options", "agy_provider.pi.types"} <= new
+    assert not new & (LIVE | REPLAY), sorted(new & (LIVE | REPLAY))

@@ -1,10 +1,10 @@
 """The MCP bridge: a host's tools offered to agy over MCP Streamable HTTP for the length of a turn.
 
 Owns `HostToolBridge` (a loopback MCP server on the official `mcp` SDK behind a per-turn token, a
-body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), the
-host-tool values (`HostTool`, `HostToolCall`, `HostToolResult`), `ParkedToolCalls` (calls held
-open until the host answers them) and the tools and answers of the `register_host_tools` /
-`invoke_host_tool` hooks.
+body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), and
+re-exports what its users need beside it: the host-tool values (`host_tool_values`),
+`ParkedToolCalls` (`parked_calls`), the plugins' tools (`plugin_tools`) and `sweep_stale_folders`
+(`bridge_folders`).
 
 Every `tools/call` agy makes is handed to one async callback; the callback may take as long as the
 host needs (a parked call waits for the host's next `stream_simple`), and closing the bridge
@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
-import json
 import logging
 import os
 import re
 import secrets
-import shutil
 import socket
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +34,35 @@ from typing import Any
 import anyio._backends._asyncio  # noqa: F401
 import jsonschema  # type: ignore[import-untyped]
 import mcp_types
-import psutil
 import uvicorn
 import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agy_provider import lifeline
+from agy_provider.bridge.bridge_folders import (
+    _FOLDER_PREFIX,
+    _remove_folder,
+    _start_stamp,
+    sweep_stale_folders,
+)
+from agy_provider.bridge.host_tool_values import (
+    MAX_RESULT_BYTES,
+    HostTool,
+    HostToolCall,
+    HostToolHandler,
+    HostToolResult,
+    _as_host_tools,
+    _as_result,
+    _capped,
+    _schema_of,
+)
+from agy_provider.bridge.mcp_requests import _handshake_era, _replay, _respond
+from agy_provider.bridge.parked_calls import ParkedToolCalls
+from agy_provider.bridge.plugin_tools import plugin_host_tools, plugin_tool_handler
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.pi.types import Tool
 from agy_provider.store.atomic import write_json_atomic
@@ -82,26 +97,11 @@ CONFIG_RELATIVE_PATH = os.path.join(".agents", "mcp_config.json")
 # A request body past this is refused (413) before it is read: a model's tool-call arguments are
 # a few kilobytes and agy's other MCP requests carry less, so 1 MiB only stops runaways.
 MAX_BODY_BYTES = 1024 * 1024
-# A host tool's result text past this (counted as the JSON string the answer carries, escapes
-# included) is cut, with a note saying so. The SDK's MCP client refuses a server-sent event over
-# 1 MiB (`DEFAULT_MAX_SSE_EVENT_SIZE`) and the call then never completes: agy-sim's client fails
-# it, and the host is never told. Real agy's own limit is unverified; 64 KiB is left for the
-# JSON-RPC envelope around the text.
-MAX_RESULT_BYTES = 1024 * 1024 - 64 * 1024
 # Closing waits this long for answers to reach agy and connections to end, then stops regardless.
 CLOSE_GRACE_SECONDS = 2.0
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-# MCP tool names (SEP-986, the SDK's own rule).
-_TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode("ascii")
-_VERSION_HEADER_KEY = b"mcp-protocol-version"
-_SESSION_HEADER_KEY = b"mcp-session-id"
-# A bridge folder is named `agy-provider-mcp-<owner pid>-<owner start>-<random>`: a folder whose
-# owner is gone (a host killed outright, its lifeline too) is known by name and removed by the
-# next bridge start; the owner's start time (hundredths of a second) tells a reused pid apart.
-_FOLDER_PREFIX = "agy-provider-mcp-"
-_OWNED_FOLDER = re.compile(re.escape(_FOLDER_PREFIX) + r"(\d+)-(\d+)-")
 # The key under which the ASGI scope of a POST carries its `_Post` (the SDK hands that scope's
 # request to the tool handler as `ctx.request`).
 _POST_SCOPE_KEY = "agy_provider.post"
@@ -109,134 +109,6 @@ _DROPPED_MESSAGE = "agy closed its request for this call before the host answere
 _CLOSED_MESSAGE = (
     "agy-provider closed the host tool bridge before the host answered this call (the turn ended)"
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HostTool:
-    """A tool the host runs and agy may call: its name, description and arguments' JSON Schema."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_tool(cls, tool: Tool) -> HostTool:
-        """A pi `Tool` (context.tools) as a host tool."""
-        return cls(tool.name, tool.description, tool.parameters)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HostToolCall:
-    """One call agy made: a bridge-chosen id (unique per bridge), the tool's name, its arguments."""
-
-    id: str
-    name: str
-    arguments: Mapping[str, Any]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HostToolResult:
-    """What a host tool answered: text for the model, and whether it is an error."""
-
-    text: str
-    is_error: bool = False
-
-
-HostToolHandler = Callable[[HostToolCall], Awaitable["HostToolResult | str"]]
-
-
-def _schema_of(tool: HostTool) -> dict[str, Any]:
-    """The tool's input schema as MCP wants it: a JSON Schema whose root is an object."""
-    schema = dict(tool.parameters)
-    if not schema:
-        return {"type": "object", "properties": {}}
-    if "type" not in schema:
-        schema["type"] = "object"
-    if schema["type"] != "object":
-        raise UsageError(
-            f"host tool {tool.name!r}: its parameters must be a JSON Schema of type 'object' "
-            f"(MCP passes arguments as an object), not {schema['type']!r}"
-        )
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise UsageError(
-            f"host tool {tool.name!r}: its parameters are not a valid JSON Schema: {exc.message}"
-        ) from exc
-    return schema
-
-
-def _as_host_tools(tools: Sequence[HostTool | Tool]) -> dict[str, HostTool]:
-    found: dict[str, HostTool] = {}
-    for tool in tools:
-        host_tool = tool if isinstance(tool, HostTool) else HostTool.from_tool(tool)
-        if not _TOOL_NAME.fullmatch(host_tool.name):
-            raise UsageError(
-                f"host tool name {host_tool.name!r} is not a valid MCP tool name: use 1-128 "
-                "letters, digits, '_', '-' or '.'"
-            )
-        if host_tool.name in found:
-            raise UsageError(f"host tool {host_tool.name!r} is offered twice")
-        found[host_tool.name] = host_tool
-    return found
-
-
-def _as_result(value: object, name: str) -> HostToolResult:
-    if isinstance(value, HostToolResult):
-        return value
-    if isinstance(value, str):
-        return HostToolResult(value)
-    raise TypeError(
-        f"the handler of host tool {name!r} returned {type(value).__name__}; "
-        "return a str or a HostToolResult"
-    )
-
-
-def _json_size(text: str) -> int:
-    """Bytes `text` takes as a JSON string in an MCP message (UTF-8, escapes, quotes)."""
-    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-
-
-def _cut_note(cut: int, total: int) -> str:
-    return (
-        f"\n\n[agy-provider: this tool result was cut: {cut:,} of its {total:,} characters are "
-        f"left out, as an MCP message carries at most {MAX_RESULT_BYTES:,} bytes of it]"
-    )
-
-
-def _capped_text(text: str, limit: int) -> str | None:
-    """`text` cut (the note appended) so that the JSON string is at most `limit` bytes, or None
-    when it fits already. The longest prefix that fits is found by bisection; every character
-    takes at least one byte, so no prefix longer than `limit` characters is tried."""
-    if _json_size(text) <= limit:
-        return None
-    low, high = 0, min(len(text), limit)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if _json_size(text[:middle] + _cut_note(len(text) - middle, len(text))) <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    return text[:low] + _cut_note(len(text) - low, len(text))
-
-
-async def _capped(
-    result: HostToolResult, name: str, limit: int = MAX_RESULT_BYTES
-) -> HostToolResult:
-    """`result` with its text cut to what an MCP message can carry (logged when cut)."""
-    # JSON takes at most 6 bytes per character (\u001f): shorter texts fit without measuring.
-    if len(result.text) * 6 + 2 <= limit:
-        return result
-    cut = await off_loop(_capped_text, result.text, limit)
-    if cut is None:
-        return result
-    log.warning(
-        "host tool %s answered %d characters, more than an MCP message carries; cut to %d",
-        name,
-        len(result.text),
-        len(cut),
-    )
-    return HostToolResult(cut, result.is_error)
 
 
 def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
@@ -699,216 +571,3 @@ class HostToolBridge:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
-
-
-def _start_stamp(pid: int) -> int:
-    """When process `pid` started, in hundredths of a second (0 when it cannot be read)."""
-    try:
-        return round(psutil.Process(pid).create_time() * 100)
-    except psutil.Error:
-        return 0
-
-
-def _remove_folder(folder: str | os.PathLike[str]) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
-    lifeline.drop_folder(os.fspath(folder))
-
-
-def sweep_stale_folders(parent: str) -> list[str]:
-    """Remove the bridge folders in `parent` whose owning process is gone (a host killed with
-    its lifeline); returns them. Only our user's folders named by `HostToolBridge`; a folder
-    of a live owner, or of an older version (no owner in its name), is never touched.
-    Blocking: a listing of `parent` (call it in a worker thread)."""
-    removed: list[str] = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return removed
-    uid = os.getuid()
-    for entry in entries:
-        owned = _OWNED_FOLDER.match(entry.name)
-        if owned is None:
-            continue
-        pid, stamp = int(owned.group(1)), int(owned.group(2))
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not entry.is_dir(follow_symlinks=False) or info.st_uid != uid:
-            continue
-        if stamp and _start_stamp(pid) == stamp:
-            continue  # its owner lives
-        if not stamp and psutil.pid_exists(pid):
-            continue  # cannot tell a reused pid apart: leave it
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.path)
-    if removed:
-        log.info("removed %d bridge folder(s) of processes that are gone", len(removed))
-    return removed
-
-
-def _handshake_era(
-    scope: Scope, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
-) -> Scope:
-    """Serve a handshake-era request whose `MCP-Protocol-Version` is newer than the SDK's era table.
-
-    The SDK sends any request whose version header is not a handshake version down its stateless
-    2026-07-28 path, which refuses a request without that era's `_meta` envelope (400). agy's
-    client negotiates with `initialize` and then sends `MCP-Protocol-Version: 2026-07-28`
-    (AGY-FORMATS §2): such a request (no envelope, or a GET/DELETE of a session) is served on the
-    handshake path, as the newest handshake version. A real 2026-07-28 request keeps its header.
-    """
-    version = next((v for k, v in headers if k.lower() == _VERSION_HEADER_KEY), None)
-    if version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS:
-        return scope
-    if body is not None and _has_modern_envelope(body):
-        return scope
-    if body is None and not any(k.lower() == _SESSION_HEADER_KEY for k, _ in headers):
-        return scope
-    log.debug(
-        "MCP-Protocol-Version %r on a handshake-era request: served as %s",
-        version.decode("latin-1"),
-        LATEST_HANDSHAKE_VERSION,
-    )
-    fixed = [
-        (k, LATEST_HANDSHAKE_VERSION.encode("ascii") if k.lower() == _VERSION_HEADER_KEY else v)
-        for k, v in headers
-    ]
-    return {**scope, "headers": fixed}
-
-
-def _has_modern_envelope(body: bytes) -> bool:
-    """Whether a POST body carries the per-request envelope of MCP 2026-07-28 (`params._meta`)."""
-    try:
-        decoded = json.loads(body)
-    except (ValueError, RecursionError):
-        return True  # not JSON: leave it to the SDK to answer
-    params = decoded.get("params") if isinstance(decoded, dict) else None
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return isinstance(meta, dict) and mcp_types.PROTOCOL_VERSION_META_KEY in meta
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that hands over the body already read, then the client's own messages."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-async def _respond(send: Send, status: int, message: str) -> None:
-    """A JSON-RPC error body (no id) with an HTTP status, as MCP clients can read it."""
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-class ParkedToolCalls:
-    """Holds agy's host-tool calls open until the host answers them (park and resume).
-
-    Give `handle` to a `HostToolBridge` as its handler. `await next_call()` returns each call as
-    agy makes it (the turn ends its `stream_simple` with that `toolCall`); `resolve(call.id,
-    result)` answers it later (from the host's `ToolResultMessage`), and agy's request completes.
-    A call agy abandoned, or that the bridge's closing answered, cannot be resolved any more:
-    `resolve` then returns False.
-    """
-
-    def __init__(self) -> None:
-        self._open: dict[str, tuple[HostToolCall, asyncio.Future[HostToolResult]]] = {}
-        self._new: asyncio.Queue[HostToolCall] = asyncio.Queue()
-
-    async def handle(self, call: HostToolCall) -> HostToolResult:
-        """The bridge's handler: park `call` and wait for its answer."""
-        answer: asyncio.Future[HostToolResult] = asyncio.get_running_loop().create_future()
-        self._open[call.id] = (call, answer)
-        self._new.put_nowait(call)
-        try:
-            return await answer
-        finally:
-            self._open.pop(call.id, None)
-
-    async def next_call(self) -> HostToolCall:
-        """The next call agy made that no one has taken yet (skipping calls already ended)."""
-        while True:
-            call = await self._new.get()
-            if call.id in self._open:
-                return call
-
-    @property
-    def pending(self) -> tuple[HostToolCall, ...]:
-        """Calls parked and not answered yet, oldest first."""
-        return tuple(call for call, _ in self._open.values())
-
-    def resolve(self, call_id: str, result: HostToolResult | str) -> bool:
-        """Answer the parked call `call_id`; False when it is no longer open."""
-        entry = self._open.get(call_id)
-        if entry is None or entry[1].done():
-            return False
-        entry[1].set_result(_as_result(result, entry[0].name))
-        return True
-
-
-def plugin_host_tools() -> list[HostTool]:
-    """The host tools plugins register (`register_host_tools`); a name registered twice is an error."""
-    from agy_provider.plugin_manager import get_plugin_manager
-
-    pm = get_plugin_manager()
-    found: dict[str, tuple[HostTool, str]] = {}
-    for impl in pm.hook.register_host_tools.get_hookimpls():
-        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-
-        def register(
-            name: str,
-            description: str = "",
-            parameters: Mapping[str, Any] | None = None,
-            _plugin: str = plugin_name,
-        ) -> None:
-            if not isinstance(name, str) or not name:
-                raise UsageError(f"plugin {_plugin} registered a host tool without a name")
-            if name in found:
-                raise UsageError(
-                    f"host tool {name!r} registered twice ({found[name][1]} and {_plugin})"
-                )
-            found[name] = (HostTool(name, description, dict(parameters or {})), _plugin)
-
-        impl.function(register=register)
-    return [tool for tool, _ in found.values()]
-
-
-def plugin_tool_handler(turn: Any) -> HostToolHandler:
-    """A handler that runs each call through the `invoke_host_tool` hook (in a worker thread).
-
-    A str or `HostToolResult` answer is passed on; any other value is sent as JSON; None (no
-    plugin runs that tool) is an error result.
-    """
-    from agy_provider.plugin_manager import get_plugin_manager
-
-    async def handle(call: HostToolCall) -> HostToolResult:
-        pm = get_plugin_manager()
-        value = await asyncio.to_thread(
-            pm.hook.invoke_host_tool, name=call.name, arguments=dict(call.arguments), turn=turn
-        )
-        if value is None:
-            return HostToolResult(f"no plugin runs the host tool {call.name!r}", True)
-        if isinstance(value, HostToolResult | str):
-            return _as_result(value, call.name)
-        return HostToolResult(json.dumps(value, ensure_ascii=False, default=str))
-
-    return handle

@@ -5,12 +5,11 @@ Owns their camelCase JSON (as in `types`) and the `AbortSignal` that cancels a t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 from agy_provider.pi._pijson import (
     JsonDict,
@@ -23,6 +22,11 @@ from agy_provider.pi._pijson import (
     _opt_str,
     _put,
 )
+
+if TYPE_CHECKING:
+    # asyncio costs a host that only builds options more than the rest of pi's types: `wait`,
+    # the one user at run time, imports it from a running loop, where it is loaded already.
+    import asyncio
 
 __all__ = [
     "AbortSignal",
@@ -86,6 +90,8 @@ class AbortSignal:
 
     async def wait(self) -> None:
         """Return once the signal is aborted (at once if it already is)."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         entry = (loop, future)

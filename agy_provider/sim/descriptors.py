@@ -10,11 +10,12 @@ real `.fds` never has to be present at runtime; the conformance tests hold these
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+from agy_provider.sim.real_schema import load_descriptor_set
 
 __all__ = [
     "ANY_TYPE_URL_STEP",
@@ -253,6 +254,17 @@ def _common_file() -> descriptor_pb2.FileDescriptorProto:
 
 
 def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
+    return [
+        *_step_metadata_messages(),
+        *_input_and_command_step_messages(),
+        *_file_and_other_step_messages(),
+        *_interaction_messages(),
+        *_trajectory_messages(),
+    ]
+
+
+def _step_metadata_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """A step's metadata: its timestamps, status transitions, model usage and error details."""
     status = f"enum:{CORTEX}CortexStepStatus"
     usage = f"msg:{COMMON}ModelUsageStats"
     return [
@@ -303,6 +315,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (9, "model_error_message", "string", ""),
             ],
         ),
+    ]
+
+
+def _input_and_command_step_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The bodies of user input, planner response, generic and run-command steps."""
+    return [
         _message(
             "CortexStepUserInput",
             [
@@ -355,6 +373,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (31, "shell_name", "string", ""),
             ],
         ),
+    ]
+
+
+def _file_and_other_step_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The bodies of the file, error, checkpoint, system, question and MCP tool steps."""
+    return [
         _message(
             "CortexStepViewFile",
             [
@@ -428,6 +452,12 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (7, "user_rejected", "bool", ""),
             ],
         ),
+    ]
+
+
+def _interaction_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """The permission and question interactions a WAITING step asks for, and their answers."""
+    return [
         _message("PermissionResource", [(1, "action", "string", ""), (2, "target", "string", "")]),
         _message(
             "PermissionInteractionSpec",
@@ -488,6 +518,13 @@ def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
                 (2, "response", f"msg:{CORTEX}CascadeUserInteraction", ""),
             ],
         ),
+    ]
+
+
+def _trajectory_messages() -> list[descriptor_pb2.DescriptorProto]:
+    """Trajectory-level records: permission grants, generator metadata, trajectory metadata."""
+    usage = f"msg:{COMMON}ModelUsageStats"
+    return [
         _message(
             "PermissionGrant",
             [(1, "resource", f"msg:{CORTEX}PermissionResource", ""), (2, "allow", "bool", "")],
@@ -599,44 +636,6 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
 
 
 POOL = _build_pool()
-
-
-def load_descriptor_set(path: str | os.PathLike[str]) -> descriptor_pool.DescriptorPool:
-    """A pool holding a `FileDescriptorSet` file, such as agy's real schema (AGY-FORMATS §5).
-
-    The well-known types the set imports come from the `protobuf` package first (unless the set
-    carries its own copy), then every file of the set in order. For conformance tests and
-    benchmarks; the simulator itself never reads the real schema.
-    """
-    from google.protobuf import (
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        struct_pb2,
-        wrappers_pb2,
-    )
-
-    with open(path, "rb") as handle:
-        fds = descriptor_pb2.FileDescriptorSet.FromString(handle.read())
-    names = {f.name for f in fds.file}
-    pool = descriptor_pool.DescriptorPool()
-    for module in (
-        descriptor_pb2,
-        any_pb2,
-        timestamp_pb2,
-        duration_pb2,
-        struct_pb2,
-        empty_pb2,
-        wrappers_pb2,
-        field_mask_pb2,
-    ):
-        proto = descriptor_pb2.FileDescriptorProto()
-        module.DESCRIPTOR.CopyToProto(proto)
-        if proto.name not in names:
-            pool.Add(proto)
-    for proto in fds.file:
-        pool.Add(proto)
-    return pool
 
 
 def message_class(full_name: str) -> Any:

@@ -1,6 +1,7 @@
 """Turn execution: plays one scenario turn into a conversation database, commit by commit.
 
-Owns `Simulator` (conversations, turns, pending interactions, cancel) and `TurnResult`.
+Owns `Simulator` (conversations, turns, pending interactions, cancel); the values it plays with
+(`Clock`, `Conversation`, `TurnResult`) live in `turn_values`.
 
 The engine is synchronous and single-writer; other threads (the control channel) only call
 `answer()` and `cancel()`, which hand values over under one condition variable. Every delay goes
@@ -9,7 +10,6 @@ through `Clock`, so `AGY_SIM_SPEED` scales them all and record mode gets reprodu
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.image_views import NO_IMAGES, VIEWED_IMAGES_PLACEHOLDER, image_views
+from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER, image_views
 from agy_provider.sim.payloads import IdSource, StepFactory
 from agy_provider.sim.scenario import (
     MCP_RESULT_PLACEHOLDER,
@@ -31,6 +31,19 @@ from agy_provider.sim.scenario import (
     ToolSpec,
     Usage,
 )
+from agy_provider.sim.turn_values import (
+    Clock,
+    Conversation,
+    SimCrash,
+    TurnResult,
+    _add,
+    _AutoDenied,
+    _Canceled,
+    _PrintTimeout,
+    _totals,
+    _Turn,
+    _TurnFailed,
+)
 from agy_provider.sim.versions import AgyVersion, sim_version
 from agy_provider.sim.writer import ConversationWriter
 
@@ -40,159 +53,6 @@ ST = pb.STEP_STATUS
 StepListener = Callable[[str, int, Any], None]
 _TITLE_MODEL = CatalogModel("gemini-2.5-flash-lite", "Gemini 2.5 Flash Lite", 50)
 _TITLE_USAGE = Usage(input=35, response=3)
-
-
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        a.input + b.input,
-        a.thinking + b.thinking,
-        a.response + b.response,
-        a.cache_read + b.cache_read,
-    )
-
-
-class SimCrash(Exception):
-    """The scenario crashes the process: exit with `exit_code` after printing `message`."""
-
-    def __init__(self, exit_code: int, message: str) -> None:
-        self.exit_code = exit_code
-        self.message = message
-        super().__init__(message)
-
-
-class _PrintTimeout(Exception):
-    pass
-
-
-class _Canceled(Exception):
-    pass
-
-
-class _AutoDenied(Exception):
-    """Print mode denied a permission nobody granted: the turn ends the way the version does."""
-
-    def __init__(self, message: str, tool: ToolSpec, action: str) -> None:
-        self.tool = tool
-        self.action = action
-        super().__init__(message)
-
-
-class _TurnFailed(Exception):
-    def __init__(self, message: str, exit_code: int, stderr: str = "") -> None:
-        self.exit_code = exit_code
-        self.stderr = stderr
-        super().__init__(message)
-
-
-class Clock:
-    """Wall time scaled by `speed`; with `start` set, a virtual clock for reproducible records."""
-
-    def __init__(self, speed: float = 1.0, start: float | None = None) -> None:
-        self.speed = max(speed, 1e-6)
-        self._start = start
-        self._virtual = 0.0
-
-    def now(self) -> float:
-        if self._start is None:
-            return time.time()
-        self._virtual += 0.000_137  # strictly increasing, like a real clock between two calls
-        return self._start + self._virtual
-
-    def real(self, nominal: float) -> float:
-        """How long `nominal` scenario seconds really take."""
-        return nominal / self.speed
-
-    def advance(self, nominal: float) -> None:
-        if self._start is not None:
-            self._virtual += nominal
-
-
-@dataclasses.dataclass
-class Conversation:
-    """One conversation database the simulator writes, its turn count and running totals.
-
-    `usage_total` and `duration_total` are what agy ≥ 1.1.18 reports in every `result`: the whole
-    conversation's, read back from the database when a conversation is resumed.
-    """
-
-    id: str
-    writer: ConversationWriter
-    turns: int = 0
-    prompts: list[str] = dataclasses.field(default_factory=list)
-    usage_total: Usage = dataclasses.field(default_factory=Usage)
-    duration_total: float = 0.0
-
-    @property
-    def trajectory_id(self) -> str:
-        return self.writer.trajectory_id
-
-
-def usage_json(u: Usage) -> dict[str, int]:
-    """stream-json usage: `total_tokens` = input + output (cached tokens are not added)."""
-    return {
-        "input_tokens": u.input,
-        "output_tokens": u.output,
-        "thinking_tokens": u.thinking,
-        "cache_read_tokens": u.cache_read,
-        "total_tokens": u.input + u.output,
-    }
-
-
-@dataclasses.dataclass
-class TurnResult:
-    """How a turn ended, in stream-json `result` terms.
-
-    `usage` and `duration_seconds` are what the version reports: the turn's own (agy ≤ 1.1.17)
-    or the conversation's running totals (1.1.18+). `stderr` is what agy prints there (the
-    reason of a 1.1.18 auto-denial); `denied_actions` the 1.2.x list.
-    """
-
-    conversation_id: str
-    status: str = "SUCCESS"
-    response: str = ""
-    error: str = ""
-    duration_seconds: float = 0.0
-    usage: Usage = dataclasses.field(default_factory=Usage)
-    exit_code: int = 0
-    num_turns: int = 1
-    denied_actions: list[dict[str, str]] = dataclasses.field(default_factory=list)
-    stderr: str = ""
-    version: AgyVersion = dataclasses.field(default_factory=sim_version)
-
-    def usage_json(self) -> dict[str, int]:
-        return usage_json(self.usage)
-
-    def to_json(self) -> dict[str, Any]:
-        """The `result` object (and the whole `--output-format json` output) of this version."""
-        body: dict[str, Any] = {
-            "conversation_id": self.conversation_id,
-            "status": self.status,
-            "response": self.response,
-        }
-        if self.error or not self.version.new_stream_shapes:
-            body["error"] = self.error  # 1.1.18+ omits it unless the turn failed
-        body["duration_seconds"] = round(self.duration_seconds, 6)
-        body["num_turns"] = self.num_turns
-        body["usage"] = self.usage_json()
-        if self.denied_actions:
-            body["denied_actions"] = list(self.denied_actions)
-        return body
-
-
-@dataclasses.dataclass
-class _Turn:
-    conversation: Conversation
-    factory: StepFactory
-    model: CatalogModel
-    deadline: float | None
-    usage: Usage = dataclasses.field(default_factory=Usage)
-    response: str = ""
-    denied: str = ""
-    title_usage: Usage = dataclasses.field(default_factory=Usage)
-    current: tuple[int, Any] | None = None
-    threads: list[threading.Thread] = dataclasses.field(default_factory=list)
-    mcp_result: str | None = None  # the turn's last MCP tool result, for `{mcp_result}` in text
-    viewed_images: str = NO_IMAGES  # what the turn's image views found, for `{viewed_images}`
 
 
 class Simulator:
@@ -259,8 +119,8 @@ class Simulator:
         )
         conversation = Conversation(cid, writer)
         if not fresh:
-            conversation.turns, conversation.usage_total, conversation.duration_total = (
-                self._totals(writer)
+            conversation.turns, conversation.usage_total, conversation.duration_total = _totals(
+                writer
             )
         self.conversations[cid] = conversation
         if self.on_conversation is not None:
@@ -270,49 +130,6 @@ class Simulator:
     def _committed(self, conversation_id: str) -> None:
         if self.on_commit is not None:
             self.on_commit(conversation_id)
-
-    @staticmethod
-    def _totals(writer: ConversationWriter) -> tuple[int, Usage, float]:
-        """Turns, usage and duration so far, read back from the database (a resumed conversation).
-
-        Usage is every model call recorded on a step (5.9, the checkpoint's title call
-        included); a turn's duration runs from its user step to the last moment it stamped.
-        """
-        import sqlite3
-
-        user_type = pb.STEP_TYPE["CORTEX_STEP_TYPE_USER_INPUT"]
-        turns, total, duration = 0, Usage(), 0.0
-        started: float | None = None
-        latest = 0.0
-        with sqlite3.connect(f"file:{writer.path}?mode=ro", uri=True) as db:
-            rows = db.execute("SELECT step_type, step_payload FROM steps ORDER BY idx").fetchall()
-        for step_type, payload in rows:
-            step = pb.Step()
-            step.ParseFromString(payload or b"")
-            meta = step.metadata
-            stamps = [
-                t.seconds + t.nanos / 1e9
-                for t in (meta.created_at, meta.completed_at)
-                if t.seconds or t.nanos
-            ]
-            if step_type == user_type:
-                if started is not None:
-                    duration += max(0.0, latest - started)
-                turns += 1
-                started = latest = stamps[0] if stamps else latest
-            if stamps:
-                latest = max([latest, *stamps])
-            if meta.HasField("model_usage"):
-                u = meta.model_usage
-                total = Usage(
-                    total.input + u.input_tokens,
-                    total.thinking + u.thinking_output_tokens,
-                    total.response + (u.output_tokens - u.thinking_output_tokens),
-                    total.cache_read + u.cache_read_tokens,
-                )
-        if started is not None:
-            duration += max(0.0, latest - started)
-        return turns, total, duration
 
     # --- control (other threads) -----------------------------------------------------------
 
