@@ -15,16 +15,27 @@ from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message, iter_fields
 
 __all__ = [
+    "GENERIC_FIELD",
     "LEGACY_TOOL_FIELDS",
     "MAX_REQUESTED_TOOL_CALLS",
+    "MCP_FIELD",
+    "METADATA_FIELD",
     "answers_text",
+    "legacy_tool_field",
+    "mcp_call",
     "parse_arguments",
+    "requested_calls",
+    "tool_call",
+    "tool_from_body",
+    "tool_result",
 ]
 
-_GENERIC = 140
-_RUN_COMMAND, _VIEW_FILE, _LIST_DIR, _GREP, _CODE_ACTION, _MCP = 28, 14, 15, 13, 10, 47
+# Step payload fields (gemini_coder.Step): the generic tool run, the legacy typed tool bodies, and
+# the step's metadata (where a tool call is named).
+GENERIC_FIELD = 140
+_RUN_COMMAND, _VIEW_FILE, _LIST_DIR, _GREP, _CODE_ACTION, MCP_FIELD = 28, 14, 15, 13, 10, 47
 _ASK_QUESTION, _INVOKE_SUBAGENT, _AGENCY_TOOL = 154, 143, 116
-_METADATA = 5
+METADATA_FIELD = 5
 
 # Legacy typed tool payloads -> the tool name agy gives them in tool calls.
 LEGACY_TOOL_FIELDS: Mapping[int, str] = {
@@ -33,7 +44,7 @@ LEGACY_TOOL_FIELDS: Mapping[int, str] = {
     _LIST_DIR: "list_dir",
     _GREP: "grep_search",
     _CODE_ACTION: "code_action",
-    _MCP: "mcp_tool",
+    MCP_FIELD: "mcp_tool",
     _ASK_QUESTION: "ask_question",
     _INVOKE_SUBAGENT: "invoke_subagent",
     _AGENCY_TOOL: "agency_tool",
@@ -53,14 +64,14 @@ _ANY_TOOL_CALL_URL = "type.googleapis.com/antigravity.localharness.ToolCall"
 _DIFF_PREFIX: Mapping[int, str] = {1: "+", 2: "-", 3: " "}
 
 
-def _legacy_tool_field(present: set[int]) -> int | None:
+def legacy_tool_field(present: set[int]) -> int | None:
     for number in LEGACY_TOOL_FIELDS:
         if number in present:
             return number
     return None
 
 
-def _tool_call(call: Message | None) -> ToolCall | None:
+def tool_call(call: Message | None) -> ToolCall | None:
     if call is None:
         return None
     name = call.string(2) or call.string(9)
@@ -82,8 +93,8 @@ def parse_arguments(text: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
-    generic = msg.message(_GENERIC)
+def tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
+    generic = msg.message(GENERIC_FIELD)
     if generic is not None:
         pairs = {entry.string(1): entry.string(2) for entry in generic.messages(1)}
         return ToolCall(id="", name=_generic_name(generic), arguments=pairs)
@@ -118,7 +129,7 @@ def _tool_from_body(msg: Message, legacy: int | None) -> ToolCall:
     return ToolCall(id="", name=name, arguments={k: v for k, v in args.items() if v})
 
 
-def _requested_calls(planner: Message) -> tuple[ToolCall, ...]:
+def requested_calls(planner: Message) -> tuple[ToolCall, ...]:
     """The first `MAX_REQUESTED_TOOL_CALLS` calls a planner step requested (20.7), read lazily.
 
     Each call also runs as its own tool step; a Step only needs to know that calls were asked
@@ -130,7 +141,7 @@ def _requested_calls(planner: Message) -> tuple[ToolCall, ...]:
         value = field.value
         if field.number != 7 or not isinstance(value, memoryview):
             continue  # a LEN field's value is a view; anything else is not a call
-        call = _tool_call(Message(value, base_offset=field.offset, depth=planner.depth + 1))
+        call = tool_call(Message(value, base_offset=field.offset, depth=planner.depth + 1))
         if call is not None:
             calls.append(call)
             if len(calls) == MAX_REQUESTED_TOOL_CALLS:
@@ -138,11 +149,11 @@ def _requested_calls(planner: Message) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _mcp_call(body: Message | None) -> ToolCall | None:
+def mcp_call(body: Message | None) -> ToolCall | None:
     """An MCP tool step's call (47: 1 server name, 2 the call {1 id, 2 name, 3 arguments})."""
     if body is None:
         return None
-    call = _tool_call(body.message(2))
+    call = tool_call(body.message(2))
     if call is None:
         return None
     server = body.string(1)
@@ -153,11 +164,11 @@ def _mcp_call(body: Message | None) -> ToolCall | None:
 def _generic_name(generic: Message) -> str:
     payload = _embedded_step(generic)
     if payload is not None:
-        meta = payload.message(_METADATA)
-        call = _tool_call(meta.message(4)) if meta is not None else None
+        meta = payload.message(METADATA_FIELD)
+        call = tool_call(meta.message(4)) if meta is not None else None
         if call is not None:
             return call.name
-        legacy = _legacy_tool_field(payload.numbers())
+        legacy = legacy_tool_field(payload.numbers())
         if legacy is not None:
             return LEGACY_TOOL_FIELDS[legacy]
     return "tool"
@@ -171,11 +182,11 @@ def _embedded_step(generic: Message) -> Message | None:
     return any_msg.message(2)
 
 
-def _tool_result(
+def tool_result(
     msg: Message, legacy: int | None, status: StepStatus, error: str
 ) -> ToolResult | None:
     is_error = status is StepStatus.ERROR
-    generic = msg.message(_GENERIC)
+    generic = msg.message(GENERIC_FIELD)
     body: Message | None = None
     kind = legacy
     text = ""
@@ -183,7 +194,7 @@ def _tool_result(
         text = generic.path_string(2, 1)
         inner = _embedded_step(generic)
         if inner is not None:
-            kind = _legacy_tool_field(inner.numbers())
+            kind = legacy_tool_field(inner.numbers())
             body = inner.message(kind) if kind is not None else None
     elif legacy is not None:
         body = msg.message(legacy)
@@ -202,9 +213,9 @@ def _tool_result(
         elif kind == _LIST_DIR and not text:
             text = _directory_text(body)
             is_error = is_error or body.bool(4)
-        elif kind in (_GREP, _MCP) and not text:
+        elif kind in (_GREP, MCP_FIELD) and not text:
             text = body.string(3)
-            if kind == _MCP and body.bool(7):
+            if kind == MCP_FIELD and body.bool(7):
                 text, is_error = text or "the user rejected the call", True
         elif kind == _CODE_ACTION and not text:
             text = _diff_text(body)

@@ -11,19 +11,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agy_provider.agy.row_tools import (
-    _GENERIC,
-    _MCP,
-    _METADATA,
+    GENERIC_FIELD,
     LEGACY_TOOL_FIELDS,
     MAX_REQUESTED_TOOL_CALLS,
-    _legacy_tool_field,
-    _mcp_call,
-    _requested_calls,
-    _tool_call,
-    _tool_from_body,
-    _tool_result,
+    MCP_FIELD,
+    METADATA_FIELD,
     answers_text,
+    legacy_tool_field,
+    mcp_call,
     parse_arguments,
+    requested_calls,
+    tool_call,
+    tool_from_body,
+    tool_result,
 )
 from agy_provider.agy.step import (
     STATUS_BY_NUMBER,
@@ -65,7 +65,7 @@ _HISTORY, _SYSTEM, _EPHEMERAL = 111, 114, 103
 _FINISH = 12
 _STEP_ERROR, _REQUESTED_INTERACTION = 31, 56
 
-_TOOL_FIELDS = frozenset({_GENERIC, *LEGACY_TOOL_FIELDS})
+_TOOL_FIELDS = frozenset({GENERIC_FIELD, *LEGACY_TOOL_FIELDS})
 
 # exa.codeium_common_pb.StopReason, the values a planner step carries.
 STOP_REASONS: Mapping[int, str] = {
@@ -132,7 +132,7 @@ def decode_step_row(
             step_type=step_type,
         )
     msg = Message(payload)
-    meta = msg.message(_METADATA)
+    meta = msg.message(METADATA_FIELD)
     if meta is None and metadata:
         meta = Message(metadata)
     step = decode_step_payload(msg, index=index, meta=meta)
@@ -146,7 +146,7 @@ def decode_step_payload(
 ) -> Step:
     """Decode a `gemini_coder.Step` message (a row payload, or a legacy step inside an Any)."""
     if meta is None:
-        meta = msg.message(_METADATA)
+        meta = msg.message(METADATA_FIELD)
     step_type = msg.uint(1)
     status = STATUS_BY_NUMBER.get(msg.uint(4), StepStatus.UNSPECIFIED)
     present = msg.numbers()
@@ -162,7 +162,7 @@ def decode_step_payload(
             trajectory_id = info.string(1)
             meta_index = info.uint(2)
             conversation_id = info.string(4)
-        tool = _tool_call(meta.message(4))
+        tool = tool_call(meta.message(4))
         usage = decode_metadata_usage(meta)
         execution_id = meta.string(12)
         if step_type == 14:  # only a turn's user step dates the turn; skip the walk elsewhere
@@ -229,18 +229,18 @@ def decode_step_payload(
         fields["text"] = planner.string(8) or planner.string(1)
         fields["thinking"] = planner.string(3)
         fields["stop_reason"] = STOP_REASONS.get(planner.uint(12), "other")
-        fields["requested_tool_calls"] = _requested_calls(planner)
+        fields["requested_tool_calls"] = requested_calls(planner)
 
-    legacy = _legacy_tool_field(present)
-    if tool is not None or _GENERIC in present or legacy is not None:
-        if legacy == _MCP:
+    legacy = legacy_tool_field(present)
+    if tool is not None or GENERIC_FIELD in present or legacy is not None:
+        if legacy == MCP_FIELD:
             # The MCP body names the server and the server's own tool name; metadata only has
             # the model-facing alias (`mcp_<server>_<tool>`).
-            tool = _mcp_call(msg.message(_MCP)) or tool
+            tool = mcp_call(msg.message(MCP_FIELD)) or tool
         if tool is None:
-            tool = _tool_from_body(msg, legacy)
+            tool = tool_from_body(msg, legacy)
         fields["tool"] = tool
-        fields["result"] = _tool_result(msg, legacy, status, error)
+        fields["result"] = tool_result(msg, legacy, status, error)
         return Step(kind=StepKind.TOOL, **fields)
     if planner is not None or step_type == 15:
         return Step(kind=StepKind.ASSISTANT, **fields)
