@@ -150,41 +150,16 @@ def decode_step_payload(
     step_type = msg.uint(1)
     status = STATUS_BY_NUMBER.get(msg.uint(4), StepStatus.UNSPECIFIED)
     present = msg.numbers()
-    conversation_id = trajectory_id = ""
-    meta_index: int | None = None
-    tool: ToolCall | None = None
-    usage: StepUsage | None = None
-    execution_id = ""
-    created_at_ms = 0
-    if meta is not None:
-        info = meta.message(20)
-        if info is not None:
-            trajectory_id = info.string(1)
-            meta_index = info.uint(2)
-            conversation_id = info.string(4)
-        tool = tool_call(meta.message(4))
-        usage = decode_metadata_usage(meta)
-        execution_id = meta.string(12)
-        if step_type == 14:  # only a turn's user step dates the turn; skip the walk elsewhere
-            created = meta.message(1)
-            if created is not None:
-                created_at_ms = created.uint(1) * 1000 + created.uint(2) // 1_000_000
+    recorded, meta_index, tool = _metadata_fields(meta, step_type)
     if index is None:
         index = meta_index or 0
-
-    error = ""
     err = msg.message(_STEP_ERROR)
-    if err is not None:
-        error = _error_text(err)
+    error = _error_text(err) if err is not None else ""
     fields: dict[str, Any] = {
         "index": index,
         "status": status,
         "step_type": step_type,
-        "conversation_id": conversation_id,
-        "trajectory_id": trajectory_id,
-        "execution_id": execution_id,
-        "created_at_ms": created_at_ms,
-        "usage": usage,
+        **recorded,
         "error": error,
         "interaction": _interaction(msg.message(_REQUESTED_INTERACTION))
         if status is StepStatus.WAITING
@@ -221,6 +196,7 @@ def decode_step_payload(
         return Step(kind=StepKind.SYSTEM, **fields)
 
     planner = msg.message(_PLANNER)
+    usage = fields["usage"]
     if planner is None and step_type == 15 and usage is not None and not present & _TOOL_FIELDS:
         # A placeholder has no model call yet; a finished model call always writes its response
         # (20.6 message id at least). Usage without field 20 means the payload was cut short.
@@ -245,6 +221,35 @@ def decode_step_payload(
     if planner is not None or step_type == 15:
         return Step(kind=StepKind.ASSISTANT, **fields)
     return Step(kind=StepKind.UNKNOWN, **fields)
+
+
+def _metadata_fields(
+    meta: Message | None, step_type: int
+) -> tuple[dict[str, Any], int | None, ToolCall | None]:
+    """What a step's metadata (field 5) records: the Step fields it fills, its own step index and
+    the tool call it names."""
+    recorded: dict[str, Any] = {
+        "conversation_id": "",
+        "trajectory_id": "",
+        "execution_id": "",
+        "created_at_ms": 0,
+        "usage": None,
+    }
+    if meta is None:
+        return recorded, None, None
+    meta_index: int | None = None
+    info = meta.message(20)
+    if info is not None:
+        recorded["trajectory_id"] = info.string(1)
+        meta_index = info.uint(2)
+        recorded["conversation_id"] = info.string(4)
+    recorded["usage"] = decode_metadata_usage(meta)
+    recorded["execution_id"] = meta.string(12)
+    if step_type == 14:  # only a turn's user step dates the turn; skip the walk elsewhere
+        created = meta.message(1)
+        if created is not None:
+            recorded["created_at_ms"] = created.uint(1) * 1000 + created.uint(2) // 1_000_000
+    return recorded, meta_index, tool_call(meta.message(4))
 
 
 def decode_metadata_usage(meta: Message) -> StepUsage | None:
