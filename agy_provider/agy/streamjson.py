@@ -37,8 +37,6 @@ from agy_provider.agy.step import (
     StepKind,
     StepStatus,
     StepUsage,
-    ToolCall,
-    ToolResult,
     TurnOutcome,
 )
 from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
@@ -347,7 +345,7 @@ class StreamJsonDecoder:
             and (previous.usage is None or previous.status is not StepStatus.DONE)
         ):
             self._agent_usage = usage if self._agent_usage is None else self._agent_usage + usage
-        tool, result, tool_error = self._tool(body, agent_type, status, previous)
+        tool, result, tool_error = values.tool_update(body, agent_type, status, previous)
         error = tool_error or values.error_message(body.get("error"))
         step = dataclasses.replace(
             previous,
@@ -429,45 +427,6 @@ class StreamJsonDecoder:
         state.deferred = True
         self._held = None
         items.append(self._snapshot(state))
-
-    def _tool(
-        self, body: Mapping[str, Any], agent_type: str, status: StepStatus, previous: Step
-    ) -> tuple[ToolCall | None, ToolResult | None, str]:
-        """The tool call, its result once settled, and its failure's message.
-
-        The outcome is in `tool_info.output` / `tool_info.error` (1.1.18+) or at the update's top
-        level (1.1.17).
-        """
-        if agent_type == "subagent":
-            return (*values.subagent(body, status, previous), "")
-        if agent_type != "tool":
-            return None, None, ""
-        raw_info = body.get("tool_info")
-        info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-        name = values.text(info.get("name")) or values.text(body.get("tool_name")) or "tool"
-        params = info.get("parameters")
-        if isinstance(params, str):
-            try:
-                params = json.loads(params)
-            except (ValueError, RecursionError):
-                params = {}
-        arguments = values.plain(params) if isinstance(params, dict) else {}
-        if not arguments and previous.tool is not None and previous.tool.arguments:
-            arguments = previous.tool.arguments  # a later update without parameters keeps them
-        tool = ToolCall(id="", name=name, arguments=arguments)
-        if not status.terminal:
-            return tool, None, ""
-        output_value = info.get("output", body.get("output"))
-        output = values.text(output_value) if not isinstance(output_value, dict | list) else ""
-        if isinstance(output_value, dict | list):
-            output = json.dumps(values.plain(output_value), ensure_ascii=False)
-        message = values.error_message(info.get("error")) or values.error_message(body.get("error"))
-        failed = status is StepStatus.ERROR or bool(message)
-        if failed:
-            reason = message or "failed"
-            text = f"{reason}\n{output}" if output and output != reason else reason
-            return tool, ToolResult(output=text, is_error=True), reason
-        return tool, ToolResult(output=output), ""
 
     # -- results -----------------------------------------------------------------------------
 
