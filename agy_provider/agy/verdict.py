@@ -11,12 +11,12 @@ drops the goroutines and frames.
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agy_provider.agy.quota import QuotaInfo, quota_from_text
+from agy_provider.agy.quota import quota_from_text
+from agy_provider.agy.result import resets_hint
 from agy_provider.agy.step import TurnOutcome
 
 __all__ = ["AGY_ERROR_PREFIX", "agy_error", "exit_verdict", "resets_hint", "without_stack_trace"]
@@ -44,23 +44,6 @@ def without_stack_trace(text: str) -> str:
     """`text` with Go panic and stack-trace lines removed (goroutine headers, frames)."""
     kept = [line for line in text.splitlines() if not _GO_TRACE.match(line)]
     return "\n".join(kept).strip()
-
-
-def resets_hint(quota: QuotaInfo | None) -> str:
-    """` (the quota resets at 23:40 UTC, in 3h20m)`, or "" when agy did not say when."""
-    if quota is None or quota.resets_in is None:
-        return ""
-    seconds = int(quota.resets_in)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    span = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-    if quota.resets_at is None:
-        return f" (the quota resets in {span})"
-    try:
-        when = datetime.datetime.fromtimestamp(quota.resets_at, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return f" (the quota resets in {span})"
-    return f" (the quota resets at {when:%Y-%m-%d %H:%M} UTC, in {span})"
 
 
 def _also_said(stderr: str, message: str) -> str:
