@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 from agy_provider.agy import streamjson_values as values
-from agy_provider.agy.quota import quota_from_text
+from agy_provider.agy.result import AgyResult, read_result, result_outcome
 from agy_provider.agy.step import (
     Step,
     StepKind,
@@ -41,7 +41,6 @@ from agy_provider.agy.step import (
 )
 from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
 from agy_provider.errors import DecodeError
-from agy_provider.wire import jsontext
 from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
 __all__ = [
@@ -89,9 +88,6 @@ _STATES: Mapping[str, StepStatus] = {
     "CANCELED": StepStatus.CANCELED,
     "CANCELLED": StepStatus.CANCELED,
 }
-
-_OK_RESULTS = frozenset({"SUCCESS", "OK"})
-_CANCELED_RESULTS = frozenset({"CANCELED", "CANCELLED"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -456,31 +452,26 @@ class StreamJsonDecoder:
         items.append(self._snapshot(state))
 
     def _result(self, body: Mapping[str, Any], items: list[Item]) -> None:
-        self.conversation_id = self.conversation_id or values.text(body.get("conversation_id"))
-        status = values.text(body.get("status")).upper()
-        response = values.text(body.get("response"))
+        result = read_result(body)
+        self.conversation_id = self.conversation_id or result.conversation_id
         items.extend(self.flush())
-        self._reconcile(response, items)
-        total = stream_json_usage(body.get("usage"))
-        num_turns = body.get("num_turns")
-        turns = values.count(num_turns) if isinstance(num_turns, int | float) else None
+        self._reconcile(result.response, items)
+        total, turns = result.total_usage, result.num_turns
         if self._command == "" and isinstance(body.get("command"), Mapping):
             self._command_result({"command": body["command"]}, items)
         turn_usage = self._turn_usage(total, turns)
         if total is not None and turns != 0:  # a slash command's zero usage is no running total
             self._previous_total = total
-        denied = values.denied_actions(body.get("denied_actions"))
-        outcome = self._outcome(status, values.error_message(body.get("error")), response, denied)
-        duration = body.get("duration_seconds")
+        outcome = self._outcome(result)
         self.last_result = StreamJsonResult(
-            status=status,
-            response=response,
+            status=result.status,
+            response=result.response,
             error=outcome.error,
             num_turns=turns,
-            duration_seconds=jsontext.finite_number(duration),
+            duration_seconds=result.duration_seconds,
             total_usage=total,
             turn_usage=turn_usage,
-            denied_actions=denied,
+            denied_actions=result.denied_actions,
             command=self._command,
         )
         items.append(dataclasses.replace(outcome, usage=turn_usage))
@@ -500,48 +491,22 @@ class StreamJsonDecoder:
             return total  # a fresh conversation's (or agy 1.1.17's) result is the turn
         return self._agent_usage  # resumed process, earlier total unknown
 
-    def _outcome(
-        self, status: str, error: str, response: str, denied_actions: tuple[str, ...]
-    ) -> TurnOutcome:
-        denied = [*denied_actions, *self._denied.values()]
-        what = "; ".join(dict.fromkeys(denied))
-        answered = bool(response) or any(
+    def _outcome(self, result: AgyResult) -> TurnOutcome:
+        """The turn's outcome by its `result` (`result.py`'s words), with what this stream adds:
+        the denials its steps showed, whether it answered, agy's stderr and error lines."""
+        answered = bool(result.response) or any(
             self._states[i].length
             for i in self._turn
             if self._states[i].agent_type == "agent_response"
         )
-        advice = (
-            "Allow it when agy asks, or run with permissions that allow it "
-            "(agy --dangerously-skip-permissions, or agy's permission settings), then retry."
+        said = [line for line in self._stderr if values.is_denial(line)] or list(self._stderr)[-1:]
+        return result_outcome(
+            result,
+            step_denials=self._denied.values(),
+            answered=answered,
+            reason="; ".join(said),
+            said=list(self._notes),
         )
-        if status in _OK_RESULTS:
-            if denied_actions or (self._denied and not answered):
-                return TurnOutcome(ok=False, error=f"agy denied {what}. {advice}")
-            return TurnOutcome(ok=True)
-        if status in _CANCELED_RESULTS:
-            said = [line for line in self._stderr if values.is_denial(line)] or list(self._stderr)[
-                -1:
-            ]
-            reason = "; ".join(said)
-            if what and reason:
-                message = f"agy canceled the turn: {reason} (denied: {what}). {advice}"
-            elif what or values.is_denial(reason):
-                message = f"agy canceled the turn: {reason or 'denied ' + what}. {advice}"
-            elif reason:
-                message = f"agy canceled the turn: {reason}"
-            else:
-                message = (
-                    "agy canceled the turn without saying why (in print mode agy cancels a turn "
-                    "when an action needs a permission nobody granted; its reason is on stderr)."
-                )
-            return TurnOutcome(ok=False, error=message)
-        message = error or f"agy ended the turn with status {status or 'unknown'}"
-        if what and not values.is_denial(message):
-            message = f"{message} (denied: {what})"
-        notes = [n for n in self._notes if n not in message]
-        if notes:
-            message = f"{message} — agy said: {' '.join(notes)}"
-        return TurnOutcome(ok=False, error=message, quota=quota_from_text(message))
 
     def _reconcile(self, response: str, items: list[Item]) -> None:
         """Make the streamed answer agree with `result.response`, never retracting what was shown.

@@ -147,8 +147,7 @@ def denied_actions(value: Any) -> tuple[str, ...]:
     names = []
     for entry in value[:50]:
         if isinstance(entry, Mapping):
-            display, action = text(entry.get("display_name")), text(entry.get("action"))
-            name = f"{display} ({action})" if display and action else display or action
+            name = text(entry.get("display_name")) or text(entry.get("action"))
         else:
             name = text(entry)
         if name:
