@@ -18,15 +18,15 @@ from agy_provider.errors import DecodeError, FramingError, UsageError
 from agy_provider.offline.recording import (
     DEFAULT_MODEL,
     Recording,
+    TurnInput,
     Warn,
-    _chunks,
-    _guarded,
-    _in_memory,
-    _open_regular,
-    _read,
-    _reason,
-    _split_turns,
-    _TurnInput,
+    file_chunks,
+    guarded_decode,
+    in_memory_recording,
+    open_regular,
+    read_bytes,
+    short_reason,
+    split_turns,
 )
 from agy_provider.wire import jsontext
 
@@ -34,9 +34,9 @@ __all__ = ["load_rpc", "load_stream_json"]
 
 
 def load_rpc(path: str, warn: Warn) -> Recording:
-    handle = _open_regular(path)
+    handle = open_regular(path)
     try:
-        data = _read(handle, path)
+        data = read_bytes(handle, path)
         stamp = _stamp(handle)
         # The steps array is located from the document's structure and each step parsed on its
         # own: a bad step is one warning, and memory never holds the whole document parsed.
@@ -45,7 +45,7 @@ def load_rpc(path: str, warn: Warn) -> Recording:
         handle.close()
         raise UsageError(
             f"{path} is not an agy conversation database, RPC step capture or stream-json "
-            f"capture (not JSON: {_reason(exc)})"
+            f"capture (not JSON: {short_reason(exc)})"
         ) from exc
     except BaseException:
         handle.close()
@@ -58,9 +58,9 @@ def load_rpc(path: str, warn: Warn) -> Recording:
         try:
             raw = jsontext.loads(data_of(start, end), f"step {position}")
         except DecodeError as exc:
-            report(f"step {position}: skipped, {_reason(exc)}")
+            report(f"step {position}: skipped, {short_reason(exc)}")
             return None
-        return _guarded(
+        return guarded_decode(
             f"step {position}", functools.partial(decode_json_step, raw, position=position), report
         )
 
@@ -109,11 +109,11 @@ def load_rpc(path: str, warn: Warn) -> Recording:
         position, start, end = where[index]
         return read(position, start, end, report=silent)
 
-    def load_turn(turn: int) -> _TurnInput:
+    def load_turn(turn: int) -> TurnInput:
         indexes = order[starts[turn] : ends[turn]]
         user = step_at(indexes[0]) if indexes and indexes[0] in users else None
         body = [s for s in map(step_at, indexes[1:] if user else indexes) if s is not None]
-        return _TurnInput(user=user, batches=[body])
+        return TurnInput(user=user, batches=[body])
 
     def iter_steps() -> Iterator[Step]:
         return (s for s in map(step_at, order) if s is not None)
@@ -141,16 +141,16 @@ def _load_rpc_object(path: str, data: bytes, warn: Warn) -> Recording:
     except DecodeError as exc:
         raise UsageError(
             f"{path} is not an agy conversation database, RPC step capture or stream-json "
-            f"capture ({_reason(exc)})"
+            f"capture ({short_reason(exc)})"
         ) from exc
     if isinstance(document, dict) and "num_turns" in document:
         return _load_json_result(path, document)
     if not isinstance(document, dict) or "type" not in document:
         raise UsageError(f'{path} has no steps list (expected {{"steps": [...]}} or a bare list)')
-    step = _guarded("step 0", functools.partial(decode_json_step, document, position=0), warn)
+    step = guarded_decode("step 0", functools.partial(decode_json_step, document, position=0), warn)
     steps = [step] if step is not None else []
-    turns = _split_turns(steps, lambda _body: DEFAULT_MODEL)
-    return _in_memory("rpc", path, steps, turns, step.conversation_id if step else "")
+    turns = split_turns(steps, lambda _body: DEFAULT_MODEL)
+    return in_memory_recording("rpc", path, steps, turns, step.conversation_id if step else "")
 
 
 def _load_json_result(path: str, document: dict[str, Any]) -> Recording:
@@ -159,11 +159,11 @@ def _load_json_result(path: str, document: dict[str, Any]) -> Recording:
     try:
         items = decoder.feed_event(document)
     except DecodeError as exc:
-        raise UsageError(f"{path}: not an agy result ({_reason(exc)})") from exc
+        raise UsageError(f"{path}: not an agy result ({short_reason(exc)})") from exc
     steps = [item for item in items if isinstance(item, Step)]
     outcome = next((item for item in items if isinstance(item, TurnOutcome)), None)
-    turn = _TurnInput(user=None, batches=[steps], outcome=outcome)
-    return _in_memory("stream-json", path, steps, [turn], decoder.conversation_id)
+    turn = TurnInput(user=None, batches=[steps], outcome=outcome)
+    return in_memory_recording("stream-json", path, steps, [turn], decoder.conversation_id)
 
 
 class _StreamJsonTurns:
@@ -177,7 +177,7 @@ class _StreamJsonTurns:
     def __init__(self, path: str, on_skip: Warn) -> None:
         self._on_skip = on_skip
         self.decoder = StreamJsonDecoder(coalesce=True, on_skip=on_skip)
-        self._items = decode_stream_json(_chunks(path), decoder=self.decoder)
+        self._items = decode_stream_json(file_chunks(path), decoder=self.decoder)
         self._open: Iterator[Sequence[Step]] | None = None
         self.title = ""
         self.turns_read = 0
@@ -186,14 +186,14 @@ class _StreamJsonTurns:
         try:
             item = next(self._items, None)
         except FramingError as exc:  # a line over the framer's bound: nothing after it is read
-            self._on_skip(f"the rest of the file: not read, {_reason(exc)}")
+            self._on_skip(f"the rest of the file: not read, {short_reason(exc)}")
             self._items = iter(())
             return None
         if isinstance(item, Step) and item.kind is StepKind.CHECKPOINT and item.title:
             self.title = item.title
         return item
 
-    def next_turn(self) -> _TurnInput | None:
+    def next_turn(self) -> TurnInput | None:
         """The next turn, or None when the capture has no more."""
         if self._open is not None:
             for _ in self._open:
@@ -218,7 +218,7 @@ class _StreamJsonTurns:
                 item = self._next()
 
         self._open = body(item)
-        return _TurnInput(
+        return TurnInput(
             user=user,
             batches=self._open,
             model=self.decoder.model or DEFAULT_MODEL,  # `init.model` (1.3.2+), when agy said
@@ -240,14 +240,14 @@ def load_stream_json(path: str, warn: Warn) -> Recording:
     def silent(_text: str) -> None:
         pass
 
-    def load_turn(position: int) -> _TurnInput:
+    def load_turn(position: int) -> TurnInput:
         if not reader or reader[0].turns_read > position:
             reader[:] = [_StreamJsonTurns(path, silent)]
         current = reader[0]
         while current.turns_read < position:
             current.next_turn()
         turn = current.next_turn()
-        return turn if turn is not None else _TurnInput(user=None, batches=())
+        return turn if turn is not None else TurnInput(user=None, batches=())
 
     def iter_steps() -> Iterator[Step]:
         latest: dict[int, Step] = {}

@@ -15,12 +15,25 @@ from typing import IO, Final
 from agy_provider.agy.step import Step, StepKind, TurnOutcome
 from agy_provider.errors import DecodeError, UsageError
 
-__all__ = ["DEFAULT_MODEL", "Recording", "Warn"]
+__all__ = [
+    "CHUNK_BYTES",
+    "DEFAULT_MODEL",
+    "Recording",
+    "TurnInput",
+    "Warn",
+    "file_chunks",
+    "guarded_decode",
+    "in_memory_recording",
+    "open_regular",
+    "read_bytes",
+    "short_reason",
+    "split_turns",
+]
 
 DEFAULT_MODEL = "agy"
 # Files are read in chunks of this size: big enough that a read is cheap, small enough that a
 # capture of any size costs constant memory for its bytes.
-_CHUNK_BYTES: Final = 64 * 1024
+CHUNK_BYTES: Final = 64 * 1024
 # A warning quotes at most this much of a decoder's message (hostile input can make it huge).
 _MAX_REASON: Final = 300
 
@@ -29,7 +42,7 @@ Warn = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _TurnInput:
+class TurnInput:
     """One turn's inputs: its user step (if any), the snapshots in feed order, how it ended.
 
     `batches` may be a one-shot iterator (a stream-json turn is decoded while it is replayed);
@@ -60,7 +73,7 @@ class Recording:
         format: str,
         path: str,
         turn_count: int,
-        load_turn: Callable[[int], _TurnInput],
+        load_turn: Callable[[int], TurnInput],
         iter_steps: Callable[[], Iterator[Step]],
         conversation_id: str = "",
         title: str = "",
@@ -75,7 +88,7 @@ class Recording:
         self._iter_steps = iter_steps
         self._close = close
 
-    def turn(self, position: int) -> _TurnInput:
+    def turn(self, position: int) -> TurnInput:
         """The inputs of turn `position` (0-based)."""
         return self._load_turn(position)
 
@@ -93,9 +106,10 @@ class Recording:
         self.close()
 
 
-def _in_memory(
-    format: str, path: str, steps: Sequence[Step], turns: Sequence[_TurnInput], conversation_id: str
+def in_memory_recording(
+    format: str, path: str, steps: Sequence[Step], turns: Sequence[TurnInput], conversation_id: str
 ) -> Recording:
+    """A recording whose steps and turns are all decoded already (a small capture)."""
     title = next(
         (s.title for s in reversed(steps) if s.kind is StepKind.CHECKPOINT and s.title), ""
     )
@@ -110,7 +124,7 @@ def _in_memory(
     )
 
 
-def _open_regular(path: str) -> IO[bytes]:
+def open_regular(path: str) -> IO[bytes]:
     """Open `path` for reading bytes, refusing anything but a regular file.
 
     The open itself never blocks: `O_NONBLOCK` keeps a FIFO with no writer from hanging us
@@ -135,14 +149,14 @@ def _open_regular(path: str) -> IO[bytes]:
         raise
 
 
-def _chunks(path: str) -> Iterator[bytes]:
+def file_chunks(path: str) -> Iterator[bytes]:
     """The bytes of a regular file, a chunk at a time."""
-    with _open_regular(path) as handle:
-        while chunk := _read(handle, path, _CHUNK_BYTES):
+    with open_regular(path) as handle:
+        while chunk := read_bytes(handle, path, CHUNK_BYTES):
             yield chunk
 
 
-def _read(handle: IO[bytes], path: str, size: int = -1) -> bytes:
+def read_bytes(handle: IO[bytes], path: str, size: int = -1) -> bytes:
     """Read bytes; an I/O error (EIO, or EAGAIN from a file that would block) is exit 2."""
     try:
         return handle.read(size)
@@ -150,12 +164,13 @@ def _read(handle: IO[bytes], path: str, size: int = -1) -> bytes:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _reason(exc: BaseException) -> str:
+def short_reason(exc: BaseException) -> str:
+    """An exception's message for a warning, cut to `_MAX_REASON` characters."""
     text = str(exc)
     return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + "…"
 
 
-def _guarded(what: str, decode: Callable[[], Step], warn: Warn) -> Step | None:
+def guarded_decode(what: str, decode: Callable[[], Step], warn: Warn) -> Step | None:
     """Run one decode; a bad row or line becomes one warning naming it, never an exception.
 
     A `DecodeError` is the decoders' contract. Anything else is a decoder bug: still only this
@@ -164,25 +179,23 @@ def _guarded(what: str, decode: Callable[[], Step], warn: Warn) -> Step | None:
     try:
         return decode()
     except DecodeError as exc:
-        warn(f"{what}: skipped, {_reason(exc)}")
+        warn(f"{what}: skipped, {short_reason(exc)}")
     except Exception as exc:
         warn(
-            f"{what}: skipped, the decoder failed on it ({type(exc).__name__}: {_reason(exc)}); "
+            f"{what}: skipped, the decoder failed on it ({type(exc).__name__}: {short_reason(exc)}); "
             "please report this as a bug"
         )
     return None
 
 
-def _split_turns(
-    steps: Sequence[Step], models: Callable[[Sequence[Step]], str]
-) -> list[_TurnInput]:
+def split_turns(steps: Sequence[Step], models: Callable[[Sequence[Step]], str]) -> list[TurnInput]:
     """One turn per USER step (history never starts one); no USER step at all -> one turn."""
     users = [i for i, s in enumerate(steps) if s.kind is StepKind.USER]
     if not users:
-        return [_TurnInput(user=None, batches=[steps], model=models(steps))] if steps else []
+        return [TurnInput(user=None, batches=[steps], model=models(steps))] if steps else []
     turns = []
     for n, at in enumerate(users):
         end = users[n + 1] if n + 1 < len(users) else len(steps)
         body = steps[at + 1 : end]
-        turns.append(_TurnInput(user=steps[at], batches=[body], model=models(body)))
+        turns.append(TurnInput(user=steps[at], batches=[body], model=models(body)))
     return turns

@@ -16,7 +16,7 @@ from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import BaselineProvider
 from agy_provider.errors import UsageError
 from agy_provider.offline.capture_recording import load_rpc, load_stream_json
-from agy_provider.offline.recording import DEFAULT_MODEL, Recording, Warn, _open_regular, _read
+from agy_provider.offline.recording import DEFAULT_MODEL, Recording, Warn, open_regular, read_bytes
 from agy_provider.offline.sqlite_recording import load_sqlite
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage
@@ -65,8 +65,8 @@ def detect_format(path: str) -> str:
         UsageError: the path is not a readable regular file (a FIFO, a device or a directory
             would hang or make no sense), or its content is none of the three.
     """
-    with _open_regular(path) as handle:
-        head = _read(handle, path, _HEAD_BYTES)
+    with open_regular(path) as handle:
+        head = read_bytes(handle, path, _HEAD_BYTES)
     if head.startswith(_SQLITE_MAGIC):
         return "sqlite"
     text = head.lstrip()

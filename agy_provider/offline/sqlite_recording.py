@@ -30,14 +30,14 @@ from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import Step
 from agy_provider.errors import DatabaseError, DecodeError, UsageError
 from agy_provider.offline.recording import (
-    _CHUNK_BYTES,
+    CHUNK_BYTES,
     DEFAULT_MODEL,
     Recording,
+    TurnInput,
     Warn,
-    _guarded,
-    _open_regular,
-    _reason,
-    _TurnInput,
+    guarded_decode,
+    open_regular,
+    short_reason,
 )
 from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message
@@ -66,7 +66,7 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
     # those yet (see the report for the fix).
     except (sqlite3.Error, ValueError) as exc:
         cleanup()
-        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
+        raise UsageError(f"{path} is not a readable database: {short_reason(exc)}") from exc
     # A TEXT value that is not UTF-8 would make sqlite3 fail the whole scan: read it with
     # replacement characters, so only that row fails to decode.
     conn.text_factory = lambda data: data.decode("utf-8", "replace")
@@ -86,7 +86,7 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
         title = _last_title(conn)
     except (DatabaseError, sqlite3.Error, ValueError) as exc:
         close()
-        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
+        raise UsageError(f"{path} is not a readable database: {short_reason(exc)}") from exc
     except BaseException:
         close()
         raise
@@ -123,13 +123,13 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
                 except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
                     bad = _next_index(conn, path, last, before)
                     if bad is None:
-                        warn(f"steps after {last}: not read, {_reason(exc)}")
+                        warn(f"steps after {last}: not read, {short_reason(exc)}")
                         return
-                    warn(f"step {bad}: skipped, {_reason(exc)}")
+                    warn(f"step {bad}: skipped, {short_reason(exc)}")
                     position = bad
                     break
                 last = row.index
-                step = _guarded(f"step {row.index}", functools.partial(decode, row), warn)
+                step = guarded_decode(f"step {row.index}", functools.partial(decode, row), warn)
                 if step is not None:
                     yield step
 
@@ -140,16 +140,16 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
                 return slug
         return DEFAULT_MODEL
 
-    def load_turn(position: int) -> _TurnInput:
+    def load_turn(position: int) -> TurnInput:
         if not users:
             body = list(rows())
-            return _TurnInput(user=None, batches=[body], model=model_of(body))
+            return TurnInput(user=None, batches=[body], model=model_of(body))
         start = users[position]
         end = users[position + 1] if position + 1 < len(users) else None
         steps = list(rows(after=start - 1, before=end))
         user = steps[0] if steps and steps[0].index == start else None
         body = steps[1:] if user is not None else steps
-        return _TurnInput(user=user, batches=[body], model=model_of(body))
+        return TurnInput(user=user, batches=[body], model=model_of(body))
 
     count = len(users) or (1 if first is not None else 0)
     return Recording(
@@ -177,8 +177,8 @@ def _private_copy(path: str) -> tuple[str, str]:
         for suffix in ("", "-wal"):
             if suffix and not os.path.lexists(path + suffix):
                 continue
-            with _open_regular(path + suffix) as source, open(copy + suffix, "wb") as target:
-                shutil.copyfileobj(source, target, _CHUNK_BYTES)
+            with open_regular(path + suffix) as source, open(copy + suffix, "wb") as target:
+                shutil.copyfileobj(source, target, CHUNK_BYTES)
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise UsageError(f"cannot copy {path} to read it: {exc.strerror or exc}") from exc
@@ -193,7 +193,7 @@ def _next_index(conn: sqlite3.Connection, path: str, after: Any, before: int | N
     try:
         return next_step_index(conn, after, before)
     except (sqlite3.Error, ValueError) as exc:
-        raise UsageError(f"{path} is not a readable database: {_reason(exc)}") from exc
+        raise UsageError(f"{path} is not a readable database: {short_reason(exc)}") from exc
 
 
 def _last_title(conn: sqlite3.Connection) -> str:
@@ -221,12 +221,12 @@ def _generator_slugs(conn: sqlite3.Connection, path: str, warn: Warn) -> dict[st
                 slug = record.path_string(1, 19)
                 execution = record.string(4)
             except DecodeError as exc:
-                warn(f"gen_metadata {idx}: skipped, {_reason(exc)}")
+                warn(f"gen_metadata {idx}: skipped, {short_reason(exc)}")
                 continue
             if slug:
                 slugs[execution] = slug
     # A malformed table or a non-integer idx (database.py reads it with int()) costs only the
     # model names: replay goes on with the default.
     except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
-        warn(f"gen_metadata: not read further, {_reason(exc)}")
+        warn(f"gen_metadata: not read further, {short_reason(exc)}")
     return slugs
