@@ -11,7 +11,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from agy_provider.agy.database import (
@@ -45,7 +45,8 @@ from agy_provider.wire.protowire import Message
 __all__ = ["load_sqlite"]
 
 
-def load_sqlite(path: str, warn: Warn) -> Recording:
+def _open_snapshot(path: str) -> tuple[sqlite3.Connection, Callable[[], None]]:
+    """The database opened read-only as a snapshot, and how to close it (and its copy)."""
     # A database with a -wal or -shm beside it may be live, or left by a crash: opening it in
     # place, even read-only, makes SQLite create a -shm or write its read marks into one. Read a
     # private copy of the database and its -wal instead, so nothing beside the file changes.
@@ -75,6 +76,13 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
         conn.close()
         cleanup()
 
+    return conn, close
+
+
+def load_sqlite(path: str, warn: Warn) -> Recording:
+    """A saved database as a `Recording`: a column scan finds the turns, rows are decoded
+    when their turn is replayed."""
+    conn, close = _open_snapshot(path)
     try:
         columns = step_columns(conn)
         if "idx" not in columns or "step_payload" not in columns:
@@ -96,42 +104,8 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
         close()
         raise
 
-    def decode(row: StepRow) -> Step:
-        return decode_step_row(
-            row.index,
-            row.step_type,
-            row.status,
-            row.payload,
-            metadata=row.metadata,
-            error_details=row.error_details,
-        )
-
     def rows(after: int = -1, before: int | None = None) -> Iterator[Step]:
-        # `position` is the raw idx the next read starts after: a hostile non-integer idx must
-        # not be rounded, or a skipped row would be read again.
-        position: Any = after
-        while True:
-            reader = iter_step_rows(conn, path=path, after=position, before=before, columns=columns)
-            last: Any = position
-            while True:
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                # database.py reads each row's integer columns with int(); a row whose columns
-                # hold text, a blob or an infinite real fails there (see the report for the fix).
-                except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
-                    bad = _next_index(conn, path, last, before)
-                    if bad is None:
-                        warn(f"steps after {last}: not read, {short_reason(exc)}")
-                        return
-                    warn(f"step {bad}: skipped, {short_reason(exc)}")
-                    position = bad
-                    break
-                last = row.index
-                step = guarded_decode(f"step {row.index}", functools.partial(decode, row), warn)
-                if step is not None:
-                    yield step
+        return _step_rows(conn, path, columns, warn, after=after, before=before)
 
     def model_of(body: Sequence[Step]) -> str:
         for step in reversed(body):
@@ -162,6 +136,54 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
         title=title,
         close=close,
     )
+
+
+def _decode(row: StepRow) -> Step:
+    return decode_step_row(
+        row.index,
+        row.step_type,
+        row.status,
+        row.payload,
+        metadata=row.metadata,
+        error_details=row.error_details,
+    )
+
+
+def _step_rows(
+    conn: sqlite3.Connection,
+    path: str,
+    columns: Sequence[str],
+    warn: Warn,
+    *,
+    after: int = -1,
+    before: int | None = None,
+) -> Iterator[Step]:
+    """The steps after `after` (and before `before`), decoded; a bad row is one warning."""
+    # `position` is the raw idx the next read starts after: a hostile non-integer idx must
+    # not be rounded, or a skipped row would be read again.
+    position: Any = after
+    while True:
+        reader = iter_step_rows(conn, path=path, after=position, before=before, columns=columns)
+        last: Any = position
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            # database.py reads each row's integer columns with int(); a row whose columns
+            # hold text, a blob or an infinite real fails there (see the report for the fix).
+            except (DatabaseError, sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
+                bad = _next_index(conn, path, last, before)
+                if bad is None:
+                    warn(f"steps after {last}: not read, {short_reason(exc)}")
+                    return
+                warn(f"step {bad}: skipped, {short_reason(exc)}")
+                position = bad
+                break
+            last = row.index
+            step = guarded_decode(f"step {row.index}", functools.partial(_decode, row), warn)
+            if step is not None:
+                yield step
 
 
 def _has_side_files(path: str) -> bool:
