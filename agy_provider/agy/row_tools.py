@@ -80,7 +80,7 @@ def tool_call(call: Message | None) -> ToolCall | None:
     return ToolCall(id=call.string(1), name=name, arguments=parse_arguments(call.string(3)))
 
 
-def parse_arguments(text: str) -> Mapping[str, Any]:
+def parse_arguments(text: str) -> dict[str, Any]:
     """A tool call's arguments JSON as an object; anything else becomes `{}` (never raises)."""
     if not text:
         return {}
