@@ -1,4 +1,7 @@
-"""Spawn agy for one turn and own its process tree: argv, environment, output, termination.
+"""Spawn agy for one turn and own its process tree: environment, output, termination.
+
+agy's argv is built by `agy/argv.py` and its stdout read by `agy/stdout.py` (both re-exported
+here for the live path's importers); finding the binary and asking its version are here.
 
 No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL);
 should the host die first, however, agy's group is ended by the lifeline (`lifeline.py`).
