@@ -9,7 +9,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.agy.rows import answers_text
+from agy_provider.agy.row_tools import answers_text, parse_arguments
 from agy_provider.agy.step import (
     Interaction,
     InteractionKind,
@@ -173,17 +173,6 @@ def _str(value: Any) -> str:
     raise DecodeError(f"expected text, found a JSON {type(value).__name__}")
 
 
-def _arguments(text: str) -> dict[str, Any]:
-    """A tool call's arguments JSON as an object; anything else becomes `{}` (never raises)."""
-    if not text:
-        return {}
-    try:
-        value = jsontext.loads(text, "tool arguments")
-    except DecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _rfc3339_ms(value: Any) -> int:
     if not isinstance(value, str) or not value:
         return 0
@@ -244,7 +233,7 @@ def _tool_call(call: Mapping[str, Any]) -> ToolCall | None:
     return ToolCall(
         id=_str(call.get("id", "")),
         name=name,
-        arguments=_arguments(_str(call.get("argumentsJson", ""))),
+        arguments=parse_arguments(_str(call.get("argumentsJson", ""))),
     )
 
 

@@ -31,19 +31,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 from agy_provider.agy import streamjson_values as values
-from agy_provider.agy.quota import quota_from_text
+from agy_provider.agy.result import AgyResult, read_result, result_outcome
 from agy_provider.agy.step import (
     Step,
     StepKind,
     StepStatus,
     StepUsage,
-    ToolCall,
-    ToolResult,
     TurnOutcome,
 )
 from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
 from agy_provider.errors import DecodeError
-from agy_provider.wire import jsontext
 from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
 
 __all__ = [
@@ -91,9 +88,6 @@ _STATES: Mapping[str, StepStatus] = {
     "CANCELED": StepStatus.CANCELED,
     "CANCELLED": StepStatus.CANCELED,
 }
-
-_OK_RESULTS = frozenset({"SUCCESS", "OK"})
-_CANCELED_RESULTS = frozenset({"CANCELED", "CANCELLED"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -347,7 +341,7 @@ class StreamJsonDecoder:
             and (previous.usage is None or previous.status is not StepStatus.DONE)
         ):
             self._agent_usage = usage if self._agent_usage is None else self._agent_usage + usage
-        tool, result, tool_error = self._tool(body, agent_type, status, previous)
+        tool, result, tool_error = values.tool_update(body, agent_type, status, previous)
         error = tool_error or values.error_message(body.get("error"))
         step = dataclasses.replace(
             previous,
@@ -430,45 +424,6 @@ class StreamJsonDecoder:
         self._held = None
         items.append(self._snapshot(state))
 
-    def _tool(
-        self, body: Mapping[str, Any], agent_type: str, status: StepStatus, previous: Step
-    ) -> tuple[ToolCall | None, ToolResult | None, str]:
-        """The tool call, its result once settled, and its failure's message.
-
-        The outcome is in `tool_info.output` / `tool_info.error` (1.1.18+) or at the update's top
-        level (1.1.17).
-        """
-        if agent_type == "subagent":
-            return (*values.subagent(body, status, previous), "")
-        if agent_type != "tool":
-            return None, None, ""
-        raw_info = body.get("tool_info")
-        info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
-        name = values.text(info.get("name")) or values.text(body.get("tool_name")) or "tool"
-        params = info.get("parameters")
-        if isinstance(params, str):
-            try:
-                params = json.loads(params)
-            except (ValueError, RecursionError):
-                params = {}
-        arguments = values.plain(params) if isinstance(params, dict) else {}
-        if not arguments and previous.tool is not None and previous.tool.arguments:
-            arguments = previous.tool.arguments  # a later update without parameters keeps them
-        tool = ToolCall(id="", name=name, arguments=arguments)
-        if not status.terminal:
-            return tool, None, ""
-        output_value = info.get("output", body.get("output"))
-        output = values.text(output_value) if not isinstance(output_value, dict | list) else ""
-        if isinstance(output_value, dict | list):
-            output = json.dumps(values.plain(output_value), ensure_ascii=False)
-        message = values.error_message(info.get("error")) or values.error_message(body.get("error"))
-        failed = status is StepStatus.ERROR or bool(message)
-        if failed:
-            reason = message or "failed"
-            text = f"{reason}\n{output}" if output and output != reason else reason
-            return tool, ToolResult(output=text, is_error=True), reason
-        return tool, ToolResult(output=output), ""
-
     # -- results -----------------------------------------------------------------------------
 
     def _command_result(self, event: Mapping[str, Any], items: list[Item]) -> None:
@@ -497,31 +452,26 @@ class StreamJsonDecoder:
         items.append(self._snapshot(state))
 
     def _result(self, body: Mapping[str, Any], items: list[Item]) -> None:
-        self.conversation_id = self.conversation_id or values.text(body.get("conversation_id"))
-        status = values.text(body.get("status")).upper()
-        response = values.text(body.get("response"))
+        result = read_result(body)
+        self.conversation_id = self.conversation_id or result.conversation_id
         items.extend(self.flush())
-        self._reconcile(response, items)
-        total = stream_json_usage(body.get("usage"))
-        num_turns = body.get("num_turns")
-        turns = values.count(num_turns) if isinstance(num_turns, int | float) else None
+        self._reconcile(result.response, items)
+        total, turns = result.total_usage, result.num_turns
         if self._command == "" and isinstance(body.get("command"), Mapping):
             self._command_result({"command": body["command"]}, items)
         turn_usage = self._turn_usage(total, turns)
         if total is not None and turns != 0:  # a slash command's zero usage is no running total
             self._previous_total = total
-        denied = values.denied_actions(body.get("denied_actions"))
-        outcome = self._outcome(status, values.error_message(body.get("error")), response, denied)
-        duration = body.get("duration_seconds")
+        outcome = self._outcome(result)
         self.last_result = StreamJsonResult(
-            status=status,
-            response=response,
+            status=result.status,
+            response=result.response,
             error=outcome.error,
             num_turns=turns,
-            duration_seconds=jsontext.finite_number(duration),
+            duration_seconds=result.duration_seconds,
             total_usage=total,
             turn_usage=turn_usage,
-            denied_actions=denied,
+            denied_actions=result.denied_actions,
             command=self._command,
         )
         items.append(dataclasses.replace(outcome, usage=turn_usage))
@@ -541,48 +491,22 @@ class StreamJsonDecoder:
             return total  # a fresh conversation's (or agy 1.1.17's) result is the turn
         return self._agent_usage  # resumed process, earlier total unknown
 
-    def _outcome(
-        self, status: str, error: str, response: str, denied_actions: tuple[str, ...]
-    ) -> TurnOutcome:
-        denied = [*denied_actions, *self._denied.values()]
-        what = "; ".join(dict.fromkeys(denied))
-        answered = bool(response) or any(
+    def _outcome(self, result: AgyResult) -> TurnOutcome:
+        """The turn's outcome by its `result` (`result.py`'s words), with what this stream adds:
+        the denials its steps showed, whether it answered, agy's stderr and error lines."""
+        answered = bool(result.response) or any(
             self._states[i].length
             for i in self._turn
             if self._states[i].agent_type == "agent_response"
         )
-        advice = (
-            "Allow it when agy asks, or run with permissions that allow it "
-            "(agy --dangerously-skip-permissions, or agy's permission settings), then retry."
+        said = [line for line in self._stderr if values.is_denial(line)] or list(self._stderr)[-1:]
+        return result_outcome(
+            result,
+            step_denials=self._denied.values(),
+            answered=answered,
+            reason="; ".join(said),
+            said=list(self._notes),
         )
-        if status in _OK_RESULTS:
-            if denied_actions or (self._denied and not answered):
-                return TurnOutcome(ok=False, error=f"agy denied {what}. {advice}")
-            return TurnOutcome(ok=True)
-        if status in _CANCELED_RESULTS:
-            said = [line for line in self._stderr if values.is_denial(line)] or list(self._stderr)[
-                -1:
-            ]
-            reason = "; ".join(said)
-            if what and reason:
-                message = f"agy canceled the turn: {reason} (denied: {what}). {advice}"
-            elif what or values.is_denial(reason):
-                message = f"agy canceled the turn: {reason or 'denied ' + what}. {advice}"
-            elif reason:
-                message = f"agy canceled the turn: {reason}"
-            else:
-                message = (
-                    "agy canceled the turn without saying why (in print mode agy cancels a turn "
-                    "when an action needs a permission nobody granted; its reason is on stderr)."
-                )
-            return TurnOutcome(ok=False, error=message)
-        message = error or f"agy ended the turn with status {status or 'unknown'}"
-        if what and not values.is_denial(message):
-            message = f"{message} (denied: {what})"
-        notes = [n for n in self._notes if n not in message]
-        if notes:
-            message = f"{message} — agy said: {' '.join(notes)}"
-        return TurnOutcome(ok=False, error=message, quota=quota_from_text(message))
 
     def _reconcile(self, response: str, items: list[Item]) -> None:
         """Make the streamed answer agree with `result.response`, never retracting what was shown.

@@ -5,6 +5,7 @@ Pure and total: every function takes whatever JSON gave and returns a value, nev
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
@@ -25,6 +26,7 @@ __all__ = [
     "subagent",
     "subtract_usage",
     "text",
+    "tool_update",
 ]
 
 # Nested tool parameters deeper than this are summarised: agy's are at most 3 deep, and a hostile
@@ -145,8 +147,7 @@ def denied_actions(value: Any) -> tuple[str, ...]:
     names = []
     for entry in value[:50]:
         if isinstance(entry, Mapping):
-            display, action = text(entry.get("display_name")), text(entry.get("action"))
-            name = f"{display} ({action})" if display and action else display or action
+            name = text(entry.get("display_name")) or text(entry.get("action"))
         else:
             name = text(entry)
         if name:
@@ -187,6 +188,46 @@ def subagent(
             lines.append(f"prompt: {prompt}")
     tool = ToolCall(id="", name="subagent", arguments=arguments)
     return tool, ToolResult(output="\n".join(lines)) if status.terminal else None
+
+
+def tool_update(
+    body: Mapping[str, Any], agent_type: str, status: StepStatus, previous: Step
+) -> tuple[ToolCall | None, ToolResult | None, str]:
+    """The tool call, its result once settled, and its failure's message.
+
+    The outcome is in `tool_info.output` / `tool_info.error` (1.1.18+) or at the update's top
+    level (1.1.17).
+    """
+    if agent_type == "subagent":
+        return (*subagent(body, status, previous), "")
+    if agent_type != "tool":
+        return None, None, ""
+    raw_info = body.get("tool_info")
+    info: Mapping[str, Any] = raw_info if isinstance(raw_info, Mapping) else {}
+    name = text(info.get("name")) or text(body.get("tool_name")) or "tool"
+    params = info.get("parameters")
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except (ValueError, RecursionError):
+            params = {}
+    arguments = plain(params) if isinstance(params, dict) else {}
+    if not arguments and previous.tool is not None and previous.tool.arguments:
+        arguments = previous.tool.arguments  # a later update without parameters keeps them
+    tool = ToolCall(id="", name=name, arguments=arguments)
+    if not status.terminal:
+        return tool, None, ""
+    output_value = info.get("output", body.get("output"))
+    output = text(output_value) if not isinstance(output_value, dict | list) else ""
+    if isinstance(output_value, dict | list):
+        output = json.dumps(plain(output_value), ensure_ascii=False)
+    message = error_message(info.get("error")) or error_message(body.get("error"))
+    failed = status is StepStatus.ERROR or bool(message)
+    if failed:
+        reason = message or "failed"
+        shown = f"{reason}\n{output}" if output and output != reason else reason
+        return tool, ToolResult(output=shown, is_error=True), reason
+    return tool, ToolResult(output=output), ""
 
 
 def heals(held: str, candidate: str) -> bool:

@@ -1,6 +1,7 @@
 """agy's verdict on a live turn: its exit code, its `AGY_ERROR:` line, its `result`, its quota.
 
 Owns turning how agy ended (code, stderr, stdout, stream-json `result`) into a `TurnOutcome`; pure.
+The `result` is read and worded by `result.py`, as replay reads and words it.
 
 agy 1.3.x exits 3 on a model or agent failure and prints one `AGY_ERROR: <what>` line (e.g.
 `AGY_ERROR: RESOURCE_EXHAUSTED (code 429): Individual quota reached … Resets in 3h20m`); a Go
@@ -11,12 +12,12 @@ drops the goroutines and frames.
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agy_provider.agy.quota import QuotaInfo, quota_from_text
+from agy_provider.agy.result import failed_outcome, read_result, resets_hint, result_outcome
 from agy_provider.agy.step import TurnOutcome
 
 __all__ = ["AGY_ERROR_PREFIX", "agy_error", "exit_verdict", "resets_hint", "without_stack_trace"]
@@ -46,42 +47,6 @@ def without_stack_trace(text: str) -> str:
     return "\n".join(kept).strip()
 
 
-def resets_hint(quota: QuotaInfo | None) -> str:
-    """` (the quota resets at 23:40 UTC, in 3h20m)`, or "" when agy did not say when."""
-    if quota is None or quota.resets_in is None:
-        return ""
-    seconds = int(quota.resets_in)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    span = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-    if quota.resets_at is None:
-        return f" (the quota resets in {span})"
-    try:
-        when = datetime.datetime.fromtimestamp(quota.resets_at, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return f" (the quota resets in {span})"
-    return f" (the quota resets at {when:%Y-%m-%d %H:%M} UTC, in {span})"
-
-
-def _also_said(stderr: str, message: str) -> str:
-    """` — agy also said: …` for stderr lines the message does not already carry, else ""."""
-    lines = [
-        line.strip()
-        for line in without_stack_trace(stderr).splitlines()
-        if line.strip() and line.strip().removeprefix("Error: ") not in message
-    ]
-    said = " ".join(lines)[-500:]
-    return f" — agy also said: {said}" if said else ""
-
-
-def _with_quota(error: str, observed_at: float | None, *sources: str) -> TurnOutcome:
-    quota = next(
-        (q for text in (error, *sources) if (q := quota_from_text(text, observed_at=observed_at))),
-        None,
-    )
-    return TurnOutcome(ok=False, error=error + resets_hint(quota), quota=quota)
-
-
 def exit_verdict(
     code: int | None,
     *,
@@ -99,30 +64,21 @@ def exit_verdict(
     seconds: now) turns agy's `Resets in …` into a reset time.
     """
     stderr = stderr.strip()
-    result = result or {}
-    status = str(result.get("status") or "")
-    raw_error = result.get("error")
-    result_error = raw_error if isinstance(raw_error, str) else ""
+    read = read_result(result or {})
     if code:
         line = agy_error(stderr)
         if line:
-            return _with_quota(f"agy failed: {line}", observed_at)
-        if status and status not in ("SUCCESS", "OK") and result_error:
-            message = f"agy ended the turn with {status}: {result_error}"
-            return _with_quota(message + _also_said(stderr, message), observed_at)
-        said = "\n".join(t for t in (without_stack_trace(stderr), stdout.strip()) if t)
+            return failed_outcome(f"agy failed: {line}", observed_at)
+        told = without_stack_trace(stderr)
+        if read.status and not read.succeeded and read.error:
+            if read.canceled:
+                return result_outcome(read, reason=told[-2000:], observed_at=observed_at)
+            return result_outcome(read, said=told.splitlines(), observed_at=observed_at)
+        said = "\n".join(t for t in (told, stdout.strip()) if t)
         tail = said[-2000:] if said else "(nothing on stderr)"
-        return _with_quota(f"agy exited with code {code}: {tail}", observed_at)
-    if status and status not in ("SUCCESS", "OK"):
-        detail = result_error or status
-        if status == "CANCELED" and stderr:
-            detail = f"{detail}: {without_stack_trace(stderr)[-2000:]}"
-        return _with_quota(f"agy ended the turn with {status}: {detail}", observed_at)
-    denied = result.get("denied_actions")
-    if isinstance(denied, list) and denied:
-        names = ", ".join(
-            str(d.get("display_name") or d.get("action") or d) if isinstance(d, dict) else str(d)
-            for d in denied
-        )
-        return TurnOutcome(ok=False, error=f"agy was denied permission to act: {names}")
-    return TurnOutcome()
+        return failed_outcome(f"agy exited with code {code}: {tail}", observed_at)
+    if not read.status:
+        # agy printed no verdict of its own (no `result`, or one without a status): exit 0 is it.
+        read = dataclasses.replace(read, status="SUCCESS")
+    reason = without_stack_trace(stderr)[-2000:] if read.canceled else ""
+    return result_outcome(read, reason=reason, observed_at=observed_at)

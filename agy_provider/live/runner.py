@@ -1,4 +1,7 @@
-"""Spawn agy for one turn and own its process tree: argv, environment, output, termination.
+"""Spawn agy for one turn and own its process tree: environment, output, termination.
+
+agy's argv is built by `agy/argv.py` and its stdout read by `agy/stdout.py` (both re-exported
+here for the live path's importers); finding the binary and asking its version are here.
 
 No orphans: every descendant ever seen is remembered, and `terminate` ends them all (TERM, then KILL);
 should the host die first, however, agy's group is ended by the lifeline (`lifeline.py`).
@@ -8,27 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
-import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
 from agy_provider import lifeline
-from agy_provider.errors import AgyNotFoundError, FramingError, TurnError, UsageError
+from agy_provider.agy.argv import (
+    MAX_ARG_BYTES,
+    TurnRequest,
+    build_argv,
+    go_duration,
+    prompt_fits_argv,
+    stdin_turn,
+)
+from agy_provider.agy.stdout import MAX_CAPTURE_BYTES, StdoutEvents
+from agy_provider.errors import AgyNotFoundError, TurnError
 from agy_provider.store.atomic import read_json, write_json_atomic
-from agy_provider.store.sessions import default_store_path, valid_conversation_id
-from agy_provider.wire.ndjson import LineDecoder
+from agy_provider.store.sessions import default_store_path
 from agy_provider.workers import off_loop
 
 __all__ = [
@@ -46,39 +53,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Linux caps one argv element at 128 KiB (MAX_ARG_STRLEN); keep a margin below it.
-MAX_ARG_BYTES = 120 * 1024
-# How much of agy's stdout/stderr we keep: enough for a crash report, bounded for a runaway log.
-MAX_CAPTURE_BYTES = 64 * 1024
-
 INSTALL_HINT = (
     "Install Google's Antigravity CLI so `agy` is on your PATH, point AGY_BIN or --agy-bin at it, "
     "or try the bundled simulator with --agy-bin agy-sim."
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """Everything agy's command line says about one turn."""
-
-    prompt: str
-    cwd: str
-    agy_bin: str
-    model_args: Sequence[str] = ()
-    mode: str = "default"
-    skip_permissions: bool = False
-    conversation_id: str = ""
-    print_timeout: float = 300.0  # agy 1.1.x's own default; always passed explicitly
-    csrf_token: str = ""
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # agy ≥ 1.1.8 states the conversation id on its first stream-json line (AGY-FORMATS §2.1),
-    # the one proof of ownership that needs no process scan. "" keeps agy's plain text output.
-    output_format: str = "stream-json"
-    # A log file of this run alone: agy names its language server's ports there (rpc turns).
-    log_file: str = ""
-    # More workspace roots, one `--add-dir` each (absolute, existing folders): the MCP bridge's
-    # folder holding `.agents/mcp_config.json` is one (AGY-FORMATS §2).
-    extra_dirs: Sequence[str] = ()
 
 
 def find_agy(configured: str = "") -> str:
@@ -201,143 +179,6 @@ def _version_of(binary: str, timeout: float) -> str:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return out.decode("utf-8", "replace").strip().splitlines()[0] if out.strip() else ""
-
-
-def go_duration(seconds: float) -> str:
-    """Seconds as a Go duration string (`5m0s`), what `--print-timeout` takes."""
-    total = max(1, math.ceil(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
-
-
-def prompt_fits_argv(prompt: str) -> bool:
-    """Whether `prompt` can ride in argv after `-p` (else it goes through stream-json stdin).
-
-    Too large for one argument, or starting with "-" (a flag parser could take it for a flag),
-    it cannot.
-    """
-    return len(prompt.encode("utf-8")) <= MAX_ARG_BYTES and not prompt.startswith("-")
-
-
-def stdin_turn(prompt: str) -> bytes:
-    """One `--input-format stream-json` user turn (AGY-FORMATS §2.1), newline-terminated."""
-    line = {
-        "event": "user",
-        "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
-    }
-    return (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def build_argv(request: TurnRequest) -> list[str]:
-    """agy's argv: the prompt right after `-p`; every value validated before it becomes an argument.
-
-    A prompt too large for one argument (Linux caps it at 128 KiB) is not in argv at all: agy
-    reads it as one stream-json turn from stdin (`--input-format stream-json`), which has no cap.
-    """
-    if "\x00" in request.prompt:
-        raise UsageError("the prompt contains a NUL byte, which no command line can carry")
-    output_format = request.output_format
-    if output_format not in ("", "text", "json", "stream-json"):
-        raise UsageError(f"output format must be text, json or stream-json, not {output_format!r}")
-    if prompt_fits_argv(request.prompt):
-        head = [request.agy_bin, "-p", request.prompt]
-    else:
-        # agy 1.2.x refuses stream-json input without stream-json output (AGY-FORMATS §2.2).
-        head = [request.agy_bin, "--input-format", "stream-json"]
-        output_format = "stream-json"
-    argv = [*head, *request.model_args]
-    if output_format:
-        argv += ["--output-format", output_format]
-    if request.mode not in ("default", ""):
-        if request.mode not in ("accept-edits", "plan"):
-            raise UsageError(f"mode must be default, accept-edits or plan, not {request.mode!r}")
-        argv += ["--mode", request.mode]
-    if request.skip_permissions:
-        argv.append("--dangerously-skip-permissions")
-    if request.conversation_id:
-        if not valid_conversation_id(request.conversation_id):
-            raise UsageError(f"not a conversation id: {request.conversation_id!r}")
-        argv += ["--conversation", request.conversation_id]
-    argv += ["--add-dir", os.path.abspath(request.cwd)]
-    for folder in request.extra_dirs:
-        if not os.path.isabs(folder) or "\x00" in folder or not os.path.isdir(folder):
-            raise UsageError(
-                f"--add-dir needs an absolute path of an existing folder, not {folder!r}"
-            )
-        argv += ["--add-dir", folder]
-    # Always explicit: 1.1.x defaults to 5m0s, 1.2.x to 0s (wait forever) (AGY-FORMATS §2.2).
-    if not request.print_timeout > 0 or not math.isfinite(request.print_timeout):
-        raise UsageError(
-            f"print timeout must be a positive number of seconds, not {request.print_timeout!r}"
-        )
-    argv += ["--print-timeout", go_duration(request.print_timeout)]
-    if request.log_file:
-        if not os.path.isabs(request.log_file) or "\x00" in request.log_file:
-            raise UsageError(f"the log file must be an absolute path, not {request.log_file!r}")
-        argv += ["--log-file", request.log_file]
-    if request.csrf_token:
-        if not request.csrf_token.isalnum():
-            raise UsageError("the CSRF token must be alphanumeric")
-        argv.append(f"--csrf_token={request.csrf_token}")
-    return argv
-
-
-class StdoutEvents:
-    """What agy's stream-json stdout says that the turn needs (sans-I/O: feed it bytes).
-
-    Only the facts are kept, never the stream: the conversation id agy states (`init`, or the
-    first event naming one), its last `result`, and a bounded tail of lines that are not JSON
-    (agy prints errors such as "Error: authentication required" there, AGY-FORMATS §2.2).
-    """
-
-    def __init__(self) -> None:
-        self._lines = LineDecoder()
-        self._broken = False
-        self.conversation_id = ""
-        self.result: dict[str, Any] | None = None
-        self.text = bytearray()
-
-    def feed(self, data: bytes) -> bool:
-        """Take a chunk; True when it made the conversation id known."""
-        if self._broken:
-            return False
-        had_id = bool(self.conversation_id)
-        try:
-            self._lines.feed(data)
-            for line in self._lines.lines():
-                self._line(line)
-        except FramingError as exc:
-            log.warning("agy's stdout is not readable stream-json (%s); ignoring the rest", exc)
-            self._broken = True
-        return not had_id and bool(self.conversation_id)
-
-    def _line(self, line: bytes) -> None:
-        if self.conversation_id and line.startswith(b"{") and b'"result"' not in line:
-            return  # a step update: the turn's steps come from its source, not from here
-        try:
-            event = json.loads(line)
-        except (ValueError, RecursionError):
-            event = None
-        if not isinstance(event, dict):
-            self.text += line[:4096] + b"\n"
-            if len(self.text) > MAX_CAPTURE_BYTES:
-                del self.text[: len(self.text) - MAX_CAPTURE_BYTES]
-            return
-        self._take(event)
-
-    def _take(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if not self.conversation_id:
-            stated = event.get("conversation_id")
-            if isinstance(stated, str) and valid_conversation_id(stated):
-                self.conversation_id = stated
-        if kind == "result" and isinstance(event.get("result"), dict):
-            self.result = event["result"]
 
 
 class AgyProcess:

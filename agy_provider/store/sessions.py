@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agy_provider.agy.argv import valid_conversation_id
 from agy_provider.store.atomic import file_lock, read_json, write_json_atomic
 
 __all__ = [
@@ -29,14 +29,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SESSIONS_ENV = "AGY_PROVIDER_SESSIONS"
-
-# agy's conversation ids are UUIDs; anything that could become a flag is refused (AGY-FORMATS §2).
-_CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
-
-
-def valid_conversation_id(value: str) -> bool:
-    """True for an id safe to pass as `--conversation <id>`."""
-    return bool(_CONVERSATION_ID.fullmatch(value))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
