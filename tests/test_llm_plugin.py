@@ -36,6 +36,18 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _agy_plugin_in_this_process() -> None:
+    """llm loads no entry-point plugin under tests (`sys._called_from_test`, which conftest sets
+    for ours too): the in-process tests register agy's plugin as llm's own tests do theirs. The
+    `llm` subprocesses load it from its entry point."""
+    from agy_provider.plugins import llm_plugin
+    from llm.plugins import pm
+
+    if not pm.is_registered(llm_plugin):
+        pm.register(llm_plugin, name="agy")
+
+
 @pytest.fixture
 def llm_env(live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """live_env plus a private llm user folder, as the environment of an `llm` subprocess."""
