@@ -32,10 +32,9 @@ from agy_provider.hosts.ask import (
     AskResult,
     ask_antigravity,
     ask_antigravity_sync,
-    ask_tool,
     nested_turn_reason,
-    run_ask_tool,
 )
+from agy_provider.hosts.ask_tool import ask_tool, run_ask_tool
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.types import TextContent, ToolCall

@@ -415,7 +415,7 @@ def _chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
 
-    from agy_provider.hosts.ask import ask_command
+    from agy_provider.hosts.ask_command import ask_command
     from agy_provider.store.config import load_config
 
     agy_bin = args.agy_bin or load_config().agy_bin

@@ -1,15 +1,14 @@
 """AskAntigravity: hand one task to agy and get its answer back, for any host.
 
 `ask_antigravity` (async) and `ask_antigravity_sync` run one agy turn — a new conversation or one
-to continue — and return an `AskResult`; `ask_tool()` is the pi tool definition a host registers,
-`run_ask_tool` executes a call of it. Refuses to run inside an agy turn (agy would start agy).
+to continue — and return an `AskResult` (the pi tool is `ask_tool`, the CLI `ask_command`).
+Refuses to run inside an agy turn (agy would start agy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import os
 import threading
@@ -17,11 +16,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, TextIO, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.errors import UsageError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
@@ -30,9 +29,6 @@ from agy_provider.pi.types import (
     Context,
     Model,
     TextContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
     Usage,
     UserMessage,
 )
@@ -40,18 +36,13 @@ from agy_provider.store.config import Config, load_config
 from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
 
 __all__ = [
-    "ASK_TOOL_DESCRIPTION",
     "ASK_TOOL_NAME",
-    "ASK_TOOL_PARAMETERS",
     "TURN_ENV",
     "AskResult",
     "ProgressCallback",
     "ask_antigravity",
     "ask_antigravity_sync",
-    "ask_command",
-    "ask_tool",
     "nested_turn_reason",
-    "run_ask_tool",
     "turn_edges",
 ]
 
@@ -72,46 +63,6 @@ ProgressCallback: TypeAlias = Callable[[float, str], object]
 `▸ run_command ls`, `answering`, then `done` or `failed`."""
 
 ASK_TOOL_NAME = "AskAntigravity"
-ASK_TOOL_DESCRIPTION = (
-    "Delegate one task to Google's Antigravity agent (agy), which works in a folder with its own "
-    "tools (it reads files, runs commands and, in accept-edits mode, edits files) and returns its "
-    "answer. Give the whole task in `prompt`. The result ends with the conversation id: pass it "
-    "as `conversation` to ask a follow-up in the same agy conversation."
-)
-ASK_TOOL_PARAMETERS: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {
-        "prompt": {"type": "string", "description": "The task or question for agy."},
-        "cwd": {"type": "string", "description": "The folder agy works in (default: the host's)."},
-        "model": {
-            "type": "string",
-            "description": "flash, pro, sonnet, opus, or a model slug from `agy models` "
-            "(default: the configured model).",
-        },
-        "thinking": {
-            "type": "string",
-            "enum": list(_THINKING),
-            "description": "How hard the model thinks, for models with effort levels.",
-        },
-        "mode": {
-            "type": "string",
-            "enum": list(_MODES),
-            "description": "plan: agy plans without changing files; accept-edits: agy edits "
-            "files without asking; default: the configured mode.",
-        },
-        "conversation": {
-            "type": "string",
-            "description": "An agy conversation id to continue (from an earlier result).",
-        },
-        "timeout": {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "description": "Seconds the whole turn may take (default: the configured turn_timeout).",
-        },
-    },
-    "required": ["prompt"],
-    "additionalProperties": False,
-}
 
 Status: TypeAlias = Literal["ok", "error", "aborted"]
 
@@ -603,162 +554,3 @@ def ask_antigravity_sync(
             close()
         _unwatch(plan.session_id)
     return progress.result(seen, plan.model)
-
-
-# --- the pi tool --------------------------------------------------------------------------------
-
-
-def ask_tool() -> Tool:
-    """The `AskAntigravity` tool definition (pi's `Tool`, JSON Schema parameters) to register."""
-    return Tool(
-        name=ASK_TOOL_NAME, description=ASK_TOOL_DESCRIPTION, parameters=ASK_TOOL_PARAMETERS
-    )
-
-
-def _tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The call's arguments checked against `ASK_TOOL_PARAMETERS`; `UsageError` names the field."""
-    if not isinstance(arguments, Mapping):
-        raise UsageError(
-            f"{ASK_TOOL_NAME} arguments must be an object, not {type(arguments).__name__}"
-        )
-    properties: Mapping[str, Any] = ASK_TOOL_PARAMETERS["properties"]
-    unknown = sorted(set(arguments) - set(properties))
-    if unknown:
-        raise UsageError(
-            f"{ASK_TOOL_NAME} takes no argument {', '.join(unknown)} "
-            f"(it takes {', '.join(properties)})"
-        )
-    checked: dict[str, Any] = {}
-    for name, value in arguments.items():
-        if value is None:
-            continue
-        spec = properties[name]
-        if spec["type"] == "string" and not isinstance(value, str):
-            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a string, not {value!r}")
-        if spec["type"] == "number" and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-        ):
-            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a number above 0, not {value!r}")
-        if "enum" in spec and value not in spec["enum"]:
-            raise UsageError(
-                f"{ASK_TOOL_NAME}: {name} must be one of {', '.join(spec['enum'])}, not {value!r}"
-            )
-        checked[name] = value
-    if "prompt" not in checked:
-        raise UsageError(f"{ASK_TOOL_NAME} needs a prompt")
-    return checked
-
-
-async def run_ask_tool(
-    call: ToolCall,
-    *,
-    cwd: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    signal: AbortSignal | None = None,
-) -> ToolResultMessage:
-    """Execute a host model's `AskAntigravity` call: the pi `ToolResultMessage` to give back.
-
-    `cwd` is the folder used when the call names none. Bad arguments, a refusal or a failed
-    turn come back as an error result (`is_error`) saying why, never as an exception.
-    """
-    try:
-        arguments = _tool_arguments(call.arguments)
-        arguments.setdefault("cwd", cwd)
-        result = await ask_antigravity(
-            arguments.pop("prompt"), on_progress=on_progress, signal=signal, **arguments
-        )
-    except AgyError as exc:
-        return ToolResultMessage(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=[TextContent(text=f"{ASK_TOOL_NAME} could not run: {exc}")],
-            is_error=True,
-            timestamp=int(time.time() * 1000),
-        )
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=[TextContent(text=result.tool_text())],
-        is_error=not result.ok,
-        details=result.to_json(),
-        timestamp=int(time.time() * 1000),
-    )
-
-
-# --- the command line -------------------------------------------------------------------------
-
-
-async def ask_command(
-    prompt: str,
-    *,
-    cwd: str | None,
-    model: str,
-    thinking: Thinking | None,
-    mode: Mode | None,
-    conversation: str | None,
-    timeout: float | None,
-    agy_bin: str | None,
-    as_json: bool,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    """`agy-provider ask`: the answer on `out` (or the result as JSON), progress on `err`.
-
-    Returns the exit code: 0 answered, 1 the turn failed (agy's error on `err`), 128+N when
-    signal N (SIGINT, SIGTERM, SIGHUP) aborted it — agy's whole tree is ended first.
-    """
-    import signal as signals
-
-    abort = AbortSignal()
-    received: list[int] = []
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        abort.abort(f"interrupted by {signals.Signals(signum).name}")
-
-    installed = []
-    for signum in (signals.SIGINT, signals.SIGTERM, signals.SIGHUP):
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            continue
-        installed.append(signum)
-
-    def show(elapsed: float, step: str) -> None:
-        err.write(f"[{elapsed:6.1f}s] {step}\n")
-        err.flush()
-
-    try:
-        result = await ask_antigravity(
-            prompt,
-            cwd=cwd,
-            model=model,
-            thinking=thinking,
-            mode=mode,
-            conversation=conversation,
-            timeout=timeout,
-            on_progress=show,
-            signal=abort,
-            agy_bin=agy_bin,
-        )
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-    if as_json:
-        out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
-    elif result.answer:
-        out.write(result.answer if result.answer.endswith("\n") else result.answer + "\n")
-    out.flush()
-    if result.conversation_id:
-        who = f"{result.model or 'agy'} answered in" if result.ok else "the turn ran in"
-        err.write(
-            f"agy-provider: {who} conversation {result.conversation_id} "
-            f"(continue it with --conversation {result.conversation_id})\n"
-        )
-    if received:
-        return 128 + received[0]
-    if not result.ok:
-        err.write(f"agy-provider: {result.error or 'the turn failed'}\n")
-        return 1
-    return 0
