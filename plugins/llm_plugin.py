@@ -123,8 +123,8 @@ class _AgyModelBase:
     def _turn(self, prompt: llm.Prompt, conversation: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
         """pi's model, context, options and `stream_simple`'s keywords for this prompt."""
         from agy_provider.hosts.ask import turn_edges
+        from agy_provider.pi.agy_model import agy_model
         from agy_provider.pi.options import SimpleStreamOptions
-        from agy_provider.pi.types import Model
 
         options = prompt.options
         thinking = getattr(options, "thinking", None)
@@ -134,16 +134,7 @@ class _AgyModelBase:
             raise ValueError(
                 f"{self.model_id} offers thinking {', '.join(self.efforts)}, not {thinking}"
             )
-        model = Model(
-            id=self.agy_id or "agy",
-            name=self.agy_id or "agy",
-            api="agy",
-            provider="agy",
-            base_url="",
-            reasoning=True,
-            context_window=1_000_000,
-            max_tokens=65_536,
-        )
+        model = agy_model(self.agy_id or "agy")
         conversation_id = getattr(conversation, "id", None)
         session = f"llm:{conversation_id}" if conversation_id else None
         kwargs: dict[str, Any] = {
@@ -307,7 +298,9 @@ def _finish(response: Any, message: Any) -> None:
     for block in message.content:
         if getattr(block, "type", "") == "toolCall":  # for llm's chain to run (agy waits)
             response.add_tool_call(
-                llm.ToolCall(name=block.name, arguments=dict(block.arguments), tool_call_id=block.id)
+                llm.ToolCall(
+                    name=block.name, arguments=dict(block.arguments), tool_call_id=block.id
+                )
             )
 
 

@@ -17,6 +17,7 @@ from agy_provider.errors import AgyError, UsageError
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.runner import find_agy
 from agy_provider.pi.abort_bridge import forward_until_turn_ends
+from agy_provider.pi.agy_model import AGY_API, agy_model
 from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
 from agy_provider.pi.host_input import normalise_turn
 from agy_provider.pi.options import AbortSignal
@@ -25,7 +26,7 @@ from agy_provider.store.config import load_config
 
 __all__ = ["DEFAULT_MODEL_ID", "PROVIDER_ID", "agy_catalog", "host_events", "pi_models", "refusal"]
 
-PROVIDER_ID = "agy"
+PROVIDER_ID = AGY_API
 # The model id that means "agy's configured default" (the `model` setting, else agy's own).
 DEFAULT_MODEL_ID = "default"
 
@@ -39,36 +40,11 @@ def agy_catalog(agy_bin: str | None = None) -> list[AgyModel]:
 
 
 def pi_models(catalog: list[AgyModel]) -> list[Model]:
-    """agy's models as pi `Model`s of provider `agy`, after the configured default (`default`).
-
-    agy does not state context windows or output limits, so those stay 0 (unknown); it runs on
-    a subscription, so costs are zero.
-    """
-    default = Model(
-        id=DEFAULT_MODEL_ID,
-        name="agy's configured model",
-        api=PROVIDER_ID,
-        provider=PROVIDER_ID,
-        base_url="",
-        reasoning=True,
-        context_window=0,
-        max_tokens=0,
-    )
+    """agy's models as pi `Model`s of provider `agy` (`agy_model`), after the configured
+    default (`default`)."""
     return [
-        default,
-        *(
-            Model(
-                id=m.id,
-                name=m.name,
-                api=PROVIDER_ID,
-                provider=PROVIDER_ID,
-                base_url="",
-                reasoning=m.reasoning,
-                context_window=0,
-                max_tokens=0,
-            )
-            for m in catalog
-        ),
+        agy_model(DEFAULT_MODEL_ID, name="agy's configured model"),
+        *(agy_model(m.id, name=m.name, reasoning=m.reasoning) for m in catalog),
     ]
 
 

@@ -22,6 +22,7 @@ from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
 from agy_provider.errors import UsageError
 from agy_provider.hookspecs import hookimpl
+from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
 from agy_provider.pi.types import (
@@ -287,16 +288,7 @@ def _plan(
             session_id,
             SessionRecord(conversation_id=conversation, last_step_index=_last_step_index(path)),
         )
-    pi_model = Model(
-        id=slug or "agy",
-        name=slug or "agy",
-        api="agy",
-        provider="agy",
-        base_url="",
-        reasoning=True,
-        context_window=1_000_000,
-        max_tokens=65_536,
-    )
+    pi_model = agy_model(slug or "agy")
     options = SimpleStreamOptions(
         session_id=session_id,
         reasoning=thinking,  # type: ignore[arg-type]  # checked above: low, medium or high
