@@ -9,7 +9,6 @@ logged as server-executed tool calls and results; one llm conversation is one ag
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -345,16 +344,18 @@ class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
         response: llm.AsyncResponse,
         conversation: llm.AsyncConversation | None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        from agy_provider.live.provider import stream_simple, wait_for_turns
+        from agy_provider.hosts._turns import start_turn
+        from agy_provider.live.provider import wait_for_turns
+        from agy_provider.pi.host_input import HostTurn
         from agy_provider.pi.options import AbortSignal
 
         model, context, options, kwargs = self._turn(prompt, conversation)
         abort = AbortSignal()
-        options = dataclasses.replace(options, signal=abort)
+        turn = HostTurn(model, context, options, abort=None)
         mapper = EventsToLlm()
         finished = False
         try:
-            async for event in stream_simple(model, context, options, **kwargs):
+            async for event in start_turn(turn, abort, **kwargs):
                 for item in mapper.feed(event):
                     yield item
             finished = True

@@ -11,20 +11,20 @@ import asyncio
 import dataclasses
 import math
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
 from agy_provider.errors import UsageError
-from agy_provider.hookspecs import hookimpl
 from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.stream import TurnFacts
 from agy_provider.pi.types import (
     AssistantMessage,
     Context,
@@ -312,57 +312,6 @@ def _plan(
 # --- following the turn -----------------------------------------------------------------------
 
 
-@dataclasses.dataclass(slots=True)
-class _Seen:
-    conversation_id: str = ""
-    exit_code: int | None = None
-
-
-class _TurnWatcher:
-    """Learns each watched turn's conversation id and agy's exit code (`observe_event`)."""
-
-    def __init__(self) -> None:
-        self.watched: dict[str, _Seen] = {}
-
-    @hookimpl
-    def observe_event(self, event: Any, turn: Any) -> None:
-        seen = self.watched.get(getattr(turn, "session_id", ""))
-        if seen is None:
-            return
-        binding = getattr(turn, "binding", None)
-        if binding is not None:
-            seen.conversation_id = binding.conversation_id
-        if event.type in ("done", "error"):
-            process = getattr(turn, "process", None)
-            seen.exit_code = getattr(process, "returncode", None)
-
-
-_WATCHER_NAME = "agy-provider-ask"
-_watcher_lock = threading.Lock()
-
-
-def _watcher() -> _TurnWatcher:
-    """The one watcher, registered on first use (calls may start in several threads at once)."""
-    from agy_provider.plugin_manager import get_plugin_manager
-
-    pm = get_plugin_manager()
-    with _watcher_lock:
-        plugin = pm.get_plugin(_WATCHER_NAME)
-        if not isinstance(plugin, _TurnWatcher):
-            plugin = _TurnWatcher()
-            pm.register(plugin, name=_WATCHER_NAME)
-        return plugin
-
-
-def _watch(session_id: str) -> _Seen:
-    seen = _watcher().watched[session_id] = _Seen()
-    return seen
-
-
-def _unwatch(session_id: str) -> None:
-    _watcher().watched.pop(session_id, None)
-
-
 class _Progress:
     """Turns the events of a turn into steps for the progress callback, and keeps its end."""
 
@@ -402,19 +351,19 @@ class _Progress:
             self.message = event.error
             self.say("aborted" if event.reason == "aborted" else "failed")
 
-    def result(self, seen: _Seen, model: Model) -> AskResult:
+    def result(self, facts: TurnFacts, model: Model) -> AskResult:
         duration = time.monotonic() - self.started
         message = self.message
         if message is None:  # the stream ended without its final event: a bug, still said
             return AskResult(
                 answer="",
                 model=model.id,
-                conversation_id=seen.conversation_id,
+                conversation_id=facts.conversation_id,
                 usage=Usage(),
                 duration=duration,
                 status="error",
                 error="the turn ended without a final event",
-                exit_code=seen.exit_code,
+                exit_code=facts.exit_code,
             )
         answer = "".join(b.text for b in message.content if isinstance(b, TextContent))
         status: Status = (
@@ -427,12 +376,12 @@ class _Progress:
         return AskResult(
             answer=answer,
             model=message.model if message.model not in ("", "agy") else "",
-            conversation_id=seen.conversation_id,
+            conversation_id=facts.conversation_id,
             usage=message.usage,
             duration=duration,
             status=status,
             error=message.error_message if status != "ok" else None,
-            exit_code=seen.exit_code,
+            exit_code=facts.exit_code,
         )
 
 
@@ -478,16 +427,16 @@ async def ask_antigravity(
         signal=own,
         agy_bin=agy_bin,
     )
-    from agy_provider.live.provider import stream_simple
+    from agy_provider.hosts._turns import start_turn
 
     progress = _Progress(on_progress, started)
-    seen = _watch(plan.session_id)
     linked: asyncio.Future[None] | None = None
     if signal is not None:
         linked = asyncio.ensure_future(signal.wait())
         linked.add_done_callback(lambda _: own.abort(signal.reason))
     try:
-        stream = stream_simple(plan.model, plan.context, plan.options, **plan.kwargs)
+        turn = HostTurn(plan.model, plan.context, plan.options, abort=None)
+        stream = start_turn(turn, own, **plan.kwargs)
         async for event in stream:
             progress.feed(event)
     except asyncio.CancelledError:
@@ -496,8 +445,7 @@ async def ask_antigravity(
     finally:
         if linked is not None:
             linked.cancel()
-        _unwatch(plan.session_id)
-    return progress.result(seen, plan.model)
+    return progress.result(stream.facts, plan.model)
 
 
 def ask_antigravity_sync(
@@ -533,16 +481,15 @@ def ask_antigravity_sync(
         agy_bin=agy_bin,
     )
     progress = _Progress(on_progress, started)
-    seen = _watch(plan.session_id)
-    events: Iterator[AssistantMessageEvent] = iter_events(
-        plan.model, plan.context, plan.options, **plan.kwargs
-    )
+    events = iter_events(plan.model, plan.context, plan.options, **plan.kwargs)
     try:
-        for event in events:
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as ended:  # the events ran out: the turn's facts come back
+                facts: TurnFacts = ended.value
+                break
             progress.feed(event)
     finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-        _unwatch(plan.session_id)
-    return progress.result(seen, plan.model)
+        events.close()
+    return progress.result(facts, plan.model)
