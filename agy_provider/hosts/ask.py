@@ -215,17 +215,6 @@ class _Plan:
     session_id: str
 
 
-def _last_step_index(path: Path) -> int:
-    from agy_provider.agy.database import open_conversation_db, scan_step_signatures
-
-    conn = open_conversation_db(path)
-    try:
-        rows = scan_step_signatures(conn, after=-1)
-    finally:
-        conn.close()
-    return max((row[0] for row in rows), default=-1)
-
-
 def _plan(
     prompt: str,
     *,
@@ -260,6 +249,7 @@ def _plan(
     folder = os.path.abspath(cwd) if cwd else os.getcwd()
     if not os.path.isdir(folder):
         raise UsageError(f"cwd {folder} is not a folder")
+    from agy_provider.agy.database import last_step_index
     from agy_provider.live.discovery import conversations_dir
     from agy_provider.live.runner import find_agy
     from agy_provider.store.model_catalog import cached_models, resolve_model
@@ -286,7 +276,7 @@ def _plan(
             )
         edges.store.put(
             session_id,
-            SessionRecord(conversation_id=conversation, last_step_index=_last_step_index(path)),
+            SessionRecord(conversation_id=conversation, last_step_index=last_step_index(path)),
         )
     pi_model = agy_model(slug or "agy")
     options = SimpleStreamOptions(
