@@ -233,6 +233,7 @@ def scan_step_signatures(
 
 
 def last_step_index(path: str | os.PathLike[str]) -> int:
+    """The newest step index in the conversation database at `path` (-1 when it has none)."""
     conn = open_conversation_db(path)
     try:
         rows = scan_step_signatures(conn, after=-1)

@@ -146,7 +146,7 @@ def nested_turn_reason(env: Mapping[str, str] | None = None) -> str:
 
 class _MemoryStore(SessionStore):
     """A session store for one call, held in memory: AskAntigravity names the conversation to
-    continue itself and keeps nothing in the user's session store."""
+    continue itself (`conversation_id=`) and keeps nothing in the user's session store."""
 
     def __init__(self) -> None:
         super().__init__(Path(f"<ask {uuid.uuid4().hex}>"))
@@ -249,7 +249,6 @@ def _plan(
     folder = os.path.abspath(cwd) if cwd else os.getcwd()
     if not os.path.isdir(folder):
         raise UsageError(f"cwd {folder} is not a folder")
-    from agy_provider.agy.database import last_step_index
     from agy_provider.live.discovery import conversations_dir
     from agy_provider.live.runner import find_agy
     from agy_provider.store.model_catalog import cached_models, resolve_model
@@ -274,10 +273,6 @@ def _plan(
                 f"agy has no conversation {conversation} ({path} does not exist): pass the id an "
                 "earlier answer gave, with the same agy state folder"
             )
-        edges.store.put(
-            session_id,
-            SessionRecord(conversation_id=conversation, last_step_index=last_step_index(path)),
-        )
     pi_model = agy_model(slug or "agy")
     options = SimpleStreamOptions(
         session_id=session_id,
@@ -292,7 +287,7 @@ def _plan(
             "cwd": folder,
             "agy_bin": binary,
             "store": edges.store,
-            "continue_session": conversation is not None,
+            "conversation_id": conversation or "",
             "edges": edges,
         },
         session_id=session_id,

@@ -52,6 +52,7 @@ def stream_simple(
     continue_session: bool = False,
     edges: TurnEdges | None = None,
     tool_executor: ToolExecutor | None = None,
+    conversation_id: str = "",
 ) -> AssistantMessageEventStream:
     """Start a turn with agy and return its event stream at once (call from a running loop).
 
@@ -59,6 +60,8 @@ def stream_simple(
     reason `aborted`, within ~200 ms of the signal, at any phase). With `options.session_id` the
     turn resumes that session's conversation when the host's history matches what the session
     saw; `continue_session=True` resumes it whatever the history (a CLI has none).
+    `conversation_id` names the agy conversation to continue, whatever the history (a caller
+    that kept the id, as AskAntigravity does), from its newest step.
 
     `model`, `context` and `options` may also be what other pi hosts pass (`host_input`): pi's
     camelCase JSON, another port's pydantic models or dataclasses, options as a mapping or any
@@ -130,6 +133,7 @@ def stream_simple(
         continue_session=continue_session,
         edges=edges,
         tool_executor=tool_executor,
+        conversation_id=conversation_id,
     )
     task = asyncio.get_running_loop().create_task(driver.run())
     driver.task = task
