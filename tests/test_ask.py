@@ -23,8 +23,7 @@ from agy_provider.agy.models import collapse_tiers
 from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.agy.step import ToolCall as StepToolCall
 from agy_provider.agy.step import ToolResult as StepToolResult
-from agy_provider.assembly.assembler import render_tool_run
-from agy_provider.assembly.tool_runs import parse_tool_run
+from agy_provider.assembly.tool_runs import parse_tool_run, render_tool_run
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.hosts.ask import (
     ASK_TOOL_NAME,

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, ToolCall, ToolResult
-from agy_provider.assembly.assembler import StepAssembler, render_tool_run
+from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import (
     MAX_DIFF_LINES,
     Baseline,
@@ -27,7 +27,7 @@ from agy_provider.assembly.diffs import (
     git_head_text,
     looks_like_diff,
 )
-from agy_provider.assembly.tool_runs import parse_tool_run
+from agy_provider.assembly.tool_runs import parse_tool_run, render_tool_run
 
 NOTES = "alpha\nbeta\ngamma\ndelta\n"
 
