@@ -233,8 +233,6 @@ class EventsToLlm:
         self.message: Any = None
 
     def feed(self, event: Any) -> list[StreamEvent]:
-        from agy_provider.assembly.tool_runs import is_tool_run, parse_tool_run
-
         kind = event.type
         index = getattr(event, "content_index", -1)
         out: list[StreamEvent] = []
@@ -242,8 +240,8 @@ class EventsToLlm:
             out.append(StreamEvent(type="text", chunk=event.delta))
         elif kind == "thinking_delta":
             if index not in self._kinds:
-                self._kinds[index] = "tool" if is_tool_run(event.delta) else "thinking"
-                run = parse_tool_run(event.delta) if self._kinds[index] == "tool" else None
+                run = event.tool_run
+                self._kinds[index] = "tool" if run is not None else "thinking"
                 if not self._reasoning_ends_line:  # each block on a line of its own
                     out.append(StreamEvent(type="reasoning", chunk="\n"))
                 if run is not None:
@@ -257,7 +255,7 @@ class EventsToLlm:
             out.append(StreamEvent(type="reasoning", chunk=event.delta))
             self._reasoning_ends_line = event.delta.endswith("\n")
         elif kind == "thinking_end" and self._kinds.get(index) == "tool":
-            run = parse_tool_run(event.content)
+            run = event.tool_run
             if run is not None:
                 result = _tool_event("tool_result", run.result, f"agy-tool-{index}")
                 result.tool_name = run.name

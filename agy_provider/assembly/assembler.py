@@ -17,7 +17,7 @@ from agy_provider.assembly.diffs import (
     EditLedger,
 )
 from agy_provider.assembly.outcome import decide_ending
-from agy_provider.assembly.tool_runs import render_tool_run
+from agy_provider.assembly.tool_runs import render_and_run
 from agy_provider.pi.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -33,6 +33,7 @@ from agy_provider.pi.events import (
     ToolCallEndEvent,
     ToolCallStartEvent,
 )
+from agy_provider.pi.tool_run import ToolRun
 from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
 
 __all__ = ["API", "PROVIDER", "StepAssembler", "usage_to_pi"]
@@ -51,6 +52,7 @@ class _Block:
     key: tuple[int, str]
     text: str = ""
     call: ToolCall | None = None  # a toolCall block's call
+    run: ToolRun | None = None  # a tool run's value, as far as it is known
 
 
 @dataclasses.dataclass(slots=True)
@@ -329,7 +331,9 @@ class StepAssembler:
         elif kind is StepKind.TOOL:
             if step.tool is not None and step.tool.name in self._hidden_tools:
                 return
-            self._grow(step.index, "tool", "thinking", render_tool_run(step, self._edits), events)
+            rendered = render_and_run(step, self._edits)
+            if rendered is not None:
+                self._grow(step.index, "tool", "thinking", rendered[0], events, run=rendered[1])
         elif kind is StepKind.ERROR:
             self._fail(step.index, step.error or "agy reported an error.")
         elif kind is StepKind.CHECKPOINT:
@@ -355,6 +359,8 @@ class StepAssembler:
         kind: _BlockKind,
         text: str,
         events: list[AssistantMessageEvent],
+        *,
+        run: ToolRun | None = None,
     ) -> None:
         emitted = self._emitted.setdefault(index, _Emitted())
         before = emitted.parts.get(part, "")
@@ -373,20 +379,42 @@ class StepAssembler:
             self._blocks.append(_Block(kind=kind, key=key))
             self._open = len(self._blocks) - 1
             self._content_changed()
-            start = TextStartEvent if kind == "text" else ThinkingStartEvent
-            events.append(start(content_index=self._open, partial=self._snapshot()))
+            self._blocks[self._open].run = run
+            if kind == "text":
+                events.append(TextStartEvent(content_index=self._open, partial=self._snapshot()))
+            else:
+                events.append(
+                    ThinkingStartEvent(
+                        content_index=self._open, partial=self._snapshot(), tool_run=run
+                    )
+                )
         block = self._blocks[self._open]
         block.text += delta
+        block.run = run
         self._content_changed()
-        delta_event = TextDeltaEvent if kind == "text" else ThinkingDeltaEvent
-        events.append(delta_event(content_index=self._open, delta=delta, partial=self._snapshot()))
+        partial = self._snapshot()
+        if kind == "text":
+            events.append(TextDeltaEvent(content_index=self._open, delta=delta, partial=partial))
+        else:
+            events.append(
+                ThinkingDeltaEvent(
+                    content_index=self._open, delta=delta, partial=partial, tool_run=run
+                )
+            )
 
     def _close(self, events: list[AssistantMessageEvent]) -> None:
         if self._open is None:
             return
         block = self._blocks[self._open]
-        end = TextEndEvent if block.kind == "text" else ThinkingEndEvent
-        events.append(end(content_index=self._open, content=block.text, partial=self._snapshot()))
+        index, partial = self._open, self._snapshot()
+        if block.kind == "text":
+            events.append(TextEndEvent(content_index=index, content=block.text, partial=partial))
+        else:
+            events.append(
+                ThinkingEndEvent(
+                    content_index=index, content=block.text, partial=partial, tool_run=block.run
+                )
+            )
         self._open = None
 
     def _content(self) -> list[TextContent | ThinkingContent | ToolCall]:
@@ -397,7 +425,7 @@ class StepAssembler:
             elif b.kind == "text":
                 content.append(TextContent(text=b.text))
             else:
-                content.append(ThinkingContent(thinking=b.text))
+                content.append(ThinkingContent(thinking=b.text, tool_run=b.run))
         return content
 
     def _snapshot(self) -> AssistantMessage:

@@ -1,13 +1,13 @@
-"""Reading back the tool runs the assembler writes into thinking blocks (`▸ tool argument`).
+"""agy's tool runs as values (pi.tool_run.ToolRun) and as the thinking text that shows them.
 
-Pure: hosts that show tools on their own (the `llm` plugin, AskAntigravity's progress) use it to
-tell a tool run from the model's thinking, and split it into the tool, its key argument and result.
+Pure: agy runs its own tools; the assembler streams each run as a thinking block whose text is
+`render_tool_run` (`▸ tool key-argument`, the exit code, the output) and whose events carry the
+`tool_run` value, which hosts (the `llm` plugin, AskAntigravity's progress) read instead of the text.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,89 +20,20 @@ from agy_provider.assembly.diffs import (
     looks_like_diff,
     render_recorded_diff,
 )
+from agy_provider.pi.tool_run import ToolRun
 
 __all__ = [
     "MAX_TOOL_OUTPUT_CHARS",
     "MAX_TOOL_OUTPUT_LINES",
     "TOOL_RUN_MARK",
-    "ToolRun",
-    "is_tool_run",
     "name_is_edit",
-    "parse_tool_run",
+    "render_and_run",
     "render_tool_run",
+    "tool_run",
 ]
 
-# `assembler.render_tool_run` starts every tool run's block with this mark and the tool's name.
+# Every tool run's block starts with this mark and the tool's name.
 TOOL_RUN_MARK = "▸ "
-# What the assembler writes in place of a result: the exit code, a failure, a refusal, a cancel.
-_EXIT = re.compile(r"exit (-?\d+)")
-_FAILED = ("failed: ", "not run: ")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ToolRun:
-    """One tool run agy made: the tool's name, its key argument as shown, and what came back.
-
-    `output` is the result's lines without the block's two-space indent (a failure, refusal or
-    cancel says so on its first line); `exit_code` is set for commands, and then not repeated in
-    `output`; `failed` when the tool failed, exited non-zero, was refused or was cancelled.
-    """
-
-    name: str
-    argument: str
-    output: str = ""
-    exit_code: int | None = None
-    failed: bool = False
-
-    @property
-    def result(self) -> str:
-        """What came back, as a person reads it: a non-zero exit code first, then the output."""
-        if self.exit_code:
-            return f"exit {self.exit_code}\n{self.output}".rstrip("\n")
-        return self.output
-
-    @property
-    def header(self) -> str:
-        """The run as one line: `▸ tool argument`."""
-        return f"{TOOL_RUN_MARK}{self.name} {self.argument}".rstrip()
-
-
-def is_tool_run(text: str) -> bool:
-    """True when a thinking block's text is a tool run, not the model's thinking."""
-    return text.startswith(TOOL_RUN_MARK) and len(text) > len(TOOL_RUN_MARK)
-
-
-def parse_tool_run(text: str) -> ToolRun | None:
-    """The tool run a thinking block holds (its first line the header), or None for thinking.
-
-    A block still streaming may hold the header alone; the result lines follow once agy settled
-    the step.
-    """
-    if not is_tool_run(text):
-        return None
-    header, _, rest = text.partition("\n")
-    name, _, argument = header[len(TOOL_RUN_MARK) :].partition(" ")
-    lines = [line[2:] if line.startswith("  ") else line for line in rest.rstrip("\n").split("\n")]
-    if lines == [""]:
-        lines = []
-    exit_code: int | None = None
-    failed = False
-    if lines:
-        first = lines[0]
-        exit_match = _EXIT.fullmatch(first)
-        if exit_match:
-            exit_code = int(exit_match.group(1))
-            failed = exit_code != 0
-            lines = lines[1:]
-        elif first == "canceled" or first.startswith(_FAILED):
-            failed = True
-    return ToolRun(
-        name=name.strip(),
-        argument=argument.strip(),
-        output="\n".join(lines),
-        exit_code=exit_code,
-        failed=failed,
-    )
 
 
 # Tool output longer than this many lines is cut in the rendered block (agy keeps the full text).
@@ -130,17 +61,35 @@ def render_tool_run(step: Step, edits: EditLedger | None = None) -> str:
     (`agy_provider.assembly.diffs`): `edits` is the turn's ledger (old texts from HEAD or the turn's
     earlier edits, each step rendered once); without it a diff is made from the call alone.
     """
+    rendered = render_and_run(step, edits)
+    return "" if rendered is None else rendered[0]
+
+
+def tool_run(step: Step, edits: EditLedger | None = None) -> ToolRun | None:
+    """The tool run a step is, as the value hosts read (what `render_tool_run` shows); None
+    for a step without a tool call."""
+    rendered = render_and_run(step, edits)
+    return None if rendered is None else rendered[1]
+
+
+def render_and_run(step: Step, edits: EditLedger | None) -> tuple[str, ToolRun] | None:
+    """`render_tool_run` and `tool_run` at once (the ledger renders each edit once)."""
     tool = step.tool
     if tool is None:
-        return ""
-    lines = [f"▸ {tool.name} {_key_argument(tool.name, tool.arguments)}".rstrip()]
+        return None
+    argument = _key_argument(tool.name, tool.arguments)
+    run = ToolRun(name=tool.name, argument=argument, arguments=dict(tool.arguments))
+    lines = [f"{TOOL_RUN_MARK}{tool.name} {argument}".rstrip()]
     if not step.status.terminal:
-        return lines[0] + "\n"
+        return lines[0] + "\n", run
     result = step.result
+    # The line that shows the exit code, the code it shows, and what failed the run.
+    exit_at, exit_code, error = 0, None, None
     if step.step_type == 17:
         # Refused before it ran (a policy denial in Google's runtime): say so, with who refused.
-        lines.append(f"  not run: {step.error or 'refused'}")
-        return "\n".join(lines) + "\n"
+        error = step.error or "refused"
+        lines.append(f"  not run: {error}")
+        return _ran(lines, run, exit_code, error, exit_at)
     output = result.output if result is not None else ""
     if name_is_edit(tool.name):
         recorded = bool(output) and looks_like_diff(output)
@@ -148,17 +97,31 @@ def render_tool_run(step: Step, edits: EditLedger | None = None) -> str:
         if recorded:
             output = ""  # shown above as the diff
     if step.status is StepStatus.CANCELED:
+        error = "canceled"
         lines.append("  canceled")
     elif result is not None:
         if result.exit_code is not None:
+            exit_at, exit_code = len(lines), result.exit_code
             lines.append(f"  exit {result.exit_code}")
         elif result.is_error:
+            error = (result.output or step.error or "error").rstrip()
             lines.append(f"  failed: {result.output or step.error or 'error'}".rstrip())
         if output and not (result.is_error and result.exit_code is None):
             lines.extend("  " + line for line in _clip(output))
     elif step.error:
+        error = step.error
         lines.append(f"  failed: {step.error}")
-    return "\n".join(lines) + "\n"
+    return _ran(lines, run, exit_code, error, exit_at)
+
+
+def _ran(
+    lines: list[str], run: ToolRun, exit_code: int | None, error: str | None, exit_at: int
+) -> tuple[str, ToolRun]:
+    """The settled run's text, and its value with the result lines the text shows."""
+    shown = [line[2:] for i, line in enumerate(lines) if i and i != exit_at]
+    output = "\n".join(shown)
+    value = dataclasses.replace(run, output=output, exit_code=exit_code, error=error, settled=True)
+    return "\n".join(lines) + "\n", value
 
 
 def name_is_edit(name: str) -> bool:

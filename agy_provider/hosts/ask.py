@@ -21,7 +21,12 @@ from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
 from agy_provider.errors import UsageError
 from agy_provider.pi.agy_model import agy_model
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.events import (
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    ThinkingDeltaEvent,
+)
 from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
 from agy_provider.pi.stream import TurnFacts
@@ -322,11 +327,12 @@ class _Progress:
             self._thinking_open = True
         elif kind == "thinking_delta" and self._thinking_open:
             self._thinking_open = False  # the first delta tells a tool run from thinking
-            delta = getattr(event, "delta", "")
-            if delta.startswith(TOOL_RUN_MARK):
-                self.say(delta.partition("\n")[0])
-            else:
+            run = event.tool_run if isinstance(event, ThinkingDeltaEvent) else None
+            if run is None:
                 self.say("thinking")
+            else:  # the run's first line, as its thinking block shows it
+                header = f"{TOOL_RUN_MARK}{run.name} {run.argument}".rstrip()
+                self.say(header.partition("\n")[0])
         elif kind == "text_start":
             self.say("answering")
         elif isinstance(event, DoneEvent):
