@@ -6,48 +6,69 @@ Collections are registered through a `register(...)` callback the core owns; "wh
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
-__all__ = ["hookimpl", "hookspec"]
+if TYPE_CHECKING:  # the types only: importing hookspecs stays cheap
+    from agy_provider.agy.step import PermissionRequest, Question, Step
+    from agy_provider.live.sources import EventSource
+    from agy_provider.live.turn_edges import TurnContext
+    from agy_provider.pi.events import AssistantMessageEvent
+
+__all__ = ["RegisterEventSource", "RegisterHostTool", "hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("agy_provider")
 hookimpl = pluggy.HookimplMarker("agy_provider")
 
 
+class RegisterEventSource(Protocol):
+    """`register(name, factory)`: `factory(turn)` makes the turn's event source."""
+
+    def __call__(self, name: str, factory: Callable[[TurnContext], EventSource]) -> None: ...
+
+
+class RegisterHostTool(Protocol):
+    """`register(name, description, parameters)`: parameters as a JSON Schema object."""
+
+    def __call__(
+        self, name: str, description: str = "", parameters: Mapping[str, Any] | None = None
+    ) -> None: ...
+
+
 @hookspec
-def register_event_sources(register: Callable[..., None]) -> None:
+def register_event_sources(register: RegisterEventSource) -> None:
     """Register event sources: `register(name, factory)`; `factory(turn)` returns the source."""
 
 
 @hookspec(firstresult=True)
-def choose_event_source(turn: Any, available: Sequence[str]) -> str | None:
+def choose_event_source(turn: TurnContext, available: Sequence[str]) -> str | None:
     """Name the event source a turn uses, from `available`; None leaves it to the next plugin."""
 
 
 @hookspec(firstresult=True)
-def decide_permission(request: Any, step: Any, turn: Any) -> bool | None:
+def decide_permission(request: PermissionRequest, step: Step, turn: TurnContext) -> bool | None:
     """Allow (True) or deny (False) a permission request agy is waiting on; None: no opinion."""
 
 
 @hookspec(firstresult=True)
 def answer_question(
-    questions: Sequence[Any], step: Any, turn: Any
-) -> Sequence[Mapping[str, Any]] | None:
+    questions: Sequence[Question], step: Step, turn: TurnContext
+) -> Sequence[Mapping[str, object]] | None:
     """Answers to agy's questions as `{question, selectedOptionIds, writeInResponse?}`; None: no opinion."""
 
 
 @hookspec
-def register_host_tools(register: Callable[..., None]) -> None:
+def register_host_tools(register: RegisterHostTool) -> None:
     """Register host tools the MCP bridge offers agy: `register(name, description, parameters)`."""
 
 
 @hookspec(firstresult=True)
-def invoke_host_tool(name: str, arguments: Mapping[str, Any], turn: Any) -> Any:
-    """Run a host tool agy called through the MCP bridge; return its result, or None if not ours."""
+def invoke_host_tool(name: str, arguments: Mapping[str, Any], turn: TurnContext) -> object:
+    """Run a host tool agy called through the MCP bridge: text, a `HostToolResult` or a JSON value;
+    None if not ours."""
 
 
 @hookspec
-def observe_event(event: Any, turn: Any) -> None:
+def observe_event(event: AssistantMessageEvent, turn: TurnContext) -> None:
     """See every pi event a turn produces, after it was produced (for logging and metrics)."""

@@ -9,7 +9,6 @@ logged as server-executed tool calls and results; one llm conversation is one ag
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -123,8 +122,8 @@ class _AgyModelBase:
     def _turn(self, prompt: llm.Prompt, conversation: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
         """pi's model, context, options and `stream_simple`'s keywords for this prompt."""
         from agy_provider.hosts.ask import turn_edges
+        from agy_provider.pi.agy_model import agy_model
         from agy_provider.pi.options import SimpleStreamOptions
-        from agy_provider.pi.types import Model
 
         options = prompt.options
         thinking = getattr(options, "thinking", None)
@@ -134,16 +133,7 @@ class _AgyModelBase:
             raise ValueError(
                 f"{self.model_id} offers thinking {', '.join(self.efforts)}, not {thinking}"
             )
-        model = Model(
-            id=self.agy_id or "agy",
-            name=self.agy_id or "agy",
-            api="agy",
-            provider="agy",
-            base_url="",
-            reasoning=True,
-            context_window=1_000_000,
-            max_tokens=65_536,
-        )
+        model = agy_model(self.agy_id or "agy")
         conversation_id = getattr(conversation, "id", None)
         session = f"llm:{conversation_id}" if conversation_id else None
         kwargs: dict[str, Any] = {
@@ -243,8 +233,6 @@ class EventsToLlm:
         self.message: Any = None
 
     def feed(self, event: Any) -> list[StreamEvent]:
-        from agy_provider.assembly.tool_runs import is_tool_run, parse_tool_run
-
         kind = event.type
         index = getattr(event, "content_index", -1)
         out: list[StreamEvent] = []
@@ -252,8 +240,8 @@ class EventsToLlm:
             out.append(StreamEvent(type="text", chunk=event.delta))
         elif kind == "thinking_delta":
             if index not in self._kinds:
-                self._kinds[index] = "tool" if is_tool_run(event.delta) else "thinking"
-                run = parse_tool_run(event.delta) if self._kinds[index] == "tool" else None
+                run = event.tool_run
+                self._kinds[index] = "tool" if run is not None else "thinking"
                 if not self._reasoning_ends_line:  # each block on a line of its own
                     out.append(StreamEvent(type="reasoning", chunk="\n"))
                 if run is not None:
@@ -267,7 +255,7 @@ class EventsToLlm:
             out.append(StreamEvent(type="reasoning", chunk=event.delta))
             self._reasoning_ends_line = event.delta.endswith("\n")
         elif kind == "thinking_end" and self._kinds.get(index) == "tool":
-            run = parse_tool_run(event.content)
+            run = event.tool_run
             if run is not None:
                 result = _tool_event("tool_result", run.result, f"agy-tool-{index}")
                 result.tool_name = run.name
@@ -307,7 +295,9 @@ def _finish(response: Any, message: Any) -> None:
     for block in message.content:
         if getattr(block, "type", "") == "toolCall":  # for llm's chain to run (agy waits)
             response.add_tool_call(
-                llm.ToolCall(name=block.name, arguments=dict(block.arguments), tool_call_id=block.id)
+                llm.ToolCall(
+                    name=block.name, arguments=dict(block.arguments), tool_call_id=block.id
+                )
             )
 
 
@@ -352,16 +342,18 @@ class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
         response: llm.AsyncResponse,
         conversation: llm.AsyncConversation | None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        from agy_provider.live.provider import stream_simple, wait_for_turns
+        from agy_provider.hosts._turns import start_turn
+        from agy_provider.live.provider import wait_for_turns
+        from agy_provider.pi.host_input import HostTurn
         from agy_provider.pi.options import AbortSignal
 
         model, context, options, kwargs = self._turn(prompt, conversation)
         abort = AbortSignal()
-        options = dataclasses.replace(options, signal=abort)
+        turn = HostTurn(model, context, options, abort=None)
         mapper = EventsToLlm()
         finished = False
         try:
-            async for event in stream_simple(model, context, options, **kwargs):
+            async for event in start_turn(turn, abort, **kwargs):
                 for item in mapper.feed(event):
                     yield item
             finished = True

@@ -23,8 +23,7 @@ from agy_provider.agy.models import collapse_tiers
 from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.agy.step import ToolCall as StepToolCall
 from agy_provider.agy.step import ToolResult as StepToolResult
-from agy_provider.assembly.assembler import render_tool_run
-from agy_provider.assembly.tool_runs import parse_tool_run
+from agy_provider.assembly.tool_runs import render_tool_run, tool_run
 from agy_provider.errors import SourceError, UsageError
 from agy_provider.hosts.ask import (
     ASK_TOOL_NAME,
@@ -32,10 +31,9 @@ from agy_provider.hosts.ask import (
     AskResult,
     ask_antigravity,
     ask_antigravity_sync,
-    ask_tool,
     nested_turn_reason,
-    run_ask_tool,
 )
+from agy_provider.hosts.ask_tool import ask_tool, run_ask_tool
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.types import TextContent, ToolCall
@@ -205,22 +203,37 @@ async def test_bad_tool_arguments_come_back_as_an_error_result(
     assert isinstance(text, TextContent) and says in text.text
 
 
-def test_tool_runs_read_back_from_the_assemblers_lines() -> None:
-    run = parse_tool_run("▸ run_command ls -1\n  exit 0\n  README.md\n  src\n")
-    assert run is not None
+def _command(
+    line: str, status: StepStatus, result: StepToolResult | None = None, **step: Any
+) -> Step:
+    call = StepToolCall(id="t1", name="run_command", arguments={"CommandLine": line})
+    return Step(index=4, kind=StepKind.TOOL, status=status, tool=call, result=result, **step)
+
+
+def test_tool_runs_are_values_beside_the_assemblers_lines() -> None:
+    ran = _command("ls -1", StepStatus.DONE, StepToolResult(output="README.md\nsrc\n", exit_code=0))
+    run = tool_run(ran)
+    assert render_tool_run(ran) == "▸ run_command ls -1\n  exit 0\n  README.md\n  src\n"
+    assert run is not None and run.settled and run.arguments == {"CommandLine": "ls -1"}
     assert (run.name, run.argument, run.exit_code, run.failed) == ("run_command", "ls -1", 0, False)
     assert run.output == "README.md\nsrc"
-    failed = parse_tool_run("▸ run_command false\n  exit 1\n  boom\n")
+    assert run.result == run.output  # exit 0 is not repeated
+    failed = tool_run(
+        _command("false", StepStatus.DONE, StepToolResult(output="boom", exit_code=1))
+    )
     assert failed is not None and failed.failed and failed.exit_code == 1
     assert (failed.output, failed.result) == ("boom", "exit 1\nboom")
-    assert run.result == run.output  # exit 0 is not repeated
-    canceled = parse_tool_run("▸ run_command sleep 9\n  canceled\n")
+    canceled = tool_run(_command("sleep 9", StepStatus.CANCELED))
     assert canceled is not None and canceled.failed and canceled.result == "canceled"
-    refused = parse_tool_run("▸ run_command rm -rf /\n  not run: denied by policy\n")
+    refused = tool_run(
+        _command("rm -rf /", StepStatus.ERROR, step_type=17, error="denied by policy")
+    )
     assert refused is not None and refused.failed and refused.output == "not run: denied by policy"
-    started = parse_tool_run("▸ view_file /tmp/a\n")
-    assert started is not None and (started.name, started.argument) == ("view_file", "/tmp/a")
-    assert parse_tool_run("Let me think.") is None
+    assert refused.error == "denied by policy"
+    started = tool_run(_command("ls", StepStatus.RUNNING))
+    assert started is not None and (started.name, started.argument) == ("run_command", "ls")
+    assert not started.settled and not started.failed and started.output == ""
+    assert tool_run(Step(index=5, kind=StepKind.ASSISTANT, status=StepStatus.DONE)) is None
 
 
 # --- real turns on agy-sim -------------------------------------------------------------------
@@ -498,7 +511,7 @@ async def test_with_agy_sim_and_no_state_folder_the_simulators_own_folder_is_use
 def test_tool_runs_read_back_what_the_assembler_renders(
     status: StepStatus, result: StepToolResult | None, expected: tuple[str, int | None, bool]
 ) -> None:
-    """The reader and `assembler.render_tool_run` must keep to one format."""
+    """The value and `render_tool_run`'s text must say the same."""
     step = Step(
         index=4,
         kind=StepKind.TOOL,
@@ -506,7 +519,7 @@ def test_tool_runs_read_back_what_the_assembler_renders(
         tool=StepToolCall(id="t1", name="run_command", arguments={"CommandLine": "ls -1 src"}),
         result=result,
     )
-    run = parse_tool_run(render_tool_run(step))
+    run = tool_run(step)
     assert run is not None
     assert (run.name, run.argument) == ("run_command", "ls -1 src")
     assert (run.output, run.exit_code, run.failed) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given, settings
@@ -89,16 +90,16 @@ def test_same_snapshot_twice_emits_nothing_and_shorter_rewrite_emits_nothing() -
     assert [e.delta for e in more if e.type == "text_delta"] == [", again"]
 
 
-def test_tool_runs_render_inside_thinking_never_as_tool_calls() -> None:
+def pwd_run() -> tuple[Step, Step]:
+    """`pwd` as agy runs it: the step while it runs, then settled."""
     call = ToolCall(id="c1", name="run_command", arguments={"CommandLine": "pwd"})
     running = Step(index=2, kind=StepKind.TOOL, status=StepStatus.RUNNING, tool=call)
-    done = Step(
-        index=2,
-        kind=StepKind.TOOL,
-        status=StepStatus.DONE,
-        tool=call,
-        result=ToolResult(output="/tmp\n", exit_code=0),
-    )
+    result = ToolResult(output="/tmp\n", exit_code=0)
+    return running, dataclasses.replace(running, status=StepStatus.DONE, result=result)
+
+
+def test_tool_runs_render_inside_thinking_never_as_tool_calls() -> None:
+    running, done = pwd_run()
     events = run(
         [USER, planner(1, text="Checking.", status=StepStatus.DONE)],
         [running],
@@ -114,6 +115,35 @@ def test_tool_runs_render_inside_thinking_never_as_tool_calls() -> None:
         "TextContent",
     ]
     assert message.content[1].thinking == "▸ run_command pwd\n  exit 0\n  /tmp\n"
+
+
+def test_a_tool_runs_events_carry_it_as_a_value_outside_pis_json() -> None:
+    running, done = pwd_run()
+    events = run(
+        [USER, planner(1, thinking="Where am I?")],
+        [running],
+        [done],
+        [planner(3, text="You are in /tmp.", status=StepStatus.DONE)],
+    )
+    thinking = [e for e in events if e.type.startswith("thinking")]
+    # The model's own thinking carries none; the tool run's events carry it as far as known.
+    assert [e.tool_run is None for e in thinking[:3]] == [True, True, True]
+    start, header, result, end = thinking[3:]
+    assert start.tool_run == header.tool_run and not header.tool_run.settled
+    assert (header.tool_run.name, header.tool_run.argument) == ("run_command", "pwd")
+    assert header.delta == "▸ run_command pwd\n" and result.delta == "  exit 0\n  /tmp\n"
+    assert end.tool_run is not None and end.tool_run.settled
+    assert (end.tool_run.exit_code, end.tool_run.output) == (0, "/tmp")
+    block = events[-1].message.content[1]
+    assert isinstance(block, ThinkingContent) and block.tool_run == end.tool_run
+    # pi's JSON is unchanged: it has no field for the value, and reading it back loses only that.
+    assert block.to_json() == {"type": "thinking", "thinking": block.thinking}
+    assert end.to_json(include_partial=False) == {
+        "type": "thinking_end",
+        "contentIndex": 1,
+        "content": block.thinking,
+    }
+    assert ThinkingContent.from_json(block.to_json()) == block
 
 
 def test_usage_is_summed_over_the_turns_model_calls() -> None:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, ToolCall, ToolResult
-from agy_provider.assembly.assembler import StepAssembler, render_tool_run
+from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import (
     MAX_DIFF_LINES,
     Baseline,
@@ -27,7 +27,7 @@ from agy_provider.assembly.diffs import (
     git_head_text,
     looks_like_diff,
 )
-from agy_provider.assembly.tool_runs import parse_tool_run
+from agy_provider.assembly.tool_runs import render_tool_run, tool_run
 
 NOTES = "alpha\nbeta\ngamma\ndelta\n"
 
@@ -258,7 +258,7 @@ def test_a_recorded_diff_stands_in_for_the_arguments() -> None:
 def test_words_in_an_edits_result_follow_its_diff() -> None:
     step = edit(10, "write_to_file", TargetFile="/w/x.py", CodeContent="pass\n", Overwrite=False)
     step = dataclasses.replace(step, result=ToolResult(output="Created file /w/x.py"))
-    run = parse_tool_run(render_tool_run(step))
+    run = tool_run(step)
     assert run is not None and run.name == "write_to_file"
     assert run.output.splitlines() == [
         "--- /dev/null",

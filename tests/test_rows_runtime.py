@@ -23,7 +23,8 @@ from agy_provider.agy.rows import (
     model_of_turn,
 )
 from agy_provider.agy.step import Step, StepKind, StepStatus
-from agy_provider.assembly.assembler import StepAssembler, render_tool_run
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.tool_runs import render_tool_run
 from agy_provider.offline.replay import load_recording, replay
 from agy_provider.pi.types import TextContent, ThinkingContent
 

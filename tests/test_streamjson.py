@@ -18,7 +18,8 @@ from agy_provider.agy.streamjson import (
     StreamJsonDecoder,
     decode_stream_json,
 )
-from agy_provider.assembly.assembler import StepAssembler, render_tool_run
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.tool_runs import render_tool_run
 from agy_provider.errors import DecodeError, FramingError
 from agy_provider.pi.events import DoneEvent, ErrorEvent
 

@@ -116,7 +116,7 @@ def test_closing_the_iterator_early_stops_agy(
     events = iter_events(MODEL, HELLO)
     seen = _until_running(events, live_env)
     assert [e.type for e in seen] == ["start"]
-    events.close()  # type: ignore[attr-defined]
+    events.close()
     assert leftovers(live_env) == []
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "first_step_index",
     "iter_generator_rows",
     "iter_step_rows",
+    "last_step_index",
     "newest_checkpoint_rows",
     "newest_generator_rows",
     "next_step_index",
@@ -229,6 +230,16 @@ def scan_step_signatures(
         (after, *also),
     ).fetchall()
     return [(int(i), _int(t), _int(s), _int(n)) for i, t, s, n in rows]
+
+
+def last_step_index(path: str | os.PathLike[str]) -> int:
+    """The newest step index in the conversation database at `path` (-1 when it has none)."""
+    conn = open_conversation_db(path)
+    try:
+        rows = scan_step_signatures(conn, after=-1)
+    finally:
+        conn.close()
+    return max((row[0] for row in rows), default=-1)
 
 
 def read_step_rows(conn: sqlite3.Connection, indices: Sequence[int]) -> list[StepRow]:

@@ -8,20 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Collection, Iterable, Sequence
+from typing import Literal
 
 from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
 from agy_provider.assembly.diffs import (
-    EDIT_TOOLS,
     BaselineProvider,
     EditLedger,
-    edit_diff,
-    edit_target,
-    looks_like_diff,
-    render_recorded_diff,
 )
 from agy_provider.assembly.outcome import decide_ending
+from agy_provider.assembly.tool_runs import render_and_run
 from agy_provider.pi.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -37,30 +33,15 @@ from agy_provider.pi.events import (
     ToolCallEndEvent,
     ToolCallStartEvent,
 )
+from agy_provider.pi.tool_run import ToolRun
 from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
 
-__all__ = ["API", "PROVIDER", "StepAssembler", "name_is_edit", "render_tool_run", "usage_to_pi"]
+__all__ = ["API", "PROVIDER", "StepAssembler", "usage_to_pi"]
 
 log = logging.getLogger(__name__)
 
 API = "agy"
 PROVIDER = "agy"
-
-# Tool output longer than this many lines is cut in the rendered block (agy keeps the full text).
-MAX_TOOL_OUTPUT_LINES = 40
-MAX_TOOL_OUTPUT_CHARS = 4000
-
-# The argument that says what a tool run was about, per agy tool (AGY-FORMATS §3.5).
-_KEY_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
-    "run_command": ("CommandLine",),
-    "view_file": ("AbsolutePath",),
-    "list_dir": ("DirectoryPath",),
-    "grep_search": ("Query", "SearchPath"),
-    "find_by_name": ("Pattern", "SearchDirectory"),
-    "write_to_file": ("TargetFile",),
-    "replace_file_content": ("TargetFile",),
-    "multi_replace_file_content": ("TargetFile",),
-}
 
 _BlockKind = Literal["text", "thinking", "toolCall"]
 
@@ -71,6 +52,7 @@ class _Block:
     key: tuple[int, str]
     text: str = ""
     call: ToolCall | None = None  # a toolCall block's call
+    run: ToolRun | None = None  # a tool run's value, as far as it is known
 
 
 @dataclasses.dataclass(slots=True)
@@ -89,120 +71,6 @@ def usage_to_pi(usage: StepUsage) -> Usage:
         cache_write=usage.cache_write,
         total_tokens=usage.total,
     )
-
-
-def render_tool_run(step: Step, edits: EditLedger | None = None) -> str:
-    """A tool run as readable lines: `▸ tool key-argument`, then its result once it settled.
-
-    The header never changes once written, and the result is only appended when the step is
-    final, so successive renders of one step only ever grow. Edits show as unified diffs
-    (`agy_provider.assembly.diffs`): `edits` is the turn's ledger (old texts from HEAD or the turn's
-    earlier edits, each step rendered once); without it a diff is made from the call alone.
-    """
-    tool = step.tool
-    if tool is None:
-        return ""
-    lines = [f"▸ {tool.name} {_key_argument(tool.name, tool.arguments)}".rstrip()]
-    if not step.status.terminal:
-        return lines[0] + "\n"
-    result = step.result
-    if step.step_type == 17:
-        # Refused before it ran (a policy denial in Google's runtime): say so, with who refused.
-        lines.append(f"  not run: {step.error or 'refused'}")
-        return "\n".join(lines) + "\n"
-    output = result.output if result is not None else ""
-    if name_is_edit(tool.name):
-        recorded = bool(output) and looks_like_diff(output)
-        lines.extend("  " + line for line in _edit_lines(step, edits, recorded=recorded))
-        if recorded:
-            output = ""  # shown above as the diff
-    if step.status is StepStatus.CANCELED:
-        lines.append("  canceled")
-    elif result is not None:
-        if result.exit_code is not None:
-            lines.append(f"  exit {result.exit_code}")
-        elif result.is_error:
-            lines.append(f"  failed: {result.output or step.error or 'error'}".rstrip())
-        if output and not (result.is_error and result.exit_code is None):
-            lines.extend("  " + line for line in _clip(output))
-    elif step.error:
-        lines.append(f"  failed: {step.error}")
-    return "\n".join(lines) + "\n"
-
-
-def name_is_edit(name: str) -> bool:
-    """True for tools that edit files, whose result is best shown as a diff."""
-    return name in _EDIT_TOOLS
-
-
-# Tools whose run is an edit of a file (agy's names, and Google's runtime's code-action alias).
-_EDIT_TOOLS = EDIT_TOOLS
-
-
-def _key_argument(name: str, arguments: Mapping[str, Any]) -> str:
-    questions = arguments.get("questions")
-    if name == "ask_question" and isinstance(questions, list) and questions:
-        first = questions[0]
-        return str(first.get("question", "")) if isinstance(first, dict) else str(first)
-    subagents = arguments.get("Subagents")
-    if name == "invoke_subagent" and isinstance(subagents, list) and subagents:
-        return "; ".join(_subagent_label(spec) for spec in subagents)
-    keys = _KEY_ARGUMENTS.get(name)
-    if keys:
-        values = [str(arguments[k]) for k in keys if arguments.get(k) not in (None, "")]
-        if values:
-            return " ".join(values)
-    for key, value in arguments.items():
-        if key not in ("toolAction", "toolSummary") and isinstance(value, str) and value:
-            return value if len(value) <= 120 else value[:117] + "..."
-    summary = arguments.get("toolSummary")
-    return str(summary) if summary else ""
-
-
-def _edit_lines(step: Step, edits: EditLedger | None, *, recorded: bool) -> list[str]:
-    """An edit as unified-diff lines (unindented).
-
-    Google's runtime records the diff itself (code action 10.2.1.2), which then stands in for
-    the arguments; agy stores none (AGY-FORMATS §3.5), so its edits are diffed from the call's
-    arguments against the old text. A failed edit changed nothing: it is shown from its call
-    alone and leaves the turn's idea of the file as it was.
-    """
-    assert step.tool is not None
-    name, arguments = step.tool.name, step.tool.arguments
-    if recorded:
-        assert step.result is not None
-        if edits is not None:
-            edits.forget_text(edit_target(arguments))
-        return render_recorded_diff(step.result.output)
-    if name == "code_action":
-        return []  # a code action without its diff has no call arguments to show it from
-    failed = step.status is not StepStatus.DONE or (
-        step.result is not None and step.result.is_error
-    )
-    if edits is None or failed:
-        return list(edit_diff(name, arguments).lines)
-    return list(edits.render(step.index, name, arguments))
-
-
-def _subagent_label(spec: object) -> str:
-    """`Role: prompt` of one subagent a call launches (invoke_subagent's `Subagents[]`)."""
-    if not isinstance(spec, dict):
-        return str(spec)
-    role = str(spec.get("Role") or spec.get("TypeName") or "subagent")
-    prompt = str(spec.get("Prompt") or "")
-    if len(prompt) > 120:
-        prompt = prompt[:117] + "..."
-    return f"{role}: {prompt}" if prompt else role
-
-
-def _clip(text: str) -> list[str]:
-    text = text[:MAX_TOOL_OUTPUT_CHARS]
-    # Commands run in a terminal end lines with CRLF: a bare CR left in would garble a line.
-    lines = text.replace("\r\n", "\n").rstrip("\n").split("\n")
-    if len(lines) > MAX_TOOL_OUTPUT_LINES:
-        more = len(lines) - MAX_TOOL_OUTPUT_LINES
-        lines = [*lines[:MAX_TOOL_OUTPUT_LINES], f"… ({more} more lines)"]
-    return lines
 
 
 class StepAssembler:
@@ -463,7 +331,9 @@ class StepAssembler:
         elif kind is StepKind.TOOL:
             if step.tool is not None and step.tool.name in self._hidden_tools:
                 return
-            self._grow(step.index, "tool", "thinking", render_tool_run(step, self._edits), events)
+            rendered = render_and_run(step, self._edits)
+            if rendered is not None:
+                self._grow(step.index, "tool", "thinking", rendered[0], events, run=rendered[1])
         elif kind is StepKind.ERROR:
             self._fail(step.index, step.error or "agy reported an error.")
         elif kind is StepKind.CHECKPOINT:
@@ -489,6 +359,8 @@ class StepAssembler:
         kind: _BlockKind,
         text: str,
         events: list[AssistantMessageEvent],
+        *,
+        run: ToolRun | None = None,
     ) -> None:
         emitted = self._emitted.setdefault(index, _Emitted())
         before = emitted.parts.get(part, "")
@@ -507,20 +379,42 @@ class StepAssembler:
             self._blocks.append(_Block(kind=kind, key=key))
             self._open = len(self._blocks) - 1
             self._content_changed()
-            start = TextStartEvent if kind == "text" else ThinkingStartEvent
-            events.append(start(content_index=self._open, partial=self._snapshot()))
+            self._blocks[self._open].run = run
+            if kind == "text":
+                events.append(TextStartEvent(content_index=self._open, partial=self._snapshot()))
+            else:
+                events.append(
+                    ThinkingStartEvent(
+                        content_index=self._open, partial=self._snapshot(), tool_run=run
+                    )
+                )
         block = self._blocks[self._open]
         block.text += delta
+        block.run = run
         self._content_changed()
-        delta_event = TextDeltaEvent if kind == "text" else ThinkingDeltaEvent
-        events.append(delta_event(content_index=self._open, delta=delta, partial=self._snapshot()))
+        partial = self._snapshot()
+        if kind == "text":
+            events.append(TextDeltaEvent(content_index=self._open, delta=delta, partial=partial))
+        else:
+            events.append(
+                ThinkingDeltaEvent(
+                    content_index=self._open, delta=delta, partial=partial, tool_run=run
+                )
+            )
 
     def _close(self, events: list[AssistantMessageEvent]) -> None:
         if self._open is None:
             return
         block = self._blocks[self._open]
-        end = TextEndEvent if block.kind == "text" else ThinkingEndEvent
-        events.append(end(content_index=self._open, content=block.text, partial=self._snapshot()))
+        index, partial = self._open, self._snapshot()
+        if block.kind == "text":
+            events.append(TextEndEvent(content_index=index, content=block.text, partial=partial))
+        else:
+            events.append(
+                ThinkingEndEvent(
+                    content_index=index, content=block.text, partial=partial, tool_run=block.run
+                )
+            )
         self._open = None
 
     def _content(self) -> list[TextContent | ThinkingContent | ToolCall]:
@@ -531,7 +425,7 @@ class StepAssembler:
             elif b.kind == "text":
                 content.append(TextContent(text=b.text))
             else:
-                content.append(ThinkingContent(thinking=b.text))
+                content.append(ThinkingContent(thinking=b.text, tool_run=b.run))
         return content
 
     def _snapshot(self) -> AssistantMessage:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run PROMPT as one agy turn: the answer on `out`, progress on `err`; exit 1 if it fails."""
     import asyncio
 
-    from agy_provider.hosts.ask import ask_command
+    from agy_provider.hosts.ask_command import ask_command
     from agy_provider.store.config import load_config
 
     agy_bin = args.agy_bin or load_config().agy_bin

@@ -22,9 +22,10 @@ from typing import Any, TextIO
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.provider import stream_simple
 from agy_provider.offline.formatters import LivePrinter, event_line
+from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import AssistantMessage, Context, Model, UserMessage
+from agy_provider.pi.types import AssistantMessage, Context, UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.config import load_config
 
@@ -328,16 +329,7 @@ async def run_chat(
     """
     config = load_config()
     chosen = model or config.model or "agy"
-    pi_model = Model(
-        id=chosen,
-        name=chosen,
-        api="agy",
-        provider="agy",
-        base_url="",
-        reasoning=True,
-        context_window=1_000_000,
-        max_tokens=65_536,
-    )
+    pi_model = agy_model(chosen)
     abort = AbortSignal()
     # Every plain chat is remembered as this folder's last one; -c continues it.
     folder_session = _folder_session(cwd)

@@ -1,5 +1,6 @@
-"""What every host adapter shares: agy's model catalog as pi models, and a turn whose misuse
-errors arrive as an `error` event (host stream contracts forbid raising).
+"""What every host adapter shares: agy's model catalog as pi models, the one way a host starts a
+turn (`start_turn`), and a turn whose misuse errors arrive as an `error` event (host stream
+contracts forbid raising).
 
 Private to `agy_provider.hosts`; each host module converts these values to its own types.
 """
@@ -17,15 +18,25 @@ from agy_provider.errors import AgyError, UsageError
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.runner import find_agy
 from agy_provider.pi.abort_bridge import forward_until_turn_ends
+from agy_provider.pi.agy_model import AGY_API, agy_model
 from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
-from agy_provider.pi.host_input import normalise_turn
+from agy_provider.pi.host_input import HostTurn, normalise_turn
 from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.pi.types import AssistantMessage, Model
 from agy_provider.store.config import load_config
 
-__all__ = ["DEFAULT_MODEL_ID", "PROVIDER_ID", "agy_catalog", "host_events", "pi_models", "refusal"]
+__all__ = [
+    "DEFAULT_MODEL_ID",
+    "PROVIDER_ID",
+    "agy_catalog",
+    "host_events",
+    "pi_models",
+    "refusal",
+    "start_turn",
+]
 
-PROVIDER_ID = "agy"
+PROVIDER_ID = AGY_API
 # The model id that means "agy's configured default" (the `model` setting, else agy's own).
 DEFAULT_MODEL_ID = "default"
 
@@ -39,36 +50,11 @@ def agy_catalog(agy_bin: str | None = None) -> list[AgyModel]:
 
 
 def pi_models(catalog: list[AgyModel]) -> list[Model]:
-    """agy's models as pi `Model`s of provider `agy`, after the configured default (`default`).
-
-    agy does not state context windows or output limits, so those stay 0 (unknown); it runs on
-    a subscription, so costs are zero.
-    """
-    default = Model(
-        id=DEFAULT_MODEL_ID,
-        name="agy's configured model",
-        api=PROVIDER_ID,
-        provider=PROVIDER_ID,
-        base_url="",
-        reasoning=True,
-        context_window=0,
-        max_tokens=0,
-    )
+    """agy's models as pi `Model`s of provider `agy` (`agy_model`), after the configured
+    default (`default`)."""
     return [
-        default,
-        *(
-            Model(
-                id=m.id,
-                name=m.name,
-                api=PROVIDER_ID,
-                provider=PROVIDER_ID,
-                base_url="",
-                reasoning=m.reasoning,
-                context_window=0,
-                max_tokens=0,
-            )
-            for m in catalog
-        ),
+        agy_model(DEFAULT_MODEL_ID, name="agy's configured model"),
+        *(agy_model(m.id, name=m.name, reasoning=m.reasoning) for m in catalog),
     ]
 
 
@@ -87,11 +73,7 @@ async def host_events(
         yield refusal(model, exc)
         return
     stop = AbortSignal()
-    stream = stream_simple(
-        turn.model, turn.context, dataclasses.replace(turn.options, signal=stop), **kwargs
-    )
-    if turn.abort is not None:
-        turn.abort.attach(stream)
+    stream = start_turn(turn, stop, **kwargs)
     host_signal = turn.options.signal
     if host_signal is not None:
         # Until the turn ends, which may be after this stream: a stream that ends `toolUse`
@@ -103,6 +85,21 @@ async def host_events(
     finally:
         if not stream.done:
             stop.abort("the host stopped reading the turn")
+
+
+def start_turn(turn: HostTurn, stop: AbortSignal, **kwargs: Any) -> AssistantMessageEventStream:
+    """Start `turn` (a host's input in our types) with `stop` as the abort signal the turn
+    obeys, and return its stream; `kwargs` are `stream_simple`'s.
+
+    The host's own signal (`turn.abort`) is attached to the stream; forwarding it for as long
+    as the turn runs, and what ends the turn when the host stops reading, is the caller's.
+    """
+    stream = stream_simple(
+        turn.model, turn.context, dataclasses.replace(turn.options, signal=stop), **kwargs
+    )
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    return stream
 
 
 _following: set[asyncio.Future[None]] = set()

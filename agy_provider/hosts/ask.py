@@ -1,38 +1,40 @@
 """AskAntigravity: hand one task to agy and get its answer back, for any host.
 
 `ask_antigravity` (async) and `ask_antigravity_sync` run one agy turn — a new conversation or one
-to continue — and return an `AskResult`; `ask_tool()` is the pi tool definition a host registers,
-`run_ask_tool` executes a call of it. Refuses to run inside an agy turn (agy would start agy).
+to continue — and return an `AskResult` (the pi tool is `ask_tool`, the CLI `ask_command`).
+Refuses to run inside an agy turn (agy would start agy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TextIO, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
-from agy_provider.errors import AgyError, UsageError
-from agy_provider.hookspecs import hookimpl
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.errors import UsageError
+from agy_provider.pi.agy_model import agy_model
+from agy_provider.pi.events import (
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    ThinkingDeltaEvent,
+)
+from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.stream import TurnFacts
 from agy_provider.pi.types import (
     AssistantMessage,
     Context,
     Model,
     TextContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
     Usage,
     UserMessage,
 )
@@ -40,18 +42,13 @@ from agy_provider.store.config import Config, load_config
 from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
 
 __all__ = [
-    "ASK_TOOL_DESCRIPTION",
     "ASK_TOOL_NAME",
-    "ASK_TOOL_PARAMETERS",
     "TURN_ENV",
     "AskResult",
     "ProgressCallback",
     "ask_antigravity",
     "ask_antigravity_sync",
-    "ask_command",
-    "ask_tool",
     "nested_turn_reason",
-    "run_ask_tool",
     "turn_edges",
 ]
 
@@ -72,46 +69,6 @@ ProgressCallback: TypeAlias = Callable[[float, str], object]
 `▸ run_command ls`, `answering`, then `done` or `failed`."""
 
 ASK_TOOL_NAME = "AskAntigravity"
-ASK_TOOL_DESCRIPTION = (
-    "Delegate one task to Google's Antigravity agent (agy), which works in a folder with its own "
-    "tools (it reads files, runs commands and, in accept-edits mode, edits files) and returns its "
-    "answer. Give the whole task in `prompt`. The result ends with the conversation id: pass it "
-    "as `conversation` to ask a follow-up in the same agy conversation."
-)
-ASK_TOOL_PARAMETERS: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {
-        "prompt": {"type": "string", "description": "The task or question for agy."},
-        "cwd": {"type": "string", "description": "The folder agy works in (default: the host's)."},
-        "model": {
-            "type": "string",
-            "description": "flash, pro, sonnet, opus, or a model slug from `agy models` "
-            "(default: the configured model).",
-        },
-        "thinking": {
-            "type": "string",
-            "enum": list(_THINKING),
-            "description": "How hard the model thinks, for models with effort levels.",
-        },
-        "mode": {
-            "type": "string",
-            "enum": list(_MODES),
-            "description": "plan: agy plans without changing files; accept-edits: agy edits "
-            "files without asking; default: the configured mode.",
-        },
-        "conversation": {
-            "type": "string",
-            "description": "An agy conversation id to continue (from an earlier result).",
-        },
-        "timeout": {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "description": "Seconds the whole turn may take (default: the configured turn_timeout).",
-        },
-    },
-    "required": ["prompt"],
-    "additionalProperties": False,
-}
 
 Status: TypeAlias = Literal["ok", "error", "aborted"]
 
@@ -194,7 +151,7 @@ def nested_turn_reason(env: Mapping[str, str] | None = None) -> str:
 
 class _MemoryStore(SessionStore):
     """A session store for one call, held in memory: AskAntigravity names the conversation to
-    continue itself and keeps nothing in the user's session store."""
+    continue itself (`conversation_id=`) and keeps nothing in the user's session store."""
 
     def __init__(self) -> None:
         super().__init__(Path(f"<ask {uuid.uuid4().hex}>"))
@@ -263,17 +220,6 @@ class _Plan:
     session_id: str
 
 
-def _last_step_index(path: Path) -> int:
-    from agy_provider.agy.database import open_conversation_db, scan_step_signatures
-
-    conn = open_conversation_db(path)
-    try:
-        rows = scan_step_signatures(conn, after=-1)
-    finally:
-        conn.close()
-    return max((row[0] for row in rows), default=-1)
-
-
 def _plan(
     prompt: str,
     *,
@@ -332,20 +278,7 @@ def _plan(
                 f"agy has no conversation {conversation} ({path} does not exist): pass the id an "
                 "earlier answer gave, with the same agy state folder"
             )
-        edges.store.put(
-            session_id,
-            SessionRecord(conversation_id=conversation, last_step_index=_last_step_index(path)),
-        )
-    pi_model = Model(
-        id=slug or "agy",
-        name=slug or "agy",
-        api="agy",
-        provider="agy",
-        base_url="",
-        reasoning=True,
-        context_window=1_000_000,
-        max_tokens=65_536,
-    )
+    pi_model = agy_model(slug or "agy")
     options = SimpleStreamOptions(
         session_id=session_id,
         reasoning=thinking,  # type: ignore[arg-type]  # checked above: low, medium or high
@@ -359,7 +292,7 @@ def _plan(
             "cwd": folder,
             "agy_bin": binary,
             "store": edges.store,
-            "continue_session": conversation is not None,
+            "conversation_id": conversation or "",
             "edges": edges,
         },
         session_id=session_id,
@@ -367,57 +300,6 @@ def _plan(
 
 
 # --- following the turn -----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(slots=True)
-class _Seen:
-    conversation_id: str = ""
-    exit_code: int | None = None
-
-
-class _TurnWatcher:
-    """Learns each watched turn's conversation id and agy's exit code (`observe_event`)."""
-
-    def __init__(self) -> None:
-        self.watched: dict[str, _Seen] = {}
-
-    @hookimpl
-    def observe_event(self, event: Any, turn: Any) -> None:
-        seen = self.watched.get(getattr(turn, "session_id", ""))
-        if seen is None:
-            return
-        binding = getattr(turn, "binding", None)
-        if binding is not None:
-            seen.conversation_id = binding.conversation_id
-        if event.type in ("done", "error"):
-            process = getattr(turn, "process", None)
-            seen.exit_code = getattr(process, "returncode", None)
-
-
-_WATCHER_NAME = "agy-provider-ask"
-_watcher_lock = threading.Lock()
-
-
-def _watcher() -> _TurnWatcher:
-    """The one watcher, registered on first use (calls may start in several threads at once)."""
-    from agy_provider.plugin_manager import get_plugin_manager
-
-    pm = get_plugin_manager()
-    with _watcher_lock:
-        plugin = pm.get_plugin(_WATCHER_NAME)
-        if not isinstance(plugin, _TurnWatcher):
-            plugin = _TurnWatcher()
-            pm.register(plugin, name=_WATCHER_NAME)
-        return plugin
-
-
-def _watch(session_id: str) -> _Seen:
-    seen = _watcher().watched[session_id] = _Seen()
-    return seen
-
-
-def _unwatch(session_id: str) -> None:
-    _watcher().watched.pop(session_id, None)
 
 
 class _Progress:
@@ -445,11 +327,12 @@ class _Progress:
             self._thinking_open = True
         elif kind == "thinking_delta" and self._thinking_open:
             self._thinking_open = False  # the first delta tells a tool run from thinking
-            delta = getattr(event, "delta", "")
-            if delta.startswith(TOOL_RUN_MARK):
-                self.say(delta.partition("\n")[0])
-            else:
+            run = event.tool_run if isinstance(event, ThinkingDeltaEvent) else None
+            if run is None:
                 self.say("thinking")
+            else:  # the run's first line, as its thinking block shows it
+                header = f"{TOOL_RUN_MARK}{run.name} {run.argument}".rstrip()
+                self.say(header.partition("\n")[0])
         elif kind == "text_start":
             self.say("answering")
         elif isinstance(event, DoneEvent):
@@ -459,19 +342,19 @@ class _Progress:
             self.message = event.error
             self.say("aborted" if event.reason == "aborted" else "failed")
 
-    def result(self, seen: _Seen, model: Model) -> AskResult:
+    def result(self, facts: TurnFacts, model: Model) -> AskResult:
         duration = time.monotonic() - self.started
         message = self.message
         if message is None:  # the stream ended without its final event: a bug, still said
             return AskResult(
                 answer="",
                 model=model.id,
-                conversation_id=seen.conversation_id,
+                conversation_id=facts.conversation_id,
                 usage=Usage(),
                 duration=duration,
                 status="error",
                 error="the turn ended without a final event",
-                exit_code=seen.exit_code,
+                exit_code=facts.exit_code,
             )
         answer = "".join(b.text for b in message.content if isinstance(b, TextContent))
         status: Status = (
@@ -484,12 +367,12 @@ class _Progress:
         return AskResult(
             answer=answer,
             model=message.model if message.model not in ("", "agy") else "",
-            conversation_id=seen.conversation_id,
+            conversation_id=facts.conversation_id,
             usage=message.usage,
             duration=duration,
             status=status,
             error=message.error_message if status != "ok" else None,
-            exit_code=seen.exit_code,
+            exit_code=facts.exit_code,
         )
 
 
@@ -535,16 +418,16 @@ async def ask_antigravity(
         signal=own,
         agy_bin=agy_bin,
     )
-    from agy_provider.live.provider import stream_simple
+    from agy_provider.hosts._turns import start_turn
 
     progress = _Progress(on_progress, started)
-    seen = _watch(plan.session_id)
     linked: asyncio.Future[None] | None = None
     if signal is not None:
         linked = asyncio.ensure_future(signal.wait())
         linked.add_done_callback(lambda _: own.abort(signal.reason))
     try:
-        stream = stream_simple(plan.model, plan.context, plan.options, **plan.kwargs)
+        turn = HostTurn(plan.model, plan.context, plan.options, abort=None)
+        stream = start_turn(turn, own, **plan.kwargs)
         async for event in stream:
             progress.feed(event)
     except asyncio.CancelledError:
@@ -553,8 +436,7 @@ async def ask_antigravity(
     finally:
         if linked is not None:
             linked.cancel()
-        _unwatch(plan.session_id)
-    return progress.result(seen, plan.model)
+    return progress.result(stream.facts, plan.model)
 
 
 def ask_antigravity_sync(
@@ -590,175 +472,15 @@ def ask_antigravity_sync(
         agy_bin=agy_bin,
     )
     progress = _Progress(on_progress, started)
-    seen = _watch(plan.session_id)
-    events: Iterator[AssistantMessageEvent] = iter_events(
-        plan.model, plan.context, plan.options, **plan.kwargs
-    )
+    events = iter_events(plan.model, plan.context, plan.options, **plan.kwargs)
     try:
-        for event in events:
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as ended:  # the events ran out: the turn's facts come back
+                facts: TurnFacts = ended.value
+                break
             progress.feed(event)
     finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-        _unwatch(plan.session_id)
-    return progress.result(seen, plan.model)
-
-
-# --- the pi tool --------------------------------------------------------------------------------
-
-
-def ask_tool() -> Tool:
-    """The `AskAntigravity` tool definition (pi's `Tool`, JSON Schema parameters) to register."""
-    return Tool(
-        name=ASK_TOOL_NAME, description=ASK_TOOL_DESCRIPTION, parameters=ASK_TOOL_PARAMETERS
-    )
-
-
-def _tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The call's arguments checked against `ASK_TOOL_PARAMETERS`; `UsageError` names the field."""
-    if not isinstance(arguments, Mapping):
-        raise UsageError(
-            f"{ASK_TOOL_NAME} arguments must be an object, not {type(arguments).__name__}"
-        )
-    properties: Mapping[str, Any] = ASK_TOOL_PARAMETERS["properties"]
-    unknown = sorted(set(arguments) - set(properties))
-    if unknown:
-        raise UsageError(
-            f"{ASK_TOOL_NAME} takes no argument {', '.join(unknown)} "
-            f"(it takes {', '.join(properties)})"
-        )
-    checked: dict[str, Any] = {}
-    for name, value in arguments.items():
-        if value is None:
-            continue
-        spec = properties[name]
-        if spec["type"] == "string" and not isinstance(value, str):
-            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a string, not {value!r}")
-        if spec["type"] == "number" and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-        ):
-            raise UsageError(f"{ASK_TOOL_NAME}: {name} must be a number above 0, not {value!r}")
-        if "enum" in spec and value not in spec["enum"]:
-            raise UsageError(
-                f"{ASK_TOOL_NAME}: {name} must be one of {', '.join(spec['enum'])}, not {value!r}"
-            )
-        checked[name] = value
-    if "prompt" not in checked:
-        raise UsageError(f"{ASK_TOOL_NAME} needs a prompt")
-    return checked
-
-
-async def run_ask_tool(
-    call: ToolCall,
-    *,
-    cwd: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    signal: AbortSignal | None = None,
-) -> ToolResultMessage:
-    """Execute a host model's `AskAntigravity` call: the pi `ToolResultMessage` to give back.
-
-    `cwd` is the folder used when the call names none. Bad arguments, a refusal or a failed
-    turn come back as an error result (`is_error`) saying why, never as an exception.
-    """
-    try:
-        arguments = _tool_arguments(call.arguments)
-        arguments.setdefault("cwd", cwd)
-        result = await ask_antigravity(
-            arguments.pop("prompt"), on_progress=on_progress, signal=signal, **arguments
-        )
-    except AgyError as exc:
-        return ToolResultMessage(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=[TextContent(text=f"{ASK_TOOL_NAME} could not run: {exc}")],
-            is_error=True,
-            timestamp=int(time.time() * 1000),
-        )
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=[TextContent(text=result.tool_text())],
-        is_error=not result.ok,
-        details=result.to_json(),
-        timestamp=int(time.time() * 1000),
-    )
-
-
-# --- the command line -------------------------------------------------------------------------
-
-
-async def ask_command(
-    prompt: str,
-    *,
-    cwd: str | None,
-    model: str,
-    thinking: Thinking | None,
-    mode: Mode | None,
-    conversation: str | None,
-    timeout: float | None,
-    agy_bin: str | None,
-    as_json: bool,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    """`agy-provider ask`: the answer on `out` (or the result as JSON), progress on `err`.
-
-    Returns the exit code: 0 answered, 1 the turn failed (agy's error on `err`), 128+N when
-    signal N (SIGINT, SIGTERM, SIGHUP) aborted it — agy's whole tree is ended first.
-    """
-    import signal as signals
-
-    abort = AbortSignal()
-    received: list[int] = []
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        abort.abort(f"interrupted by {signals.Signals(signum).name}")
-
-    installed = []
-    for signum in (signals.SIGINT, signals.SIGTERM, signals.SIGHUP):
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            continue
-        installed.append(signum)
-
-    def show(elapsed: float, step: str) -> None:
-        err.write(f"[{elapsed:6.1f}s] {step}\n")
-        err.flush()
-
-    try:
-        result = await ask_antigravity(
-            prompt,
-            cwd=cwd,
-            model=model,
-            thinking=thinking,
-            mode=mode,
-            conversation=conversation,
-            timeout=timeout,
-            on_progress=show,
-            signal=abort,
-            agy_bin=agy_bin,
-        )
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-    if as_json:
-        out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
-    elif result.answer:
-        out.write(result.answer if result.answer.endswith("\n") else result.answer + "\n")
-    out.flush()
-    if result.conversation_id:
-        who = f"{result.model or 'agy'} answered in" if result.ok else "the turn ran in"
-        err.write(
-            f"agy-provider: {who} conversation {result.conversation_id} "
-            f"(continue it with --conversation {result.conversation_id})\n"
-        )
-    if received:
-        return 128 + received[0]
-    if not result.ok:
-        err.write(f"agy-provider: {result.error or 'the turn failed'}\n")
-        return 1
-    return 0
+        events.close()
+    return progress.result(facts, plan.model)

@@ -23,6 +23,7 @@ from pi_agents.ai.api_registry import register_api_provider, unregister_api_prov
 from pi_agents.ai.utils.event_stream import AssistantMessageEventStream
 
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID, PROVIDER_ID, agy_catalog, host_events
+from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall
 
@@ -34,8 +35,16 @@ SOURCE_ID = "agy_provider"
 
 def model(model_id: str = DEFAULT_MODEL_ID) -> Any:
     """pi-agents-py's `Model` for an agy model (`default`: agy's configured model)."""
+    ours = agy_model(model_id)
     return pi.Model(
-        id=model_id, name=model_id, api=PROVIDER_ID, provider=PROVIDER_ID, input=["text"]
+        id=ours.id,
+        name=ours.name,
+        api=ours.api,
+        provider=ours.provider,
+        reasoning=ours.reasoning,
+        input=["text"],
+        context_window=ours.context_window,
+        max_tokens=ours.max_tokens,
     )
 
 

@@ -11,20 +11,21 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.hosts._turns import start_turn
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.turn import PARKED, STOPPED_WAITING
 from agy_provider.pi.abort_bridge import forward_until_turn_ends
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.host_input import HostTurn, normalise_turn
 from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.stream import TurnFacts
 from agy_provider.pi.types import AssistantMessage
 
 __all__ = ["complete", "iter_events"]
@@ -55,6 +56,7 @@ class _TurnThread:
         self.stop = AbortSignal()
         self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
         self.parked = False  # the stream ended `toolUse`: the turn waits for tool results
+        self.facts = TurnFacts()  # the stream's, once its events ran out
         self._turn = turn
         self._kwargs = kwargs
         self._thread = threading.Thread(target=self._main, name="agy-provider turn", daemon=True)
@@ -74,8 +76,9 @@ class _TurnThread:
             _live.discard(self)
 
     async def _run(self) -> None:
-        stream = _start(self._turn, self._kwargs, self.stop)
+        stream = start_turn(self._turn, self.stop, **self._kwargs)
         self.parked = await _relay(stream, self._turn, self.stop, self.events)
+        self.facts = stream.facts
         if self.parked:
             self.events.put(_End())  # the caller's events end; this loop serves the turn on
         # The session is saved and agy stopped after the final event: wait for both here, so
@@ -104,6 +107,7 @@ class _Resumed:
         self.stop = AbortSignal()
         self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
         self.parked = False
+        self.facts = TurnFacts()
         self._turn = turn
         self._kwargs = kwargs
         self._loop = loop
@@ -125,8 +129,9 @@ class _Resumed:
 
     async def _run(self) -> None:
         try:
-            stream = _start(self._turn, self._kwargs, self.stop)
+            stream = start_turn(self._turn, self.stop, **self._kwargs)
             self.parked = await _relay(stream, self._turn, self.stop, self.events)
+            self.facts = stream.facts
             if not self.parked:
                 await stream.turn_ended()  # agy stopped and the session saved
         except asyncio.CancelledError:
@@ -147,14 +152,6 @@ class _Resumed:
                 log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
             except BaseException:  # already handed to the caller as its _End
                 pass
-
-
-def _start(turn: HostTurn, kwargs: dict[str, Any], stop: AbortSignal) -> Any:
-    options = dataclasses.replace(turn.options, signal=stop)
-    stream = stream_simple(turn.model, turn.context, options, **kwargs)
-    if turn.abort is not None:
-        turn.abort.attach(stream)
-    return stream
 
 
 async def _relay(
@@ -212,7 +209,7 @@ else:
 
 def iter_events(
     model: object, context: object, options: object = None, **kwargs: Any
-) -> Iterator[AssistantMessageEvent]:
+) -> Generator[AssistantMessageEvent, None, TurnFacts]:
     """Run a turn and yield its pi events as they stream, from plain synchronous code.
 
     Takes what `stream_simple` takes (`kwargs`: `cwd`, `agy_bin`, `store`, `continue_session`,
@@ -225,13 +222,16 @@ def iter_events(
     `stream_simple`). The interpreter's exit ends a turn still waiting.
 
     Raises `UsageError` at once for input `stream_simple` cannot use; every failure of the turn
-    itself is its final `error` event.
+    itself is its final `error` event. When the events have run out, the generator returns the
+    turn's `TurnFacts` (the value of its `StopIteration`): the conversation, agy's exit code.
     """
     turn = normalise_turn(model, context, options)
     return _events(turn, dict(kwargs))
 
 
-def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessageEvent, None, None]:
+def _events(
+    turn: HostTurn, kwargs: dict[str, Any]
+) -> Generator[AssistantMessageEvent, None, TurnFacts]:
     runner: _TurnThread | _Resumed = _TurnThread(turn, kwargs)
     found = PARKED.find(turn.context.messages)
     loop = found[0].loop if found is not None else None
@@ -264,7 +264,7 @@ def _events(turn: HostTurn, kwargs: dict[str, Any]) -> Generator[AssistantMessag
                 ended = True
                 if item.error is not None:
                     raise item.error
-                return
+                return runner.facts
             yielded = True
             yield item
     finally:

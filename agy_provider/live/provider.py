@@ -52,19 +52,19 @@ def stream_simple(
     continue_session: bool = False,
     edges: TurnEdges | None = None,
     tool_executor: ToolExecutor | None = None,
+    conversation_id: str = "",
 ) -> AssistantMessageEventStream:
     """Start a turn with agy and return its event stream at once (call from a running loop).
 
     `start` is pushed immediately; every failure arrives as a final `error` event (an abort as
     reason `aborted`, within ~200 ms of the signal, at any phase). With `options.session_id` the
     turn resumes that session's conversation when the host's history matches what the session
-    saw; `continue_session=True` resumes it whatever the history (a CLI has none).
+    saw; `continue_session=True` whatever the history (`conversation_id`: the one it names).
 
     `model`, `context` and `options` may also be what other pi hosts pass (`host_input`): pi's
     camelCase JSON, another port's pydantic models or dataclasses, options as a mapping or any
-    object, any abort signal. Input that cannot be understood raises `UsageError` here, before
-    a stream exists (as pi-ai throws for a model no provider serves); host adapters whose
-    contract forbids raising (`agy_provider.hosts`) turn it into an `error` event.
+    object, any abort signal. Input it cannot read raises `UsageError` here, before a stream exists,
+    as pi-ai throws; `agy_provider.hosts` (no raising there) makes it an `error` event.
 
     Host tools (`context.tools`) are offered to agy for the turn through the MCP bridge. When agy
     calls one, the stream ends with `done` and stop reason `toolUse` whose message holds the
@@ -74,8 +74,7 @@ def stream_simple(
     call gives its context and abort signal). A host that moves on instead (a new user message
     in the session) or does not answer within `host_tool_timeout` ends the waiting turn. With
     `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
-    functions run in a worker thread) agy's calls run at once instead, and the turn stays one
-    message.
+    functions run in a worker thread) agy's calls run at once instead: the turn stays one message.
     """
     turn = normalise_turn(model, context, options)
     cwd = checked_cwd(cwd)
@@ -130,6 +129,7 @@ def stream_simple(
         continue_session=continue_session,
         edges=edges,
         tool_executor=tool_executor,
+        conversation_id=conversation_id,
     )
     task = asyncio.get_running_loop().create_task(driver.run())
     driver.task = task

@@ -19,7 +19,11 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.database import newest_generator_rows, open_conversation_db
+from agy_provider.agy.database import (
+    last_step_index,
+    newest_generator_rows,
+    open_conversation_db,
+)
 from agy_provider.agy.models import model_arguments
 from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
@@ -146,6 +150,7 @@ async def _written(write: concurrent.futures.Future[None]) -> None:
             await asyncio.shield(asyncio.wrap_future(write))
         raise
 
+
 class _Forked(AgyError):
     """agy started another conversation than the one it was asked to resume."""
 
@@ -176,6 +181,7 @@ class TurnDriver:
         continue_session: bool = False,
         edges: TurnEdges | None = None,
         tool_executor: ToolExecutor | None = None,
+        conversation_id: str = "",
     ) -> None:
         self.model = model
         self.context = context
@@ -185,7 +191,9 @@ class TurnDriver:
         self.cwd = cwd or os.getcwd()
         self.agy_bin = agy_bin
         self.event_source = event_source
-        self.continue_session = continue_session
+        # A conversation the caller names (AskAntigravity) is continued whatever the history.
+        self.named_conversation = conversation_id
+        self.continue_session = continue_session or bool(conversation_id)
         self.edges = edges or TurnEdges()
         self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
         self.ctx: TurnContext | None = None
@@ -529,6 +537,10 @@ class TurnDriver:
         if self._force_new:
             return "", -1, (), "new"
         record = self._session(session_id)
+        if self.named_conversation:  # from its newest step; a lost one is said below
+            path = conversations_dir(state_dir) / f"{self.named_conversation}.db"
+            newest = last_step_index(path) if path.is_file() else -1
+            record = SessionRecord(conversation_id=self.named_conversation, last_step_index=newest)
         conversation_id, min_index, how = "", -1, "new"
         unseen: tuple[Message, ...] = ()
         if record is not None and (

@@ -6,11 +6,12 @@ Owns their camelCase JSON (as in `types`), with or without the `partial` message
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, TypeAlias
 
 from agy_provider.errors import DecodeError
 from agy_provider.pi._pijson import JsonDict, _int, _literal, _obj, _present, _str, _tag
+from agy_provider.pi.tool_run import ToolRun
 from agy_provider.pi.types import AssistantMessage, ToolCall
 
 __all__ = [
@@ -158,23 +159,35 @@ class TextEndEvent(_BlockEnd):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThinkingStartEvent(_BlockStart):
-    """A thinking block opened at `content_index`."""
+    """A thinking block opened at `content_index`.
+
+    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
+    """
 
     type: ClassVar[Literal["thinking_start"]] = "thinking_start"
+    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThinkingDeltaEvent(_BlockDelta):
-    """Thinking appended to the block at `content_index`."""
+    """Thinking appended to the block at `content_index`.
+
+    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
+    """
 
     type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
+    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThinkingEndEvent(_BlockEnd):
-    """The thinking block at `content_index` is complete; `content` is its whole thinking."""
+    """The thinking block at `content_index` is complete; `content` is its whole thinking.
+
+    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
+    """
 
     type: ClassVar[Literal["thinking_end"]] = "thinking_end"
+    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from typing import Any, Final, get_args
 
 from agy_provider.errors import DecodeError, UsageError
 from agy_provider.pi.abort_bridge import SignalBridge, bridge_signal
+from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.options import SimpleStreamOptions, ThinkingBudgets, ThinkingLevel
 from agy_provider.pi.types import (
     AssistantMessage,
@@ -216,16 +217,7 @@ def _model(model: object) -> Model:
     if isinstance(model, str):
         if not model:
             raise UsageError("model: expected a model id or a pi Model, got an empty string")
-        return Model(
-            id=model,
-            name=model,
-            api="agy",
-            provider="agy",
-            base_url="",
-            reasoning=False,
-            context_window=0,
-            max_tokens=0,
-        )
+        return agy_model(model)
     if model is None:
         raise UsageError("model: expected a pi Model (or a model id), got None")
     d = _object(model, "model")

@@ -35,6 +35,7 @@ from agy_provider.pi._pijson import (
     _str,
     _tag,
 )
+from agy_provider.pi.tool_run import ToolRun
 
 __all__ = [
     "Api",
@@ -92,12 +93,17 @@ class TextContent:
 
 @dataclass(frozen=True, slots=True)
 class ThinkingContent:
-    """The model's reasoning; `redacted` marks thinking a safety filter withheld."""
+    """The model's reasoning; `redacted` marks thinking a safety filter withheld.
+
+    `tool_run` is set when the block is a tool run agy made (its text then renders the run);
+    it is not part of pi's JSON, nor of equality.
+    """
 
     type: ClassVar[Literal["thinking"]] = "thinking"
     thinking: str
     thinking_signature: str | None = None
     redacted: bool | None = None
+    tool_run: ToolRun | None = field(default=None, compare=False)
 
     def to_json(self) -> JsonDict:
         out: JsonDict = {"type": "thinking", "thinking": self.thinking}
