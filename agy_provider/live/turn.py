@@ -7,30 +7,24 @@ so the orchestration is tested against fakes in milliseconds; nothing here block
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Awaitable, Sequence
-from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.database import newest_generator_rows, open_conversation_db
 from agy_provider.agy.models import model_arguments
-from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.bridge.host_tools import (
-    ParkedTurns,
     ToolExecutor,
     TurnTools,
     plugin_tools_registered,
 )
-from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
+from agy_provider.errors import AgyError, TurnError, UsageError
 from agy_provider.live.continuity import (
     Continuation,
     conversation_key,
@@ -46,8 +40,19 @@ from agy_provider.live.discovery import (
     snapshot_stems,
 )
 from agy_provider.live.images import ImageStaging, check_images, newest_images
+from agy_provider.live.parking import PARKED, STOPPED_WAITING
 from agy_provider.live.prompt import build_prompt, history_digest
 from agy_provider.live.runner import TurnRequest, prompt_fits_argv
+from agy_provider.live.settle import (
+    _final_message,
+    _forget_unsaved,
+    _newest,
+    _unsaved,
+    _unsaved_lock,
+    _written,
+    answering_model,
+    bare_error,
+)
 from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnProcess
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
@@ -75,6 +80,8 @@ __all__ = [
     "TurnEdges",
     "TurnPlan",
     "TurnProcess",
+    "answering_model",
+    "bare_error",
     "build_prompt",
     "history_digest",
 ]
@@ -100,8 +107,6 @@ _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
 # How long reading the answering model's slug from agy's records may take before settling.
 _MODEL_READ = 0.5
-# At most this many of the newest model-call records are looked at for that slug.
-_MODEL_RECORDS = 64
 # How long the session record waits for agy's version (asked beside the turn) before saving.
 _VERSION_WAIT = 10.0
 # agy's own --print-timeout for a turn that offers host tools also allows this many full waits
@@ -109,42 +114,7 @@ _VERSION_WAIT = 10.0
 _HOST_WAITS_IN_AGY_CLOCK = 4
 # A wait for the host ends this long before agy's own clock would end the turn.
 _AGY_CLOCK_MARGIN = 10.0
-STOPPED_WAITING = (
-    "the program stopped waiting for its turns before the host answered agy's tool call"
-)
 
-
-# Records of turns whose final event went out before their session was saved (the save runs in a
-# worker thread after `done`): a turn started meanwhile in this process must still resume.
-_unsaved: dict[tuple[str, str], SessionRecord] = {}
-# The newest turn to settle per session: an earlier turn's late save (agy's version arriving
-# after the host already ran the next turn) must not overwrite the newer record.
-_newest: dict[tuple[str, str], object] = {}
-# Both are forgotten from the worker thread that wrote the record.
-_unsaved_lock = threading.Lock()
-
-
-def _forget_unsaved(keys: Sequence[tuple[str, str]], turn: object) -> None:
-    with _unsaved_lock:
-        for key in keys:
-            if _newest.get(key) is turn:
-                _unsaved.pop(key, None)
-                _newest.pop(key, None)
-
-
-async def _written(write: concurrent.futures.Future[None]) -> None:
-    """Wait for a worker's write; our cancellation does not cancel the write itself.
-
-    Cancelled (`asyncio.run` ending right after `done` cancels what is left), it still holds
-    the loop until the write lands, as the loop's default executor would: a program that reads
-    the session file after `asyncio.run` returns finds the turn in it.
-    """
-    try:
-        await asyncio.shield(asyncio.wrap_future(write))
-    except asyncio.CancelledError:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(asyncio.wrap_future(write))
-        raise
 
 class _Forked(AgyError):
     """agy started another conversation than the one it was asked to resume."""
@@ -152,11 +122,6 @@ class _Forked(AgyError):
     def __init__(self, stated: str) -> None:
         super().__init__(f"agy started conversation {stated} instead")
         self.stated = stated
-
-
-# Turns waiting for the host to run the tools agy called (pi's tool-use loop): the host's next
-# `stream_simple`, whose context ends in those calls' results, resumes its turn from here.
-PARKED = ParkedTurns()
 
 
 class TurnDriver:
@@ -534,7 +499,11 @@ class TurnDriver:
         if record is not None and (
             self.continue_session or record.history_digest == history_digest(earlier)
         ):
-            conversation_id, min_index, how = record.conversation_id, record.last_step_index, "session"
+            conversation_id, min_index, how = (
+                record.conversation_id,
+                record.last_step_index,
+                "session",
+            )
         else:
             found: Continuation = find_continuation(earlier, self._session)
             if found.proven and found.record is not None:
@@ -1056,7 +1025,10 @@ class TurnDriver:
         last = events[-1]
         mark = make_mark(conversation_id, secrets.token_hex(16))
         if isinstance(last, DoneEvent):
-            return [*events[:-1], dataclasses.replace(last, message=self._marked(last.message, mark))]
+            return [
+                *events[:-1],
+                dataclasses.replace(last, message=self._marked(last.message, mark)),
+            ]
         if isinstance(last, ErrorEvent):
             return [*events[:-1], dataclasses.replace(last, error=self._marked(last.error, mark))]
         return events
@@ -1219,47 +1191,3 @@ class TurnDriver:
             event_source=self.source_name,
             agy_version="",
         )
-
-
-def _final_message(events: Sequence[AssistantMessageEvent]) -> AssistantMessage | None:
-    last = events[-1] if events else None
-    if isinstance(last, DoneEvent):
-        return last.message
-    if isinstance(last, ErrorEvent):
-        return last.error
-    return None
-
-
-def answering_model(path: Path, turn_start: int | None) -> str:
-    """The slug of the model that answered the turn starting at `turn_start`, from the newest
-    `gen_metadata` records back to the first that belongs to an earlier turn ("" if unknown)."""
-    if turn_start is None:
-        return ""
-    conn = open_conversation_db(path)
-    try:
-        for seen, (_idx, blob) in enumerate(newest_generator_rows(conn, path=str(path))):
-            if seen >= _MODEL_RECORDS:
-                return ""  # records that name no steps: do not walk the whole conversation
-            try:
-                record = decode_generator_record(blob)
-            except DecodeError:
-                continue
-            if record.step_indices and max(record.step_indices) <= turn_start:
-                return ""  # an earlier turn's call: this turn recorded none
-            if record.model and model_of_turn([record], after=turn_start):
-                return record.model
-        return ""
-    finally:
-        conn.close()
-
-
-def bare_error(model: Model, message: str) -> AssistantMessage:
-    return AssistantMessage(
-        content=(),
-        api=model.api or "agy",
-        provider=model.provider or "agy",
-        model=model.id,
-        stop_reason="error",
-        error_message=message,
-        timestamp=0,
-    )
