@@ -29,9 +29,6 @@ from agy_provider.live.continuity import (
     Continuation,
     conversation_key,
     find_continuation,
-    make_mark,
-    mark_message,
-    parse_mark,
 )
 from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import (
@@ -44,14 +41,14 @@ from agy_provider.live.parking import PARKED, STOPPED_WAITING
 from agy_provider.live.prompt import build_prompt, history_digest
 from agy_provider.live.runner import TurnRequest, prompt_fits_argv
 from agy_provider.live.settle import (
-    _final_message,
-    _forget_unsaved,
-    _newest,
-    _unsaved,
-    _unsaved_lock,
-    _written,
+    UNSAVED,
+    SessionSave,
     answering_model,
     bare_error,
+    final_message,
+    mark_events,
+    reached_record,
+    session_records,
 )
 from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnProcess
@@ -70,7 +67,7 @@ from agy_provider.pi.types import (
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import off_loop
 
 __all__ = [
     "PARKED",
@@ -107,8 +104,6 @@ _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
 # How long reading the answering model's slug from agy's records may take before settling.
 _MODEL_READ = 0.5
-# How long the session record waits for agy's version (asked beside the turn) before saving.
-_VERSION_WAIT = 10.0
 # agy's own --print-timeout for a turn that offers host tools also allows this many full waits
 # for the host (host_tool_timeout each): agy's clock does not stop while the host works.
 _HOST_WAITS_IN_AGY_CLOCK = 4
@@ -470,7 +465,7 @@ class TurnDriver:
     def _session(self, session_id: str) -> SessionRecord | None:
         if not session_id:
             return None
-        unsaved = _unsaved.get((str(self.edges.store.path), session_id))
+        unsaved = UNSAVED.get(str(self.edges.store.path), session_id)
         return unsaved or self.edges.store.get(session_id)
 
     def _continuity(
@@ -817,7 +812,7 @@ class TurnDriver:
         await self._feed(await self._poll())
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
-        self.stream.facts = self._facts(_final_message(events))
+        self.stream.facts = self._facts(final_message(events))
         self.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
@@ -1016,39 +1011,9 @@ class TurnDriver:
             self.assembler.use_model(answered_by)  # ignores "" (no record names one)
 
     def _mark(self, events: list[AssistantMessageEvent]) -> list[AssistantMessageEvent]:
-        """The final event's message bearing this turn's mark (`continuity`): a host that
-        carries it back continues the conversation without a session id. Only a turn bound to
-        a conversation marks its message; a conversation agy no longer had is said there too."""
-        conversation_id = self.conversation_id
-        if not events or not conversation_id or self.ctx is None or self.ctx.binding is None:
-            return events
-        last = events[-1]
-        mark = make_mark(conversation_id, secrets.token_hex(16))
-        if isinstance(last, DoneEvent):
-            return [
-                *events[:-1],
-                dataclasses.replace(last, message=self._marked(last.message, mark)),
-            ]
-        if isinstance(last, ErrorEvent):
-            return [*events[:-1], dataclasses.replace(last, error=self._marked(last.error, mark))]
-        return events
-
-    def _marked(self, message: AssistantMessage, mark: str) -> AssistantMessage:
-        message = mark_message(message, mark)
-        if self._lost_conversation:
-            diagnostic = {
-                "type": "agy-provider.conversation_lost",
-                "timestamp": int(time.time() * 1000),
-                "details": {
-                    "lost": self._lost_conversation,
-                    "conversation": self.conversation_id,
-                    "why": "agy no longer has the conversation; a new one carries the history",
-                },
-            }
-            message = dataclasses.replace(
-                message, diagnostics=(*(message.diagnostics or ()), diagnostic)
-            )
-        return message
+        """The final event's message bearing this turn's mark, once the turn is bound."""
+        bound = self.ctx is not None and self.ctx.binding is not None
+        return mark_events(events, self.conversation_id if bound else "", self._lost_conversation)
 
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
         """Finish the assembler and deliver its final event; returns the final message."""
@@ -1066,7 +1031,7 @@ class TurnDriver:
     def _deliver(
         self, events: list[AssistantMessageEvent], outcome: TurnOutcome
     ) -> AssistantMessage | None:
-        self.stream.facts = self._facts(_final_message(events))
+        self.stream.facts = self._facts(final_message(events))
         self.emit(events)
         if not self.stream.done:  # the assembler had already finished: still say what happened
             self.stream.push(
@@ -1075,119 +1040,48 @@ class TurnDriver:
                     error=bare_error(self.model, outcome.error or "the turn failed"),
                 )
             )
-        return _final_message(events)
+        return final_message(events)
 
     async def settle(self, outcome: TurnOutcome) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
         if not outcome.aborted:
             await self._read_answering_model()
-        path = str(self.edges.store.path)
         events = self._mark(self.assembler.finish(outcome))
-        final = _final_message(events)
+        final = final_message(events)
         if self._delivered is not None:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
             final = self._delivered
-        # Kept in memory before the final event goes out, so a turn the host starts right
-        # after `done` resumes even while the save below is still running.
         records = self._records(outcome, final=final)
-        with _unsaved_lock:
-            for name, record in records.items():
-                _unsaved[(path, name)] = record
-                _newest[(path, name)] = self
+        saving = SessionSave(self.edges.store, self)
+        saving.keep(records)
         self._deliver(events, outcome)
-        if not records:
-            return
-        version_task = self.version_task
-        known = version_task is not None and version_task.done() and not version_task.cancelled()
-        if known and version_task is not None and version_task.exception() is None:
-            version = version_task.result()
-            records = {k: dataclasses.replace(r, agy_version=version) for k, r in records.items()}
-        with _unsaved_lock:
-            _unsaved.update({(path, k): r for k, r in records.items()})
-        # In our pool's threads, which are running already: the loop's default executor would
-        # start its threads here, on the loop, and wait for each to run. A settle cancelled now
-        # (a loop shutting down right after `done`) does not stop the write, and the process
-        # finishes it before it exits.
-        write = in_background(self.edges.store.put_many, records)
-        try:
-            await _written(write)
-            if not known and version_task is not None:
-                # agy's version is still being asked (a first run): record it when it comes.
-                with contextlib.suppress(TimeoutError, AgyError, OSError):
-                    version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
-                    newest = {k: r for k, r in records.items() if _newest.get((path, k)) is self}
-                    if version and newest:
-                        records = {
-                            k: dataclasses.replace(r, agy_version=version)
-                            for k, r in newest.items()
-                        }
-                        with _unsaved_lock:
-                            _unsaved.update({(path, k): r for k, r in records.items()})
-                        write = in_background(self.edges.store.put_many, records)
-                        await _written(write)
-        finally:
-            # The records stay readable in memory until their write has landed (a turn started
-            # meanwhile in this process resumes from them); a newer turn's record stays until
-            # its own write lands.
-            keys = [(path, k) for k in records]
-            write.add_done_callback(lambda _: _forget_unsaved(keys, self))
+        if records:
+            await saving.save(records, self.version_task)
 
     def _records(
         self, outcome: TurnOutcome, *, final: AssistantMessage | None
     ) -> dict[str, SessionRecord]:
-        """What to remember after this turn, by store key: the host's session (if it named one)
-        and the conversation's own record, which proves the final message's mark."""
         ctx = self.ctx
         if ctx is None or ctx.binding is None or self.source is None:
             return {}
-        records: dict[str, SessionRecord] = {}
-        digest = history_digest([*self.context.messages, *([final] if final is not None else [])])
-        answered = final is not None and final.stop_reason in ("stop", "length", "toolUse")
-        conversation_id = ctx.binding.conversation_id
-        reached = self._reached(outcome)
-        if reached is not None and ctx.session_id:
-            # A session's history leaves out a failed or aborted message (a host may drop it;
-            # one that keeps it is recognised by the message's mark below).
-            records[ctx.session_id] = dataclasses.replace(
-                reached,
-                history_digest=digest if answered else history_digest(self.context.messages),
-            )
-        mark = parse_mark(final.response_id) if final is not None else None
-        if final is None or mark is None or mark[0] != conversation_id:
-            return records
-        previous = self._conversation_record
-        if previous is not None and previous.conversation_id != conversation_id:
-            previous = None
-        base = reached or previous
-        if base is None:
-            return records  # nothing of the new conversation reached agy: nothing to continue
-        records[conversation_key(conversation_id)] = dataclasses.replace(
-            base,
-            history_digest=digest,
-            mark=mark[1],
-            # The newest answer stays acceptable while the turns after it fail or are aborted:
-            # a host may drop those messages from its transcript.
-            answered_mark=mark[1] if answered else (previous.answered_mark if previous else ""),
-            answered_digest=digest if answered else (previous.answered_digest if previous else ""),
-        )
-        return records
-
-    def _reached(self, outcome: TurnOutcome) -> SessionRecord | None:
-        """The conversation as agy now holds it (None: nothing of this turn reached it)."""
-        ctx = self.ctx
-        assert ctx is not None and ctx.binding is not None and self.source is not None
         turn_start = self.assembler.turn_start
         # Rows before this turn's user step are history for every later turn, even a row an
         # aborted agy left unfinished: it must not hold the next resume back to it.
         last_final = self.source.last_final_index(after=-1 if turn_start is None else turn_start)
-        if last_final <= ctx.min_index and (outcome.aborted or turn_start is None):
-            # Nothing of this turn reached agy's conversation (aborted, or refused before its
-            # user step): the session stays as it was, so the host's retry still resumes.
-            return None
-        return SessionRecord(
+        reached = reached_record(
+            outcome,
             conversation_id=ctx.binding.conversation_id,
-            last_step_index=last_final,
-            event_source=self.source_name,
-            agy_version="",
+            min_index=ctx.min_index,
+            turn_start=turn_start,
+            last_final=last_final,
+            source_name=self.source_name,
+        )
+        return session_records(
+            session_id=ctx.session_id,
+            conversation_id=ctx.binding.conversation_id,
+            messages=self.context.messages,
+            final=final,
+            reached=reached,
+            previous=self._conversation_record,
         )
