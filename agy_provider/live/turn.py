@@ -36,6 +36,7 @@ from agy_provider.live.discovery import (
     conversations_dir,
     snapshot_stems,
 )
+from agy_provider.live.handover import SourceHandover
 from agy_provider.live.images import ImageStaging, check_images, newest_images
 from agy_provider.live.parking import PARKED, STOPPED_WAITING
 from agy_provider.live.prompt import build_prompt, history_digest
@@ -87,8 +88,6 @@ log = logging.getLogger(__name__)
 
 # pi's thinking levels -> agy's efforts.
 _EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
-# After agy exits, keep reading until the database stops changing for this many polls.
-_DRAIN_QUIET_POLLS = 3
 # When the server stops answering, how long to wait for agy's exit to explain it.
 _EXIT_GRACE = 1.0
 # agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
@@ -150,13 +149,7 @@ class TurnDriver:
         self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
         self.ctx: TurnContext | None = None
         self.process: TurnProcess | None = None
-        self.source: EventSource | None = None
-        self.backup: EventSource | None = None  # the database reader rpc turns fall back to
-        self._retired: list[EventSource] = []  # sources the turn moved away from, still open
-        self.source_name = ""
-        self.switch_to_backup = False
-        # The preferred source still opening beside the database: (name, source, its open()).
-        self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
+        self.handover: SourceHandover | None = None  # the turn's event sources, from launch
         self.version_task: asyncio.Task[str] | None = None
         self._starting: asyncio.Task[None] | None = None
         self._started_at = 0.0
@@ -184,6 +177,15 @@ class TurnDriver:
     @property
     def session_id(self) -> str:
         return self.options.session_id or ""
+
+    @property
+    def source(self) -> EventSource | None:
+        """The event source the turn reads now (None before launch opened one)."""
+        return self.handover.source if self.handover is not None else None
+
+    @property
+    def source_name(self) -> str:
+        return self.handover.name if self.handover is not None else ""
 
     # -- events ------------------------------------------------------------------------------
 
@@ -378,17 +380,8 @@ class TurnDriver:
             )
 
     async def _close_sources(self) -> None:
-        if self._upgrade is not None:  # the preferred source never got its turn
-            _name, pending, opening = self._upgrade
-            self._upgrade = None
-            self._retired.append(pending)  # closed below, by a second run of this step too
-            opening.cancel()
-            with contextlib.suppress(BaseException):
-                await opening
-        sources = [self.source, self.backup, *self._retired]
-        for source in {id(s): s for s in sources if s is not None}.values():
-            with contextlib.suppress(AgyError):
-                await source.aclose()
+        if self.handover is not None:
+            await self.handover.aclose()
 
     # -- phase 1: prepare (pure decisions, no process yet) -----------------------------------
 
@@ -618,8 +611,11 @@ class TurnDriver:
             if code:  # agy failed before it wrote anything: its own words say why
                 raise TurnError(self._exit_outcome(code).error) from exc
             raise
-        self.source_name = plan.source_name
-        await self._open_source(plan.source_name)
+        specs = self.edges.sources()
+        self.handover = SourceHandover(
+            specs, self.ctx, database="sqlite" if "sqlite" in specs else None
+        )
+        await self.handover.open(plan.source_name)
 
     async def _hold_conversation(self, plan: TurnPlan) -> None:
         """One turn at a time per conversation: a turn of it parked on the host's tool results
@@ -659,82 +655,13 @@ class TurnDriver:
             return ctx.binding.conversation_id
         return self._lock.conversation_id if self._lock is not None else ""
 
-    async def _open_source(self, name: str) -> None:
-        """Open the chosen source. A source other than the database (rpc) is opened beside it:
-        the database streams from the first instant, and the pump moves to the other source
-        once it is up (`_upgrade`). If it never comes up the database finishes the turn."""
-        source: EventSource = self.edges.sources()[name].factory(self.ctx)
-        if name == "sqlite" or not self._may_fall_back():
-            try:
-                await source.open()
-            except BaseException:
-                await source.aclose()
-                raise
-            self.source = source
-            return
-        opening = asyncio.ensure_future(source.open())
-        try:
-            self.source = await self._open_backup()
-        except AgyError as exc:
-            log.info("the database cannot be read yet (%s); waiting for the %s source", exc, name)
-            try:
-                await opening
-            except BaseException:
-                await source.aclose()
-                raise
-            self.source = source
-            return
-        except BaseException:
-            opening.cancel()
-            await source.aclose()
-            raise
-        self.source_name = "sqlite"
-        self._upgrade = (name, source, opening)
-
-    async def _take_upgrade(self) -> None:
-        """Move to the preferred source once it opened; log and stay on the database if not."""
-        assert self._upgrade is not None
-        name, source, opening = self._upgrade
-        self._upgrade = None
-        try:
-            opening.result()
-        except (AgyError, asyncio.CancelledError) as exc:
-            await source.aclose()
-            # A quick turn can end before agy's server is found: expected, not worth a warning.
-            finished = self.process is not None and self.process.returncode is not None
-            log.log(
-                logging.INFO if finished else logging.WARNING,
-                "the %s event source could not start (%s); reading the database",
-                name,
-                exc,
-            )
-            return
-        except BaseException:
-            await source.aclose()
-            raise
-        self.source, self.source_name = source, name
-
-    def _may_fall_back(self) -> bool:
-        # Under `rpc` as under `auto`: a turn agy finishes must not be lost to its server.
-        return "sqlite" in self.edges.sources()
-
-    async def _open_backup(self) -> EventSource:
-        """The sqlite reader of the bound database, opened once and shared."""
-        if self.backup is None:
-            backup: EventSource = self.edges.sources()["sqlite"].factory(self.ctx)
-            try:
-                await backup.open()
-            except BaseException:
-                await backup.aclose()
-                raise
-            self.backup = backup
-        return self.backup
-
     # -- phase 3: pump (source → assembler → stream) -----------------------------------------
 
     async def pump(self, config: Config) -> TurnOutcome:
         """Feed snapshots until agy exits or a deadline passes (the abort is watched outside)."""
-        assert self.process is not None and self.source is not None
+        assert self.process is not None and self.handover is not None
+        handover, source = self.handover, self.handover.source
+        assert source is not None
         loop = asyncio.get_running_loop()
         exit_task = asyncio.ensure_future(self.process.wait())
         calls_task: asyncio.Future[list[ToolCall]] | None = None
@@ -750,19 +677,16 @@ class TurnDriver:
                         last_progress = loop.time()
                 if self.tools is not None and calls_task is None:
                     calls_task = asyncio.ensure_future(self.tools.next_calls())
-                changed = await self._poll()
-                if self.switch_to_backup:
-                    self.switch_to_backup = False
-                    old, self.source = self.source, await self._open_backup()
-                    self.source_name = "sqlite"
-                    await old.aclose()
-                    changed = await self._poll()
+                changed = await handover.poll(self.process)
                 if changed:
                     last_progress = loop.time()
                     await self._feed(changed)
-                if self._upgrade is not None and self._upgrade[2].done():
-                    await self._take_upgrade()
+                upgrading = handover.upgrading
+                if upgrading is not None and upgrading.done():
+                    await handover.take_upgrade(finished=self.process.returncode is not None)
                     continue  # read the new source at once (its first snapshot)
+                source = handover.source
+                assert source is not None
                 now = loop.time()
                 if exit_task.done():
                     await self._drain()
@@ -772,7 +696,7 @@ class TurnDriver:
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
                         "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
                     )
-                if self.source.deciding or (self.tools is not None and self.tools.running):
+                if source.deciding or (self.tools is not None and self.tools.running):
                     # Waiting on our own decision hooks, or on a tool the host runs for agy
                     # at once (an executor, a plugin), is not agy hanging.
                     last_progress = now
@@ -782,10 +706,10 @@ class TurnDriver:
                         "it may be hung or waiting on a prompt. Raise idle_timeout (AGY_IDLE_TIMEOUT) "
                         "or check agy on its own"
                     )
-                wait_task = asyncio.ensure_future(self.source.wait(1.0))
+                wait_task = asyncio.ensure_future(source.wait(1.0))
                 waits: set[asyncio.Future[Any]] = {wait_task, exit_task}
-                if self._upgrade is not None:
-                    waits.add(self._upgrade[2])
+                if handover.upgrading is not None:
+                    waits.add(handover.upgrading)
                 if calls_task is not None:
                     waits.add(calls_task)
                 try:
@@ -809,7 +733,8 @@ class TurnDriver:
         loop = asyncio.get_running_loop()
         self._resumed = loop.create_future()
         # What agy wrote before it called (the planner's thinking and text) goes first.
-        await self._feed(await self._poll())
+        assert self.handover is not None and self.process is not None
+        await self._feed(await self.handover.poll(self.process))
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
         self.stream.facts = self._facts(final_message(events))
@@ -925,26 +850,6 @@ class TurnDriver:
             await prefetch(steps)
         self.emit(self.assembler.feed(steps))
 
-    async def _poll(self) -> list[Step]:
-        """The source's changes; a failing rpc source is replaced by the database."""
-        assert self.source is not None and self.process is not None
-        try:
-            return await self.source.poll()
-        except AgyError as exc:
-            # agy exiting takes its server along; the exit may not be reaped yet, so look.
-            exited = await self.process.wait(_EXIT_GRACE) is not None
-            if exited and self.source_name != "sqlite":
-                return []  # the drain reads the database
-            if self.source_name == "sqlite" or not self._may_fall_back():
-                raise
-            log.warning(
-                "the %s event source failed (%s); finishing from the database",
-                self.source_name,
-                exc,
-            )
-            self.switch_to_backup = True
-            return []
-
     async def _deadline(self, message: str) -> TurnOutcome:
         assert self.process is not None
         await self.process.terminate()
@@ -952,36 +857,8 @@ class TurnDriver:
         return TurnOutcome(ok=False, error=message)
 
     async def _drain(self) -> None:
-        """Take what the source still holds, then read the database until it is quiet.
-
-        After agy exits its language server is gone with it, so the database — the ground truth —
-        gives the last word; the assembler drops whatever was already streamed.
-        """
-        assert self.source is not None
-        if self.source_name != "sqlite":
-            # What the stream delivered before agy exited; its server went with it, so a
-            # failure to reach it now is expected and the database below has the rest.
-            with contextlib.suppress(AgyError):
-                await self._feed(await self.source.poll())
-            try:
-                backup = await self._open_backup()
-            except AgyError as exc:
-                log.warning("could not read the database for the final drain: %s", exc)
-                return
-            self._retired.append(self.source)  # closed after the final event
-            self.source, self.source_name = backup, "sqlite"
-        quiet = 0
-        while quiet < _DRAIN_QUIET_POLLS:
-            try:
-                changed = await self.source.poll(force=quiet == 0)
-            except AgyError as exc:
-                log.warning("last read failed: %s", exc)
-                return
-            if changed:
-                await self._feed(changed)
-                quiet = 0
-            else:
-                quiet += 1
+        assert self.handover is not None
+        await self.handover.drain(self._feed)
 
     def _exit_outcome(self, code: int | None) -> TurnOutcome:
         """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""

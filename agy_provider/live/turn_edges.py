@@ -29,7 +29,7 @@ class TurnContext:
     prompt: str
     cwd: str
     config: Config
-    event_source: str
+    event_source: str  # the source asked for (a name, or "auto")
     permissions: str
     min_index: int = -1
     binding: Binding | None = None
@@ -39,6 +39,8 @@ class TurnContext:
     # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
     continuity: str = "new"
     lost_conversation: str = ""
+    # The event source the turn reads now: chosen at launch, updated on every handover.
+    source: str = ""
 
 
 class TurnProcess(Protocol):
