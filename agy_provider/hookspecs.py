@@ -18,7 +18,7 @@ hookimpl = pluggy.HookimplMarker("agy_provider")
 
 @hookspec
 def register_event_sources(register: Callable[..., None]) -> None:
-    """Register event sources: `register(name, factory)`; `factory(turn)` returns the source."""
+    """Register event sources: `register(name, factory, database=, language_server=)`."""
 
 
 @hookspec(firstresult=True)

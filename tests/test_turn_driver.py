@@ -73,7 +73,9 @@ class FakeProcess:
 
     async def start(self) -> None:
         await self.script.start_gate.wait()
-        self.stated_conversation_id = self.script.stated.pop(0) if self.script.stated else CONVERSATION
+        self.stated_conversation_id = (
+            self.script.stated.pop(0) if self.script.stated else CONVERSATION
+        )
         self.id_stated.set()
 
     def exit(self, code: int) -> None:
@@ -184,7 +186,11 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
 
     specs = {
         n: EventSourceSpec(
-            name=n, factory=lambda turn, n=n: FakeSource(script, turn, n), plugin="test"
+            name=n,
+            factory=lambda turn, n=n: FakeSource(script, turn, n),
+            plugin="test",
+            database=n == "sqlite",
+            language_server=n == "rpc",
         )
         for n in names
     }

@@ -16,7 +16,7 @@ from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import TurnContext, TurnProcess
 from agy_provider.plugin_manager import EventSourceSpec
 
-__all__ = ["TRANSITIONS", "HandoverState", "SourceHandover"]
+__all__ = ["TRANSITIONS", "HandoverState", "SourceHandover", "database_source"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ TRANSITIONS: Mapping[HandoverState, frozenset[HandoverState]] = {
     S.DATABASE: frozenset({S.CLOSED}),
     S.CLOSED: frozenset({S.CLOSED}),
 }
+
+
+def database_source(specs: Mapping[str, EventSourceSpec]) -> str | None:
+    """The name of the registered source that reads agy's database (None: none does)."""
+    return next((name for name, spec in specs.items() if spec.database), None)
 
 
 class SourceHandover:

@@ -36,7 +36,7 @@ from agy_provider.live.discovery import (
     conversations_dir,
     snapshot_stems,
 )
-from agy_provider.live.handover import SourceHandover
+from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import ImageStaging, check_images, newest_images
 from agy_provider.live.parking import PARKED, STOPPED_WAITING
 from agy_provider.live.prompt import build_prompt, history_digest
@@ -414,7 +414,11 @@ class TurnDriver:
         source_name = self._choose_source()
         effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
         model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
-        rpc_capable = self.ctx.event_source in ("rpc", "auto")
+        wanted = self.edges.sources().get(self.ctx.event_source)
+        # Under "auto" the turn may use any source, the language server's too.
+        rpc_capable = self.ctx.event_source == "auto" or (
+            wanted is not None and wanted.language_server
+        )
         # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
         log_file = (
             str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
@@ -612,9 +616,7 @@ class TurnDriver:
                 raise TurnError(self._exit_outcome(code).error) from exc
             raise
         specs = self.edges.sources()
-        self.handover = SourceHandover(
-            specs, self.ctx, database="sqlite" if "sqlite" in specs else None
-        )
+        self.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
         await self.handover.open(plan.source_name)
 
     async def _hold_conversation(self, plan: TurnPlan) -> None:
