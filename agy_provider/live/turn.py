@@ -38,7 +38,7 @@ from agy_provider.live.discovery import (
 )
 from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import ImageStaging, check_images, newest_images
-from agy_provider.live.parking import PARKED, STOPPED_WAITING
+from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking
 from agy_provider.live.prompt import build_prompt, history_digest
 from agy_provider.live.runner import TurnRequest, prompt_fits_argv
 from agy_provider.live.settle import (
@@ -106,8 +106,6 @@ _MODEL_READ = 0.5
 # agy's own --print-timeout for a turn that offers host tools also allows this many full waits
 # for the host (host_tool_timeout each): agy's clock does not stop while the host works.
 _HOST_WAITS_IN_AGY_CLOCK = 4
-# A wait for the host ends this long before agy's own clock would end the turn.
-_AGY_CLOCK_MARGIN = 10.0
 
 
 class _Forked(AgyError):
@@ -154,15 +152,12 @@ class TurnDriver:
         self._starting: asyncio.Task[None] | None = None
         self._started_at = 0.0
         self._observer_failed = False  # an observe_event hook raised (logged once per turn)
-        # Host tools offered to agy (the MCP bridge), and the turn parked on the host's answer:
-        # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
+        # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
         self.tools: TurnTools | None = None
         self.tool_executor = tool_executor
         self.images: ImageStaging | None = None  # the newest message's images, as agy's files
-        self._resumed: asyncio.Future[str] | None = None
-        self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
+        self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
-        self._delivered: AssistantMessage | None = None  # the `toolUse` message of a parked turn
         self._print_timeout = 0.0  # agy's own clock for the turn (--print-timeout), and its end
         self._agy_deadline = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
@@ -276,11 +271,11 @@ class TurnDriver:
         task = asyncio.ensure_future(work)
         while True:
             # A turn resumed by the host's tool results watches that call's signal from then on.
-            self._signal_swapped.clear()
+            self.parking.signal_swapped.clear()
             signal = self.options.signal
             if signal is not None and signal.aborted:
                 break
-            swapped = asyncio.ensure_future(self._signal_swapped.wait())
+            swapped = asyncio.ensure_future(self.parking.signal_swapped.wait())
             waits: set[asyncio.Future[Any]] = {task, swapped}
             if signal is not None:
                 waits.add(asyncio.ensure_future(signal.wait()))
@@ -732,8 +727,7 @@ class TurnDriver:
         """End the host's stream with agy's tool calls (`toolUse`) and wait, agy kept running,
         until the host resumes the turn with their results (None), or the wait ends (the turn's
         outcome). The turn's deadlines do not count the host's time."""
-        loop = asyncio.get_running_loop()
-        self._resumed = loop.create_future()
+        self.parking.begin()
         # What agy wrote before it called (the planner's thinking and text) goes first.
         assert self.handover is not None and self.process is not None
         await self._feed(await self.handover.poll(self.process))
@@ -743,58 +737,18 @@ class TurnDriver:
         self.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
-            self._delivered = events[-1].message
-        PARKED.park((call.id for call in calls), self)
-        names = ", ".join(sorted({call.name for call in calls}))
-        log.info("agy called host tool(s) %s; waiting for the host's results", names)
-        parked_at = loop.time()
-        # agy's own clock (--print-timeout) runs on while the host works: the wait ends before it.
-        agy_left = self._agy_deadline - parked_at - _AGY_CLOCK_MARGIN
-        wait = min(config.host_tool_timeout, max(0.0, agy_left))
-        deadline = parked_at + wait
-        if loop in PARKED.stopping:
-            self._resumed.set_result(STOPPED_WAITING)
-        waits: set[asyncio.Future[Any]] = {self._resumed, exit_task}
-        try:
-            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if exit_task.done() and not self._resumed.done():
-                # agy stopped waiting (it gave up on the call, or failed): what it did after
-                # is the host's still, so the turn waits for the host's next call all the same.
-                log.warning(
-                    "agy exited while waiting for the host's results of %s; what it wrote goes "
-                    "to the host's next call",
-                    names,
-                )
-                await asyncio.wait({self._resumed}, timeout=max(0.0, deadline - loop.time()))
-        finally:
-            PARKED.release(self)
-            self._started_at += loop.time() - parked_at
-        if self._resumed.done():
-            why = self._resumed.result()
-            if not why:
-                return None  # resumed: the pump goes on (and reads how agy ended, if it did)
-        elif wait < config.host_tool_timeout:
-            self._resumed.cancel()
-            why = (
-                f"the host did not answer agy's call to {names} before agy's own clock for the "
-                f"turn (--print-timeout {self._print_timeout:g}s, from turn_timeout and "
-                "host_tool_timeout) ran out; raise turn_timeout or host_tool_timeout"
-            )
-        else:
-            self._resumed.cancel()
-            why = (
-                f"the host did not answer agy's call to {names} within "
-                f"{config.host_tool_timeout:g}s (host_tool_timeout, AGY_HOST_TOOL_TIMEOUT); "
-                "run the tool calls of a `toolUse` message and call stream_simple again with "
-                "their results"
-            )
-        # The host's stream has ended (`toolUse`), so the log is where this can be said (a
-        # program that stopped waiting for its turns knows, and is told more quietly).
-        log.log(
-            logging.INFO if why == STOPPED_WAITING else logging.WARNING,
-            "the turn waiting for host tools ends: %s",
-            why,
+            self.parking.delivered = events[-1].message
+        why, waited = await self.parking.wait(
+            self,
+            calls,
+            exit_task,
+            host_tool_timeout=config.host_tool_timeout,
+            agy_deadline=self._agy_deadline,
+            print_timeout=self._print_timeout,
         )
+        self._started_at += waited
+        if not why:
+            return None
         if self.tools is not None:
             await self.tools.aclose()  # agy's open calls get an error answer before it stops
         return await self._deadline(why)
@@ -802,7 +756,7 @@ class TurnDriver:
     @property
     def parked(self) -> bool:
         """True while the turn waits for the host's tool results."""
-        return self._resumed is not None and not self._resumed.done()
+        return self.parking.parked
 
     def resume(
         self,
@@ -816,19 +770,16 @@ class TurnDriver:
         Synchronous, on the turn's loop; False when the turn is no longer waiting (the host
         then starts a new turn with those results).
         """
-        if not self.parked or self.tools is None or self._resumed is None:
+        if not self.parked or self.tools is None:
             return False
-        PARKED.release(self)
-        PARKED.answered(results, self)
-        self._delivered = None
+        self.parking.answered(self, results)
         self.context, self.options, self.stream = context, options, stream
         events = self.assembler.resume(timestamp=int(time.time() * 1000))
         for event in events:
             stream.push(event)  # `start` (emit pushes every event but that one)
         self.emit(events)
         self.tools.answer(results)
-        self._resumed.set_result("")
-        self._signal_swapped.set()
+        self.parking.go_on()
         return True
 
     async def end_parked(self, why: str) -> None:
@@ -839,8 +790,7 @@ class TurnDriver:
         if loop is not None and loop is not asyncio.get_running_loop():
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.end_parked(why), loop))
             return
-        if self.parked and self._resumed is not None:
-            self._resumed.set_result(why)
+        self.parking.end(why)
         if self.task is not None and self.task is not asyncio.current_task():
             await asyncio.wait({self.task})
 
@@ -927,10 +877,10 @@ class TurnDriver:
             await self._read_answering_model()
         events = self._mark(self.assembler.finish(outcome))
         final = final_message(events)
-        if self._delivered is not None:
+        if self.parking.delivered is not None:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
-            final = self._delivered
+            final = self.parking.delivered
         records = self._records(outcome, final=final)
         saving = SessionSave(self.edges.store, self)
         saving.keep(records)
