@@ -52,7 +52,13 @@ from agy_provider.live.settle import (
     session_records,
 )
 from agy_provider.live.sources import EventSource
-from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnProcess
+from agy_provider.live.turn_edges import (
+    Launched,
+    TurnContext,
+    TurnEdges,
+    TurnPlan,
+    TurnProcess,
+)
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.pi.options import SimpleStreamOptions
@@ -66,7 +72,6 @@ from agy_provider.pi.types import (
     ToolResultMessage,
 )
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 from agy_provider.workers import off_loop
 
@@ -150,7 +155,7 @@ class TurnDriver:
         self.handover: SourceHandover | None = None  # the turn's event sources, from launch
         self.version_task: asyncio.Task[str] | None = None
         self._starting: asyncio.Task[None] | None = None
-        self._started_at = 0.0
+        self.launched: Launched | None = None  # what `launch` returned (settle takes it)
         self._observer_failed = False  # an observe_event hook raised (logged once per turn)
         # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
         self.tools: TurnTools | None = None
@@ -158,8 +163,6 @@ class TurnDriver:
         self.images: ImageStaging | None = None  # the newest message's images, as agy's files
         self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
-        self._print_timeout = 0.0  # agy's own clock for the turn (--print-timeout), and its end
-        self._agy_deadline = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
         # Continuity: the record of the conversation this turn continues (read in prepare), the
         # conversation agy no longer had, and the lock that keeps its turns one at a time.
@@ -217,7 +220,7 @@ class TurnDriver:
                 outcome = await self._failed(
                     f"agy-provider failed unexpectedly: {type(exc).__name__}: {exc}"
                 )
-            await self.settle(outcome)
+            await self.settle(outcome, self.launched)
         finally:
             await self._cleanup()
 
@@ -234,7 +237,7 @@ class TurnDriver:
         # time can take a while: not on the host's loop.
         plan = await off_loop(self.prepare)
         try:
-            await self.launch(plan)
+            launched = await self.launch(plan)
         except _Forked as forked:
             # agy did not have the conversation after all and silently started another (1.2+):
             # that one lacks the host's history, so it is left, and a new one carries it.
@@ -248,8 +251,9 @@ class TurnDriver:
             )
             await self._restart()
             plan = await off_loop(self.prepare)
-            await self.launch(plan)
-        return await self.pump(plan.config)
+            launched = await self.launch(plan)
+        self.launched = launched
+        return await self.pump(launched)
 
     async def _restart(self) -> None:
         """Undo `launch` (agy, its tools, the lock) so the turn can launch anew."""
@@ -543,7 +547,9 @@ class TurnDriver:
 
     # -- phase 2: launch (spawn, bind, open the source) --------------------------------------
 
-    async def launch(self, plan: TurnPlan) -> None:
+    async def launch(self, plan: TurnPlan) -> Launched:
+        """Start agy for `plan` (its tools and images first), bind its database, open the
+        chosen source; returns what it launched. What it opened is closed by `_cleanup`."""
         assert self.ctx is not None
         if plan.conversation_id:
             await self._hold_conversation(plan)
@@ -581,9 +587,7 @@ class TurnDriver:
             )
         process = self.edges.spawn(request)
         self.process = self.ctx.process = process
-        self._started_at = asyncio.get_running_loop().time()
-        self._print_timeout = request.print_timeout
-        self._agy_deadline = self._started_at + request.print_timeout
+        started_at = asyncio.get_running_loop().time()
         self._starting = asyncio.ensure_future(process.start())
         await asyncio.shield(self._starting)
         self._starting = None
@@ -591,7 +595,7 @@ class TurnDriver:
         self.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
         config = plan.config
         try:
-            self.ctx.binding = await self.edges.bind(
+            binding = self.ctx.binding = await self.edges.bind(
                 folder,
                 before,
                 process,
@@ -613,6 +617,14 @@ class TurnDriver:
         specs = self.edges.sources()
         self.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
         await self.handover.open(plan.source_name)
+        return Launched(
+            plan=plan,
+            process=process,
+            binding=binding,
+            handover=self.handover,
+            started_at=started_at,
+            print_timeout=request.print_timeout,
+        )
 
     async def _hold_conversation(self, plan: TurnPlan) -> None:
         """One turn at a time per conversation: a turn of it parked on the host's tool results
@@ -654,13 +666,13 @@ class TurnDriver:
 
     # -- phase 3: pump (source → assembler → stream) -----------------------------------------
 
-    async def pump(self, config: Config) -> TurnOutcome:
+    async def pump(self, launched: Launched) -> TurnOutcome:
         """Feed snapshots until agy exits or a deadline passes (the abort is watched outside)."""
-        assert self.process is not None and self.handover is not None
-        handover, source = self.handover, self.handover.source
-        assert source is not None
+        config, process, handover = launched.plan.config, launched.process, launched.handover
+        # The turn's clock, which does not count the host's time with tool calls.
+        started_at = launched.started_at
         loop = asyncio.get_running_loop()
-        exit_task = asyncio.ensure_future(self.process.wait())
+        exit_task = asyncio.ensure_future(process.wait())
         calls_task: asyncio.Future[list[ToolCall]] | None = None
         last_progress = loop.time()
         try:
@@ -668,19 +680,20 @@ class TurnDriver:
                 if calls_task is not None and calls_task.done():
                     calls, calls_task = calls_task.result(), None
                     if calls:
-                        ended = await self._park(calls, exit_task, config)
+                        ended, waited = await self._park(calls, exit_task, launched)
+                        started_at += waited
                         if ended is not None:
                             return ended
                         last_progress = loop.time()
                 if self.tools is not None and calls_task is None:
                     calls_task = asyncio.ensure_future(self.tools.next_calls())
-                changed = await handover.poll(self.process)
+                changed = await handover.poll(process)
                 if changed:
                     last_progress = loop.time()
                     await self._feed(changed)
                 upgrading = handover.upgrading
                 if upgrading is not None and upgrading.done():
-                    await handover.take_upgrade(finished=self.process.returncode is not None)
+                    await handover.take_upgrade(finished=process.returncode is not None)
                     continue  # read the new source at once (its first snapshot)
                 source = handover.source
                 assert source is not None
@@ -688,7 +701,7 @@ class TurnDriver:
                 if exit_task.done():
                     await self._drain()
                     return self._exit_outcome(exit_task.result())
-                if now - self._started_at > config.turn_timeout:
+                if now - started_at > config.turn_timeout:
                     return await self._deadline(
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
                         "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
@@ -722,15 +735,14 @@ class TurnDriver:
     # -- host tools: park the stream on agy's call, resume on the host's results -------------
 
     async def _park(
-        self, calls: list[ToolCall], exit_task: asyncio.Future[int | None], config: Config
-    ) -> TurnOutcome | None:
+        self, calls: list[ToolCall], exit_task: asyncio.Future[int | None], launched: Launched
+    ) -> tuple[TurnOutcome | None, float]:
         """End the host's stream with agy's tool calls (`toolUse`) and wait, agy kept running,
         until the host resumes the turn with their results (None), or the wait ends (the turn's
-        outcome). The turn's deadlines do not count the host's time."""
+        outcome); and how long the host took (the turn's deadlines do not count it)."""
         self.parking.begin()
         # What agy wrote before it called (the planner's thinking and text) goes first.
-        assert self.handover is not None and self.process is not None
-        await self._feed(await self.handover.poll(self.process))
+        await self._feed(await launched.handover.poll(launched.process))
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
         self.stream.facts = self._facts(final_message(events))
@@ -742,16 +754,15 @@ class TurnDriver:
             self,
             calls,
             exit_task,
-            host_tool_timeout=config.host_tool_timeout,
-            agy_deadline=self._agy_deadline,
-            print_timeout=self._print_timeout,
+            host_tool_timeout=launched.plan.config.host_tool_timeout,
+            agy_deadline=launched.agy_deadline,
+            print_timeout=launched.print_timeout,
         )
-        self._started_at += waited
         if not why:
-            return None
+            return None, waited
         if self.tools is not None:
             await self.tools.aclose()  # agy's open calls get an error answer before it stops
-        return await self._deadline(why)
+        return await self._deadline(why), waited
 
     @property
     def parked(self) -> bool:
@@ -871,7 +882,7 @@ class TurnDriver:
             )
         return final_message(events)
 
-    async def settle(self, outcome: TurnOutcome) -> None:
+    async def settle(self, outcome: TurnOutcome, launched: Launched | None) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
         if not outcome.aborted:
             await self._read_answering_model()
@@ -881,7 +892,7 @@ class TurnDriver:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
             final = self.parking.delivered
-        records = self._records(outcome, final=final)
+        records = self._records(outcome, launched, final=final) if launched is not None else {}
         saving = SessionSave(self.edges.store, self)
         saving.keep(records)
         self._deliver(events, outcome)
@@ -889,26 +900,25 @@ class TurnDriver:
             await saving.save(records, self.version_task)
 
     def _records(
-        self, outcome: TurnOutcome, *, final: AssistantMessage | None
+        self, outcome: TurnOutcome, launched: Launched, *, final: AssistantMessage | None
     ) -> dict[str, SessionRecord]:
-        ctx = self.ctx
-        if ctx is None or ctx.binding is None or self.source is None:
-            return {}
+        ctx, source = self.ctx, launched.handover.source
+        assert ctx is not None and source is not None  # a launched turn has both
         turn_start = self.assembler.turn_start
         # Rows before this turn's user step are history for every later turn, even a row an
         # aborted agy left unfinished: it must not hold the next resume back to it.
-        last_final = self.source.last_final_index(after=-1 if turn_start is None else turn_start)
+        last_final = source.last_final_index(after=-1 if turn_start is None else turn_start)
         reached = reached_record(
             outcome,
-            conversation_id=ctx.binding.conversation_id,
+            conversation_id=launched.binding.conversation_id,
             min_index=ctx.min_index,
             turn_start=turn_start,
             last_final=last_final,
-            source_name=self.source_name,
+            source_name=launched.handover.name,
         )
         return session_records(
             session_id=ctx.session_id,
-            conversation_id=ctx.binding.conversation_id,
+            conversation_id=launched.binding.conversation_id,
             messages=self.context.messages,
             final=final,
             reached=reached,
