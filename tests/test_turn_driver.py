@@ -131,6 +131,8 @@ class FakeSource:
 
     async def poll(self, *, force: bool = False) -> list[Step]:
         if self.script.poll_gate is not None:
+            if not self.script.poll_gate.is_set():
+                self.script.poll_blocked.set()
             await self.script.poll_gate.wait()
         out, self.queue = self.queue, []
         self.seen.update((s.index, s) for s in out)
@@ -159,6 +161,7 @@ class Script:
     start_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     bind_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     poll_gate: asyncio.Event | None = None
+    poll_blocked: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # a poll waits
     open_errors: dict[str, Exception] = dataclasses.field(default_factory=dict)
     stderr: str = ""
     processes: list[FakeProcess] = dataclasses.field(default_factory=list)
@@ -355,7 +358,7 @@ async def test_an_abort_lands_in_every_phase(tmp_path: Path, phase: str) -> None
     if phase == "draining":
         script.poll_gate = asyncio.Event()  # the last reads hang
         script.processes[0].exit(0)
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(script.poll_blocked.wait(), HANG)  # the reads after it hang
     signal.abort("test")
     events = await collect(stream)
     last = events[-1]
