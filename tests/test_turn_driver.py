@@ -490,7 +490,7 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     """Waiting for the host's tool results pauses our deadlines, not agy's --print-timeout: a turn
     whose host runs the tools gives agy's clock room for them; tool results resume the session
     recorded with the `toolUse` message (its history is what precedes the results)."""
-    from agy_provider.live.turn import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
+    from agy_provider.live.planning import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
     from agy_provider.pi.types import (
         AssistantMessage,
         TextContent,

@@ -11,38 +11,29 @@ import contextlib
 import dataclasses
 import logging
 import os
-import secrets
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from agy_provider.agy.models import model_arguments
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.bridge.host_tools import (
     ToolExecutor,
     TurnTools,
-    plugin_tools_registered,
 )
-from agy_provider.errors import AgyError, TurnError, UsageError
-from agy_provider.live.continuity import (
-    Continuation,
-    conversation_key,
-    find_continuation,
-)
+from agy_provider.errors import AgyError, TurnError
 from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import (
-    agy_log_dir,
     conversations_dir,
     snapshot_stems,
 )
 from agy_provider.live.handover import SourceHandover, database_source
-from agy_provider.live.images import ImageStaging, check_images, newest_images
+from agy_provider.live.images import ImageStaging, newest_images
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking
+from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
-from agy_provider.live.runner import TurnRequest, prompt_fits_argv
+from agy_provider.live.runner import prompt_fits_argv
 from agy_provider.live.settle import (
-    UNSAVED,
     SessionSave,
     answering_model,
     bare_error,
@@ -59,19 +50,16 @@ from agy_provider.live.turn_edges import (
     TurnPlan,
     TurnProcess,
 )
-from agy_provider.live.turn_edges import state_dir as agy_state_dir
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
 from agy_provider.pi.types import (
     AssistantMessage,
     Context,
-    Message,
     Model,
     ToolCall,
     ToolResultMessage,
 )
-from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.sessions import SessionRecord
 from agy_provider.workers import off_loop
 
@@ -91,12 +79,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# pi's thinking levels -> agy's efforts.
-_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 # When the server stops answering, how long to wait for agy's exit to explain it.
 _EXIT_GRACE = 1.0
-# agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
-_PRINT_TIMEOUT_MARGIN = 60.0
 # A cold start (agy signing in, starting its server) may take longer than the idle deadline
 # allows between two steps; binding gets at least this long, within the turn deadline.
 _COLD_START = 60.0
@@ -108,9 +92,6 @@ _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
 # How long reading the answering model's slug from agy's records may take before settling.
 _MODEL_READ = 0.5
-# agy's own --print-timeout for a turn that offers host tools also allows this many full waits
-# for the host (host_tool_timeout each): agy's clock does not stop while the host works.
-_HOST_WAITS_IN_AGY_CLOCK = 4
 
 
 class _Forked(AgyError):
@@ -149,8 +130,7 @@ class TurnDriver:
         self.event_source = event_source
         self.continue_session = continue_session
         self.edges = edges or TurnEdges()
-        self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
-        self.ctx: TurnContext | None = None
+        self.planner = TurnPlanner(self.edges)
         self.process: TurnProcess | None = None
         self.handover: SourceHandover | None = None  # the turn's event sources, from launch
         self.version_task: asyncio.Task[str] | None = None
@@ -164,13 +144,12 @@ class TurnDriver:
         self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
-        # Continuity: the record of the conversation this turn continues (read in prepare), the
-        # conversation agy no longer had, and the lock that keeps its turns one at a time.
-        self._conversation_record: SessionRecord | None = None
-        self._lost_conversation = ""
-        self._force_new = False
-        self._lock: ConversationLock | None = None
-        self._unseen: tuple[Message, ...] = ()  # what agy never saw, sent before the newest input
+        self._lock: ConversationLock | None = None  # keeps a conversation's turns one at a time
+
+    @property
+    def ctx(self) -> TurnContext | None:
+        """What plugins see of the turn (None until `prepare` made it)."""
+        return self.planner.ctx
 
     @property
     def session_id(self) -> str:
@@ -193,7 +172,7 @@ class TurnDriver:
                 self.stream.push(event)
             if self.ctx is not None:
                 try:
-                    self.pm.hook.observe_event(event=event, turn=self.ctx)
+                    self.planner.pm.hook.observe_event(event=event, turn=self.ctx)
                 except Exception:  # an observer's bug must not cost the host its events
                     if not self._observer_failed:
                         self._observer_failed = True
@@ -241,7 +220,7 @@ class TurnDriver:
         except _Forked as forked:
             # agy did not have the conversation after all and silently started another (1.2+):
             # that one lacks the host's history, so it is left, and a new one carries it.
-            self._lost_conversation = plan.conversation_id
+            self.planner.lost_conversation = plan.conversation_id
             log.warning(
                 "agy was asked to resume conversation %s but started %s instead (it no longer "
                 "has the first); running the turn again as a new conversation that carries the "
@@ -267,7 +246,7 @@ class TurnDriver:
         self.version_task = None
         self.process = None
         self._release_lock()
-        self._force_new = True
+        self.planner.force_new = True
 
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
@@ -382,168 +361,25 @@ class TurnDriver:
         if self.handover is not None:
             await self.handover.aclose()
 
-    # -- phase 1: prepare (pure decisions, no process yet) -----------------------------------
+    # -- phase 1: prepare (pure decisions, no process yet: `TurnPlanner`) ---------------------
 
     def prepare(self) -> TurnPlan:
         """Settings, the session to resume, the prompt, the event source and agy's argv.
 
         Runs in a worker thread.
         """
-        self.pm = get_plugin_manager()
-        config = self.edges.config()
-        session_id = self.options.session_id or ""
-        check_images(newest_images(self.context))  # a bad image is refused before anything else
-        binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
-        state_dir = agy_state_dir(config, binary)
-        conversation_id, min_index, unseen, how = self._continuity(session_id, state_dir)
-        self._unseen = unseen
-        resume = bool(conversation_id)
-        prompt = build_prompt(self.context, resume=resume, unseen=unseen)
-        self.ctx = TurnContext(
-            session_id=session_id,
-            prompt=prompt,
+        plan = self.planner.prepare(
+            self.model,
+            self.context,
+            self.options,
             cwd=self.cwd,
-            config=config,
-            event_source=self.event_source or config.event_source,
-            permissions=config.permissions,
-            min_index=min_index,
-            continuity=how,
-            lost_conversation=self._lost_conversation,
+            agy_bin=self.agy_bin,
+            event_source=self.event_source,
+            continue_session=self.continue_session,
+            host_runs_tools=self.tool_executor is None,
         )
-        source_name = self._choose_source()
-        effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
-        model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
-        wanted = self.edges.sources().get(self.ctx.event_source)
-        # Under "auto" the turn may use any source, the language server's too.
-        rpc_capable = self.ctx.event_source == "auto" or (
-            wanted is not None and wanted.language_server
-        )
-        # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
-        log_file = (
-            str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
-            if rpc_capable
-            else ""
-        )
-        print_timeout = config.turn_timeout + _PRINT_TIMEOUT_MARGIN
-        if self.context.tools and self.tool_executor is None:
-            # Waits for the host's tool results stop our deadlines, not agy's own clock.
-            print_timeout += _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
-        request = TurnRequest(
-            prompt=prompt,
-            cwd=self.cwd,
-            agy_bin=binary,
-            model_args=model_arguments(model_id, effort),
-            mode=config.mode,
-            skip_permissions=config.permissions == "skip",
-            conversation_id=conversation_id,
-            print_timeout=print_timeout,
-            # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
-            csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
-            env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
-            log_file=log_file,
-        )
-        self.assembler.begin_after(min_index + 1)
-        plugin_tools = plugin_tools_registered(self.pm)
-        return TurnPlan(
-            offers_tools=bool(self.context.tools) or plugin_tools,
-            plugin_tools=plugin_tools,
-            config=config,
-            state_dir=state_dir,
-            session_id=session_id,
-            resume=resume,
-            conversation_id=conversation_id,
-            min_index=min_index,
-            prompt=prompt,
-            source_name=source_name,
-            request=request,
-        )
-
-    def _session(self, session_id: str) -> SessionRecord | None:
-        if not session_id:
-            return None
-        unsaved = UNSAVED.get(str(self.edges.store.path), session_id)
-        return unsaved or self.edges.store.get(session_id)
-
-    def _continuity(
-        self, session_id: str, state_dir: str
-    ) -> tuple[str, int, tuple[Message, ...], str]:
-        """Which agy conversation this turn continues: (its id or "" for a new one, the last
-        step index read, the messages agy never saw, how it was decided).
-
-        A session id whose record's history matches (or `continue_session`) pins it by name;
-        otherwise the transcript's newest marked message must prove it (`continuity`). A
-        conversation whose database is gone is not resumed: the turn starts a new one that
-        carries the host's history, and says so.
-        """
-        earlier = list(self.context.messages)
-        # The history before the newest input: a user message, or the tool results that end it.
-        if earlier and isinstance(earlier[-1], ToolResultMessage):
-            while earlier and isinstance(earlier[-1], ToolResultMessage):
-                earlier.pop()
-        else:
-            earlier = earlier[:-1]
-        if self._force_new:
-            return "", -1, (), "new"
-        record = self._session(session_id)
-        conversation_id, min_index, how = "", -1, "new"
-        unseen: tuple[Message, ...] = ()
-        if record is not None and (
-            self.continue_session or record.history_digest == history_digest(earlier)
-        ):
-            conversation_id, min_index, how = (
-                record.conversation_id,
-                record.last_step_index,
-                "session",
-            )
-        else:
-            found: Continuation = find_continuation(earlier, self._session)
-            if found.proven and found.record is not None:
-                conversation_id, min_index = found.conversation_id, found.record.last_step_index
-                unseen, how = found.unseen, "mark"
-                self._conversation_record = found.record
-                if found.unseen:
-                    log.info(
-                        "continuing agy conversation %s; %d message(s) since its last reply "
-                        "go to agy as one block",
-                        conversation_id,
-                        len(found.unseen),
-                    )
-            elif earlier:
-                log.info(
-                    "starting a new agy conversation with the host's history as a preamble: %s",
-                    f"session {session_id!r} has no matching record; {found.why}"
-                    if session_id
-                    else found.why,
-                )
-        if not conversation_id:
-            return "", -1, (), "new"
-        if self._conversation_record is None or (
-            self._conversation_record.conversation_id != conversation_id
-        ):
-            self._conversation_record = self._session(conversation_key(conversation_id))
-        if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
-            self._lost_conversation = conversation_id
-            log.warning(
-                "agy no longer has conversation %s (no %s.db in %s); starting a new one that "
-                "carries the host's history",
-                conversation_id,
-                conversation_id,
-                conversations_dir(state_dir),
-            )
-            self._conversation_record = None
-            return "", -1, (), "new"
-        return conversation_id, min_index, unseen, how
-
-    def _choose_source(self) -> str:
-        assert self.ctx is not None
-        available = list(self.edges.sources())
-        name = self.pm.hook.choose_event_source(turn=self.ctx, available=available)
-        if not name:
-            raise UsageError(
-                f"event source {self.ctx.event_source!r} is not available here "
-                f"(available: {', '.join(available) or 'none'})"
-            )
-        return str(name)
+        self.assembler.begin_after(plan.min_index + 1)
+        return plan
 
     # -- phase 2: launch (spawn, bind, open the source) --------------------------------------
 
@@ -577,7 +413,7 @@ class TurnDriver:
                 build_prompt,
                 self.context,
                 resume=plan.resume,
-                unseen=self._unseen,
+                unseen=self.planner.unseen,
                 image_paths=self.images.paths,
             )
             plan = dataclasses.replace(plan, prompt=prompt)
@@ -853,7 +689,9 @@ class TurnDriver:
     def _mark(self, events: list[AssistantMessageEvent]) -> list[AssistantMessageEvent]:
         """The final event's message bearing this turn's mark, once the turn is bound."""
         bound = self.ctx is not None and self.ctx.binding is not None
-        return mark_events(events, self.conversation_id if bound else "", self._lost_conversation)
+        return mark_events(
+            events, self.conversation_id if bound else "", self.planner.lost_conversation
+        )
 
     def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
         """Finish the assembler and deliver its final event; returns the final message."""
@@ -922,5 +760,5 @@ class TurnDriver:
             messages=self.context.messages,
             final=final,
             reached=reached,
-            previous=self._conversation_record,
+            previous=self.planner.conversation_record,
         )
