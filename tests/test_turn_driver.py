@@ -390,7 +390,8 @@ async def test_an_rpc_source_that_cannot_start_hands_over_to_the_database(tmp_pa
     edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
     script.open_errors["rpc"] = TurnError("agy exited before its language server answered")
     stream = start_turn(edges)
-    await until(lambda: len(script.sources) == 2)
+    # The pump closes the rpc source once it sees its open() failed.
+    await until(lambda: len(script.sources) == 2 and script.sources[0].closed)
     rpc, backup = script.sources
     assert (rpc.name, backup.name) == ("rpc", "sqlite") and rpc.closed
     backup.enqueue([user(0), planner(1, "from the database")])

@@ -32,6 +32,7 @@ from agy_provider.live.images import ImageStaging, newest_images
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.live.resources import ABORT_GRACE, TurnResources
 from agy_provider.live.runner import prompt_fits_argv
 from agy_provider.live.settle import (
     SessionSave,
@@ -84,10 +85,9 @@ _EXIT_GRACE = 1.0
 # A cold start (agy signing in, starting its server) may take longer than the idle deadline
 # allows between two steps; binding gets at least this long, within the turn deadline.
 _COLD_START = 60.0
-# After an abort: how long agy may take to stop on SIGTERM before SIGKILL, how long cancelling
-# its work over RPC may take, and how long the last read of what it wrote may take. Each is a
-# bound, rarely reached: the `aborted` event typically follows the signal within tens of ms.
-_ABORT_GRACE = 0.1
+# After an abort: how long cancelling agy's work over RPC may take, and how long the last read
+# of what it wrote may take (agy's own grace is `ABORT_GRACE`). Each is a bound, rarely
+# reached: the `aborted` event typically follows the signal within tens of ms.
 _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
 # How long reading the answering model's slug from agy's records may take before settling.
@@ -131,20 +131,14 @@ class TurnDriver:
         self.continue_session = continue_session
         self.edges = edges or TurnEdges()
         self.planner = TurnPlanner(self.edges)
-        self.process: TurnProcess | None = None
-        self.handover: SourceHandover | None = None  # the turn's event sources, from launch
-        self.version_task: asyncio.Task[str] | None = None
-        self._starting: asyncio.Task[None] | None = None
+        self.opened = TurnResources()  # what the turn opens (agy, tools, images, sources, lock)
         self.launched: Launched | None = None  # what `launch` returned (settle takes it)
         self._observer_failed = False  # an observe_event hook raised (logged once per turn)
         # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
-        self.tools: TurnTools | None = None
         self.tool_executor = tool_executor
-        self.images: ImageStaging | None = None  # the newest message's images, as agy's files
         self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
-        self._lock: ConversationLock | None = None  # keeps a conversation's turns one at a time
 
     @property
     def ctx(self) -> TurnContext | None:
@@ -158,11 +152,11 @@ class TurnDriver:
     @property
     def source(self) -> EventSource | None:
         """The event source the turn reads now (None before launch opened one)."""
-        return self.handover.source if self.handover is not None else None
+        return self.opened.handover.source if self.opened.handover is not None else None
 
     @property
     def source_name(self) -> str:
-        return self.handover.name if self.handover is not None else ""
+        return self.opened.handover.name if self.opened.handover is not None else ""
 
     # -- events ------------------------------------------------------------------------------
 
@@ -190,7 +184,7 @@ class TurnDriver:
             except AgyError as exc:
                 outcome = await self._failed(str(exc))
             except asyncio.CancelledError:
-                await self._stop_agy(grace=_ABORT_GRACE)
+                await self.opened.stop_agy(grace=ABORT_GRACE)
                 await self._last_read()
                 self._settle_events(TurnOutcome(aborted=True, error="The turn was cancelled."))
                 raise
@@ -236,16 +230,7 @@ class TurnDriver:
 
     async def _restart(self) -> None:
         """Undo `launch` (agy, its tools, the lock) so the turn can launch anew."""
-        await self._stop_agy(grace=_ABORT_GRACE)
-        await self._close_tools()
-        self.tools = None
-        await self._remove_images()
-        self.images = None
-        if self.version_task is not None and not self.version_task.done():
-            self.version_task.cancel()
-        self.version_task = None
-        self.process = None
-        self._release_lock()
+        await self.opened.undo()
         self.planner.force_new = True
 
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
@@ -283,28 +268,19 @@ class TurnDriver:
         if self.source is not None:
             with contextlib.suppress(AgyError, TimeoutError):
                 await asyncio.wait_for(self.source.cancel(), _ABORT_CANCEL)
-        await self._stop_agy(grace=_ABORT_GRACE)
+        await self.opened.stop_agy(grace=ABORT_GRACE)
         await self._last_read()
         return TurnOutcome(aborted=True, error="The turn was aborted.")
 
     async def _failed(self, message: str) -> TurnOutcome:
-        await self._stop_agy()
+        await self.opened.stop_agy()
         await self._last_read()
         return TurnOutcome(ok=False, error=message)
 
-    async def _stop_agy(self, grace: float = 2.0) -> None:
-        starting = self._starting
-        if starting is not None:
-            # A spawn interrupted by the abort still produces a process: let it finish (it is a
-            # fork and exec), then end it; one that cannot finish in time is cancelled, and the
-            # runner kills whatever process it still makes.
-            await asyncio.wait({starting}, timeout=grace)
-            if not starting.done():
-                starting.cancel()
-            with contextlib.suppress(BaseException):
-                await starting
-        if self.process is not None:
-            await self.process.terminate(grace=grace)
+    async def _cleanup(self) -> None:
+        """End what the turn started (`TurnResources.close`); it no longer waits for the host."""
+        PARKED.forget(self)
+        await self.opened.close()
 
     async def _last_read(self) -> None:
         """Whatever the source holds now, bounded: the error message keeps what agy wrote."""
@@ -313,53 +289,6 @@ class TurnDriver:
         with contextlib.suppress(AgyError, TimeoutError):
             changed = await asyncio.wait_for(self.source.poll(force=True), _ABORT_LAST_READ)
             self.emit(self.assembler.feed(changed))
-
-    async def _cleanup(self) -> None:
-        """End what the turn started: host tools, agy's process tree, the sources.
-
-        Each step runs to its end even if the turn is cancelled meanwhile: `asyncio.run`
-        returning right after `done` cancels every task once, and a host that runs each turn in
-        an `asyncio.run` of its own must not leak a database connection and an inotify
-        descriptor per turn. A step cut short runs once more; the cancellation is raised after.
-        """
-        PARKED.forget(self)
-        if self.version_task is not None and not self.version_task.done():
-            self.version_task.cancel()
-        cancelled = False
-        for step in (
-            self._close_tools,
-            self._end_process,
-            self._close_sources,
-            self._remove_images,
-        ):
-            try:
-                await step()
-            except asyncio.CancelledError:
-                cancelled = True
-                await step()
-        self._release_lock()  # agy is gone: the conversation's next turn may start
-        if cancelled:
-            raise asyncio.CancelledError
-
-    async def _remove_images(self) -> None:
-        if self.images is not None:
-            await self.images.aclose()
-
-    async def _close_tools(self) -> None:
-        if self.tools is not None:
-            # First, while agy can still read them: calls still open are answered with an error.
-            await self.tools.aclose()
-
-    async def _end_process(self) -> None:
-        if self.process is not None:
-            # Also after agy exited on its own: what it left running in its group goes too.
-            await self.process.terminate(
-                grace=_ABORT_GRACE if self.process.returncode is not None else 2.0
-            )
-
-    async def _close_sources(self) -> None:
-        if self.handover is not None:
-            await self.handover.aclose()
 
     # -- phase 1: prepare (pure decisions, no process yet: `TurnPlanner`) ---------------------
 
@@ -394,41 +323,41 @@ class TurnDriver:
         request = plan.request
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
-            self.tools = TurnTools(
+            self.opened.tools = TurnTools(
                 self.context.tools or (),
                 turn=self.ctx,
                 with_plugins=plan.plugin_tools,
                 executor=self.tool_executor,
             )
-            await self.tools.start()
-            self.assembler.hide_tools(self.tools.host_step_names)
+            await self.opened.tools.start()
+            self.assembler.hide_tools(self.opened.tools.host_step_names)
             request = dataclasses.replace(
-                request, extra_dirs=(*request.extra_dirs, self.tools.config_dir)
+                request, extra_dirs=(*request.extra_dirs, self.opened.tools.config_dir)
             )
         if newest_images(self.context):
             # Files of a private folder agy may read (one more --add-dir), viewed by path.
-            self.images = ImageStaging(newest_images(self.context))
-            await self.images.open()
+            self.opened.images = ImageStaging(newest_images(self.context))
+            await self.opened.images.open()
             prompt = await off_loop(
                 build_prompt,
                 self.context,
                 resume=plan.resume,
                 unseen=self.planner.unseen,
-                image_paths=self.images.paths,
+                image_paths=self.opened.images.paths,
             )
             plan = dataclasses.replace(plan, prompt=prompt)
             self.ctx.prompt = prompt
             request = dataclasses.replace(
-                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
+                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.opened.images.folder)
             )
         process = self.edges.spawn(request)
-        self.process = self.ctx.process = process
+        self.opened.process = self.ctx.process = process
         started_at = asyncio.get_running_loop().time()
-        self._starting = asyncio.ensure_future(process.start())
-        await asyncio.shield(self._starting)
-        self._starting = None
+        self.opened.starting = asyncio.ensure_future(process.start())
+        await asyncio.shield(self.opened.starting)
+        self.opened.starting = None
         # Learned beside the turn (cached by the binary's identity), for the session record.
-        self.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
+        self.opened.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
         config = plan.config
         try:
             binding = self.ctx.binding = await self.edges.bind(
@@ -451,13 +380,13 @@ class TurnDriver:
                 raise TurnError(self._exit_outcome(code).error) from exc
             raise
         specs = self.edges.sources()
-        self.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
-        await self.handover.open(plan.source_name)
+        self.opened.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
+        await self.opened.handover.open(plan.source_name)
         return Launched(
             plan=plan,
             process=process,
             binding=binding,
-            handover=self.handover,
+            handover=self.opened.handover,
             started_at=started_at,
             print_timeout=request.print_timeout,
         )
@@ -478,17 +407,12 @@ class TurnDriver:
                 plan.conversation_id,
             )
 
-        self._lock = await ConversationLock.acquire(
+        self.opened.lock = await ConversationLock.acquire(
             plan.state_dir,
             plan.conversation_id,
             timeout=plan.config.turn_timeout,
             waiting=waiting,
         )
-
-    def _release_lock(self) -> None:
-        lock, self._lock = self._lock, None
-        if lock is not None:
-            lock.release()
 
     @property
     def conversation_id(self) -> str:
@@ -498,7 +422,7 @@ class TurnDriver:
             return ""
         if ctx.binding is not None:
             return ctx.binding.conversation_id
-        return self._lock.conversation_id if self._lock is not None else ""
+        return self.opened.lock.conversation_id if self.opened.lock is not None else ""
 
     # -- phase 3: pump (source → assembler → stream) -----------------------------------------
 
@@ -521,8 +445,8 @@ class TurnDriver:
                         if ended is not None:
                             return ended
                         last_progress = loop.time()
-                if self.tools is not None and calls_task is None:
-                    calls_task = asyncio.ensure_future(self.tools.next_calls())
+                if self.opened.tools is not None and calls_task is None:
+                    calls_task = asyncio.ensure_future(self.opened.tools.next_calls())
                 changed = await handover.poll(process)
                 if changed:
                     last_progress = loop.time()
@@ -542,7 +466,7 @@ class TurnDriver:
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
                         "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
                     )
-                if source.deciding or (self.tools is not None and self.tools.running):
+                if source.deciding or (self.opened.tools is not None and self.opened.tools.running):
                     # Waiting on our own decision hooks, or on a tool the host runs for agy
                     # at once (an executor, a plugin), is not agy hanging.
                     last_progress = now
@@ -596,8 +520,8 @@ class TurnDriver:
         )
         if not why:
             return None, waited
-        if self.tools is not None:
-            await self.tools.aclose()  # agy's open calls get an error answer before it stops
+        if self.opened.tools is not None:
+            await self.opened.tools.aclose()  # agy's open calls get an error answer before it stops
         return await self._deadline(why), waited
 
     @property
@@ -617,7 +541,7 @@ class TurnDriver:
         Synchronous, on the turn's loop; False when the turn is no longer waiting (the host
         then starts a new turn with those results).
         """
-        if not self.parked or self.tools is None:
+        if not self.parked or self.opened.tools is None:
             return False
         self.parking.answered(self, results)
         self.context, self.options, self.stream = context, options, stream
@@ -625,7 +549,7 @@ class TurnDriver:
         for event in events:
             stream.push(event)  # `start` (emit pushes every event but that one)
         self.emit(events)
-        self.tools.answer(results)
+        self.opened.tools.answer(results)
         self.parking.go_on()
         return True
 
@@ -650,25 +574,25 @@ class TurnDriver:
         self.emit(self.assembler.feed(steps))
 
     async def _deadline(self, message: str) -> TurnOutcome:
-        assert self.process is not None
-        await self.process.terminate()
+        assert self.opened.process is not None
+        await self.opened.process.terminate()
         await self._drain()
         return TurnOutcome(ok=False, error=message)
 
     async def _drain(self) -> None:
-        assert self.handover is not None
-        await self.handover.drain(self._feed)
+        assert self.opened.handover is not None
+        await self.opened.handover.drain(self._feed)
 
     def _exit_outcome(self, code: int | None) -> TurnOutcome:
         """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
         from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
 
-        assert self.process is not None
+        assert self.opened.process is not None
         return exit_verdict(
             code,
-            stderr=self.process.stderr_text(),
-            stdout=self.process.stdout_text(),
-            result=self.process.result,
+            stderr=self.opened.process.stderr_text(),
+            stdout=self.opened.process.stdout_text(),
+            result=self.opened.process.result,
             observed_at=time.time(),
         )
 
@@ -698,7 +622,7 @@ class TurnDriver:
         return self._deliver(self._mark(self.assembler.finish(outcome)), outcome)
 
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
-        process = self.process
+        process = self.opened.process
         return TurnFacts(
             conversation_id=self.conversation_id,
             exit_code=None if process is None else process.returncode,
@@ -735,7 +659,7 @@ class TurnDriver:
         saving.keep(records)
         self._deliver(events, outcome)
         if records:
-            await saving.save(records, self.version_task)
+            await saving.save(records, self.opened.version_task)
 
     def _records(
         self, outcome: TurnOutcome, launched: Launched, *, final: AssistantMessage | None
