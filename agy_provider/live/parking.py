@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agy_provider.bridge.host_tools import ParkedTurns
 from agy_provider.pi.types import AssistantMessage, ToolCall, ToolResultMessage
 
-__all__ = ["PARKED", "STOPPED_WAITING", "HostToolParking"]
+__all__ = ["PARKED", "STOPPED_WAITING", "HostToolParking", "end_parked"]
 
 log = logging.getLogger(__name__)
 
@@ -140,3 +140,10 @@ class HostToolParking:
         """End the wait, if the turn waits, for `why`."""
         if self.parked and self._resumed is not None:
             self._resumed.set_result(why)
+
+
+async def end_parked(turns: Iterable[Any], *, but: object, why: str) -> None:
+    """End each of the parked `turns` but `but` (the turn asking) for `why`, each settled."""
+    for parked in turns:
+        if parked is not but:
+            await parked.end_parked(why)

@@ -22,6 +22,7 @@ from agy_provider.bridge.host_tools import (
     TurnTools,
 )
 from agy_provider.errors import AgyError, TurnError
+from agy_provider.live.abort_scope import until_aborted
 from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import (
     conversations_dir,
@@ -29,7 +30,7 @@ from agy_provider.live.discovery import (
 )
 from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import ImageStaging, newest_images
-from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking
+from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
 from agy_provider.live.resources import ABORT_GRACE, TurnResources
@@ -200,12 +201,11 @@ class TurnDriver:
     async def _phases(self) -> TurnOutcome:
         # A turn of this session still waiting for the host's tool results will not get them:
         # the host moved on. It ends (and saves the session) before this one reads the store.
-        for parked in PARKED.of_session(self.session_id):
-            if parked is not self:
-                await parked.end_parked(
-                    "the host started a new turn in this session instead of answering agy's "
-                    "tool call"
-                )
+        await end_parked(
+            PARKED.of_session(self.session_id),
+            but=self,
+            why="the host started a new turn in this session instead of answering agy's tool call",
+        )
         # Reading settings and the session store (file locks) and loading plugins the first
         # time can take a while: not on the host's loop.
         plan = await off_loop(self.prepare)
@@ -236,33 +236,11 @@ class TurnDriver:
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
         binding, streaming, draining) and the turn ends `aborted` within ~200 ms."""
-        task = asyncio.ensure_future(work)
-        while True:
-            # A turn resumed by the host's tool results watches that call's signal from then on.
-            self.parking.signal_swapped.clear()
-            signal = self.options.signal
-            if signal is not None and signal.aborted:
-                break
-            swapped = asyncio.ensure_future(self.parking.signal_swapped.wait())
-            waits: set[asyncio.Future[Any]] = {task, swapped}
-            if signal is not None:
-                waits.add(asyncio.ensure_future(signal.wait()))
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            finally:
-                for waiting in waits - {task}:
-                    waiting.cancel()
-            if task.done():
-                return task.result()
-            if not swapped.done() or (signal is not None and signal.aborted):
-                break
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, AgyError):
-            await task
-        return await self._aborted()
+        # Asked anew on each swap: a resumed turn watches the new call's options.
+        outcome = await until_aborted(
+            work, lambda: self.options.signal, self.parking.signal_swapped
+        )
+        return outcome if outcome is not None else await self._aborted()
 
     async def _aborted(self) -> TurnOutcome:
         if self.source is not None:
@@ -394,12 +372,12 @@ class TurnDriver:
     async def _hold_conversation(self, plan: TurnPlan) -> None:
         """One turn at a time per conversation: a turn of it parked on the host's tool results
         ends first (the host moved on); a running one is waited for, at most `turn_timeout`."""
-        for parked in PARKED.all():
-            if parked is not self and parked.conversation_id == plan.conversation_id:
-                await parked.end_parked(
-                    "the host started a new turn in this conversation instead of answering "
-                    "agy's tool call"
-                )
+        await end_parked(
+            [t for t in PARKED.all() if t.conversation_id == plan.conversation_id],
+            but=self,
+            why="the host started a new turn in this conversation instead of answering agy's "
+            "tool call",
+        )
 
         def waiting() -> None:
             log.info(
