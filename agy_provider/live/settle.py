@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agy_provider.agy.database import newest_generator_rows, open_conversation_db
 from agy_provider.agy.rows import decode_generator_record, model_of_turn
@@ -23,7 +24,11 @@ from agy_provider.live.prompt import history_digest
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage, Message, Model
 from agy_provider.store.sessions import SessionRecord, SessionStore
-from agy_provider.workers import in_background
+from agy_provider.workers import in_background, off_loop
+
+if TYPE_CHECKING:
+    from agy_provider.live.discovery import Binding
+    from agy_provider.live.turn_edges import Launched
 
 __all__ = [
     "UNSAVED",
@@ -34,11 +39,15 @@ __all__ = [
     "final_message",
     "mark_events",
     "reached_record",
+    "read_answering_model",
     "session_records",
+    "turn_records",
 ]
 
 # At most this many of the newest model-call records are looked at for that slug.
 _MODEL_RECORDS = 64
+# How long reading the answering model's slug from agy's records may take before settling.
+_MODEL_READ = 0.5
 # How long the session record waits for agy's version (asked beside the turn) before saving.
 _VERSION_WAIT = 10.0
 
@@ -274,6 +283,49 @@ def session_records(
         answered_digest=digest if answered else (previous.answered_digest if previous else ""),
     )
     return records
+
+
+def turn_records(
+    launched: Launched,
+    outcome: TurnOutcome,
+    *,
+    final: AssistantMessage | None,
+    messages: Sequence[Message],
+    previous: SessionRecord | None,
+    turn_start: int | None,
+) -> dict[str, SessionRecord]:
+    """The session records a launched turn leaves (`session_records`), from what its source
+    read: `turn_start` is the index of its user step (None: it never got one)."""
+    turn, source = launched.handover.turn, launched.handover.source
+    assert source is not None  # a launched turn reads one
+    # Rows before this turn's user step are history for every later turn, even a row an
+    # aborted agy left unfinished: it must not hold the next resume back to it.
+    last_final = source.last_final_index(after=-1 if turn_start is None else turn_start)
+    reached = reached_record(
+        outcome,
+        conversation_id=launched.binding.conversation_id,
+        min_index=turn.min_index,
+        turn_start=turn_start,
+        last_final=last_final,
+        source_name=launched.handover.name,
+    )
+    return session_records(
+        session_id=turn.session_id,
+        conversation_id=launched.binding.conversation_id,
+        messages=messages,
+        final=final,
+        reached=reached,
+        previous=previous,
+    )
+
+
+async def read_answering_model(binding: Binding, turn_start: int | None) -> str:
+    """`answering_model` in a worker thread, bounded ("" when it fails or takes too long)."""
+    with contextlib.suppress(AgyError, TimeoutError):
+        return await asyncio.wait_for(
+            off_loop(answering_model, binding.path, turn_start), _MODEL_READ
+        )
+    return ""
 
 
 def answering_model(path: Path, turn_start: int | None) -> str:

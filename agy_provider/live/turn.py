@@ -41,8 +41,8 @@ from agy_provider.live.settle import (
     bare_error,
     final_message,
     mark_events,
-    reached_record,
-    session_records,
+    read_answering_model,
+    turn_records,
 )
 from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import (
@@ -62,7 +62,6 @@ from agy_provider.pi.types import (
     ToolCall,
     ToolResultMessage,
 )
-from agy_provider.store.sessions import SessionRecord
 from agy_provider.workers import off_loop
 
 __all__ = [
@@ -91,8 +90,6 @@ _COLD_START = 60.0
 # reached: the `aborted` event typically follows the signal within tens of ms.
 _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
-# How long reading the answering model's slug from agy's records may take before settling.
-_MODEL_READ = 0.5
 
 
 class _Forked(AgyError):
@@ -355,7 +352,7 @@ class TurnDriver:
             code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
             code = process.returncode if code is None else code
             if code:  # agy failed before it wrote anything: its own words say why
-                raise TurnError(self._exit_outcome(code).error) from exc
+                raise TurnError(_exit_outcome(process, code).error) from exc
             raise
         specs = self.edges.sources()
         self.opened.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
@@ -378,19 +375,7 @@ class TurnDriver:
             why="the host started a new turn in this conversation instead of answering agy's "
             "tool call",
         )
-
-        def waiting() -> None:
-            log.info(
-                "another turn of agy conversation %s is running; this one waits for it",
-                plan.conversation_id,
-            )
-
-        self.opened.lock = await ConversationLock.acquire(
-            plan.state_dir,
-            plan.conversation_id,
-            timeout=plan.config.turn_timeout,
-            waiting=waiting,
-        )
+        self.opened.lock = await _lock_conversation(plan)
 
     @property
     def conversation_id(self) -> str:
@@ -438,7 +423,7 @@ class TurnDriver:
                 now = loop.time()
                 if exit_task.done():
                     await self._drain()
-                    return self._exit_outcome(exit_task.result())
+                    return _exit_outcome(process, exit_task.result())
                 if now - started_at > config.turn_timeout:
                     return await self._deadline(
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
@@ -561,31 +546,12 @@ class TurnDriver:
         assert self.opened.handover is not None
         await self.opened.handover.drain(self._feed)
 
-    def _exit_outcome(self, code: int | None) -> TurnOutcome:
-        """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
-        from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
-
-        assert self.opened.process is not None
-        return exit_verdict(
-            code,
-            stderr=self.opened.process.stderr_text(),
-            stdout=self.opened.process.stdout_text(),
-            result=self.opened.process.result,
-            observed_at=time.time(),
-        )
-
     # -- phase 4: settle (final event first, then the session) -------------------------------
 
     async def _read_answering_model(self) -> None:
         """The model that answered, as agy recorded it (the asked id may be a base or alias)."""
-        ctx = self.ctx
-        if ctx is None or ctx.binding is None:
-            return
-        with contextlib.suppress(AgyError, TimeoutError):
-            answered_by = await asyncio.wait_for(
-                off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
-                _MODEL_READ,
-            )
+        if self.ctx is not None and self.ctx.binding is not None:
+            answered_by = await read_answering_model(self.ctx.binding, self.assembler.turn_start)
             self.assembler.use_model(answered_by)  # ignores "" (no record names one)
 
     def _mark(self, events: list[AssistantMessageEvent]) -> list[AssistantMessageEvent]:
@@ -632,35 +598,49 @@ class TurnDriver:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
             final = self.parking.delivered
-        records = self._records(outcome, launched, final=final) if launched is not None else {}
+        records = {}
+        if launched is not None:
+            records = turn_records(
+                launched,
+                outcome,
+                final=final,
+                messages=self.context.messages,
+                previous=self.planner.conversation_record,
+                turn_start=self.assembler.turn_start,
+            )
         saving = SessionSave(self.edges.store, self)
         saving.keep(records)
         self._deliver(events, outcome)
         if records:
             await saving.save(records, self.opened.version_task)
 
-    def _records(
-        self, outcome: TurnOutcome, launched: Launched, *, final: AssistantMessage | None
-    ) -> dict[str, SessionRecord]:
-        ctx, source = self.ctx, launched.handover.source
-        assert ctx is not None and source is not None  # a launched turn has both
-        turn_start = self.assembler.turn_start
-        # Rows before this turn's user step are history for every later turn, even a row an
-        # aborted agy left unfinished: it must not hold the next resume back to it.
-        last_final = source.last_final_index(after=-1 if turn_start is None else turn_start)
-        reached = reached_record(
-            outcome,
-            conversation_id=launched.binding.conversation_id,
-            min_index=ctx.min_index,
-            turn_start=turn_start,
-            last_final=last_final,
-            source_name=launched.handover.name,
+
+async def _lock_conversation(plan: TurnPlan) -> ConversationLock:
+    """The lock of `plan`'s conversation, once its running turn (if any) ends: at most
+    `turn_timeout`, said in the log when it waits."""
+
+    def waiting() -> None:
+        log.info(
+            "another turn of agy conversation %s is running; this one waits for it",
+            plan.conversation_id,
         )
-        return session_records(
-            session_id=ctx.session_id,
-            conversation_id=launched.binding.conversation_id,
-            messages=self.context.messages,
-            final=final,
-            reached=reached,
-            previous=self.planner.conversation_record,
-        )
+
+    return await ConversationLock.acquire(
+        plan.state_dir,
+        plan.conversation_id,
+        timeout=plan.config.turn_timeout,
+        waiting=waiting,
+    )
+
+
+def _exit_outcome(process: TurnProcess, code: int | None) -> TurnOutcome:
+    """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
+    from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
+
+    return exit_verdict(
+        code,
+        stderr=process.stderr_text(),
+        stdout=process.stdout_text(),
+        result=process.result,
+        observed_at=time.time(),
+    )
