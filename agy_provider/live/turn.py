@@ -21,20 +21,19 @@ from agy_provider.bridge.host_tools import (
     ToolExecutor,
     TurnTools,
 )
-from agy_provider.errors import AgyError, TurnError
+from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
-from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import (
     conversations_dir,
     snapshot_stems,
 )
 from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import ImageStaging, newest_images
+from agy_provider.live.launch import Forked, bind_turn, exit_outcome, lock_conversation
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
 from agy_provider.live.resources import ABORT_GRACE, TurnResources
-from agy_provider.live.runner import prompt_fits_argv
 from agy_provider.live.settle import (
     SessionSave,
     answering_model,
@@ -80,24 +79,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# When the server stops answering, how long to wait for agy's exit to explain it.
-_EXIT_GRACE = 1.0
-# A cold start (agy signing in, starting its server) may take longer than the idle deadline
-# allows between two steps; binding gets at least this long, within the turn deadline.
-_COLD_START = 60.0
 # After an abort: how long cancelling agy's work over RPC may take, and how long the last read
 # of what it wrote may take (agy's own grace is `ABORT_GRACE`). Each is a bound, rarely
 # reached: the `aborted` event typically follows the signal within tens of ms.
 _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
-
-
-class _Forked(AgyError):
-    """agy started another conversation than the one it was asked to resume."""
-
-    def __init__(self, stated: str) -> None:
-        super().__init__(f"agy started conversation {stated} instead")
-        self.stated = stated
 
 
 class TurnDriver:
@@ -208,7 +194,7 @@ class TurnDriver:
         plan = await off_loop(self.prepare)
         try:
             launched = await self.launch(plan)
-        except _Forked as forked:
+        except Forked as forked:
             # agy did not have the conversation after all and silently started another (1.2+):
             # that one lacks the host's history, so it is left, and a new one carries it.
             self.planner.lost_conversation = plan.conversation_id
@@ -333,27 +319,7 @@ class TurnDriver:
         self.opened.starting = None
         # Learned beside the turn (cached by the binary's identity), for the session record.
         self.opened.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
-        config = plan.config
-        try:
-            binding = self.ctx.binding = await self.edges.bind(
-                folder,
-                before,
-                process,
-                prompt=plan.prompt,
-                timeout=min(config.turn_timeout, max(config.idle_timeout, _COLD_START)),
-                expected_id=plan.conversation_id,
-                states_id=process.request.output_format == "stream-json"
-                or not prompt_fits_argv(process.request.prompt),
-            )
-        except AgyError as exc:
-            stated = process.stated_conversation_id
-            if plan.conversation_id and stated and stated != plan.conversation_id:
-                raise _Forked(stated) from exc
-            code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
-            code = process.returncode if code is None else code
-            if code:  # agy failed before it wrote anything: its own words say why
-                raise TurnError(_exit_outcome(process, code).error) from exc
-            raise
+        binding = self.ctx.binding = await bind_turn(self.edges, folder, before, process, plan)
         specs = self.edges.sources()
         self.opened.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
         await self.opened.handover.open(plan.source_name)
@@ -375,7 +341,7 @@ class TurnDriver:
             why="the host started a new turn in this conversation instead of answering agy's "
             "tool call",
         )
-        self.opened.lock = await _lock_conversation(plan)
+        self.opened.lock = await lock_conversation(plan)
 
     @property
     def conversation_id(self) -> str:
@@ -423,7 +389,7 @@ class TurnDriver:
                 now = loop.time()
                 if exit_task.done():
                     await self._drain()
-                    return _exit_outcome(process, exit_task.result())
+                    return exit_outcome(process, exit_task.result())
                 if now - started_at > config.turn_timeout:
                     return await self._deadline(
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
@@ -613,34 +579,3 @@ class TurnDriver:
         self._deliver(events, outcome)
         if records:
             await saving.save(records, self.opened.version_task)
-
-
-async def _lock_conversation(plan: TurnPlan) -> ConversationLock:
-    """The lock of `plan`'s conversation, once its running turn (if any) ends: at most
-    `turn_timeout`, said in the log when it waits."""
-
-    def waiting() -> None:
-        log.info(
-            "another turn of agy conversation %s is running; this one waits for it",
-            plan.conversation_id,
-        )
-
-    return await ConversationLock.acquire(
-        plan.state_dir,
-        plan.conversation_id,
-        timeout=plan.config.turn_timeout,
-        waiting=waiting,
-    )
-
-
-def _exit_outcome(process: TurnProcess, code: int | None) -> TurnOutcome:
-    """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
-    from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
-
-    return exit_verdict(
-        code,
-        stderr=process.stderr_text(),
-        stdout=process.stdout_text(),
-        result=process.result,
-        observed_at=time.time(),
-    )
