@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from agy_provider.live.images import ImageStaging, newest_images
+from agy_provider.live.prompt import build_prompt
+from agy_provider.workers import off_loop
 
 __all__ = ["ABORT_GRACE", "TurnResources"]
 
@@ -14,8 +20,8 @@ if TYPE_CHECKING:
     from agy_provider.bridge.host_tools import TurnTools
     from agy_provider.live.conversation_lock import ConversationLock
     from agy_provider.live.handover import SourceHandover
-    from agy_provider.live.images import ImageStaging
-    from agy_provider.live.turn_edges import TurnProcess
+    from agy_provider.live.turn_edges import TurnPlan, TurnProcess
+    from agy_provider.pi.types import Context, Message
 
 # After an abort, how long agy may take to stop on SIGTERM before SIGKILL: a bound, rarely
 # reached (the `aborted` event typically follows the signal within tens of ms).
@@ -33,6 +39,32 @@ class TurnResources:
         self.handover: SourceHandover | None = None  # the turn's event sources
         self.version_task: asyncio.Task[str] | None = None  # agy's version, asked beside the turn
         self.lock: ConversationLock | None = None  # keeps a conversation's turns one at a time
+
+    async def offer_tools(self, tools: TurnTools, plan: TurnPlan) -> TurnPlan:
+        """Start the MCP bridge serving `tools`; `plan` with agy's request reading its config."""
+        self.tools = tools
+        await tools.start()
+        request = plan.request
+        extra_dirs = (*request.extra_dirs, tools.config_dir)
+        return dataclasses.replace(
+            plan, request=dataclasses.replace(request, extra_dirs=extra_dirs)
+        )
+
+    async def stage_images(
+        self, context: Context, plan: TurnPlan, *, unseen: Sequence[Message]
+    ) -> TurnPlan:
+        """The newest message's images as files of a private folder agy may read (one more
+        --add-dir), viewed by path: `plan` with the prompt naming them."""
+        self.images = ImageStaging(newest_images(context))
+        await self.images.open()
+        prompt = await off_loop(
+            build_prompt, context, resume=plan.resume, unseen=unseen, image_paths=self.images.paths
+        )
+        request = plan.request
+        request = dataclasses.replace(
+            request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
+        )
+        return dataclasses.replace(plan, prompt=prompt, request=request)
 
     async def stop_agy(self, grace: float = 2.0) -> None:
         starting = self.starting

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -28,7 +27,7 @@ from agy_provider.live.discovery import (
     snapshot_stems,
 )
 from agy_provider.live.handover import SourceHandover, database_source
-from agy_provider.live.images import ImageStaging, newest_images
+from agy_provider.live.images import newest_images
 from agy_provider.live.launch import Forked, bind_turn, exit_outcome, lock_conversation
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
@@ -281,36 +280,20 @@ class TurnDriver:
             await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
         before = await off_loop(snapshot_stems, folder)
-        request = plan.request
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
-            self.opened.tools = TurnTools(
+            tools = TurnTools(
                 self.context.tools or (),
                 turn=self.ctx,
                 with_plugins=plan.plugin_tools,
                 executor=self.tool_executor,
             )
-            await self.opened.tools.start()
-            self.assembler.hide_tools(self.opened.tools.host_step_names)
-            request = dataclasses.replace(
-                request, extra_dirs=(*request.extra_dirs, self.opened.tools.config_dir)
-            )
+            plan = await self.opened.offer_tools(tools, plan)
+            self.assembler.hide_tools(tools.host_step_names)
         if newest_images(self.context):
-            # Files of a private folder agy may read (one more --add-dir), viewed by path.
-            self.opened.images = ImageStaging(newest_images(self.context))
-            await self.opened.images.open()
-            prompt = await off_loop(
-                build_prompt,
-                self.context,
-                resume=plan.resume,
-                unseen=self.planner.unseen,
-                image_paths=self.opened.images.paths,
-            )
-            plan = dataclasses.replace(plan, prompt=prompt)
-            self.ctx.prompt = prompt
-            request = dataclasses.replace(
-                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.opened.images.folder)
-            )
+            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
+            self.ctx.prompt = plan.prompt
+        request = plan.request
         process = self.edges.spawn(request)
         self.opened.process = self.ctx.process = process
         started_at = asyncio.get_running_loop().time()
