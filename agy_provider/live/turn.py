@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from typing import Any
 
 from agy_provider.agy.step import Step, TurnOutcome
@@ -29,6 +29,7 @@ from agy_provider.live.discovery import (
 from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import newest_images
 from agy_provider.live.launch import Forked, bind_turn, exit_outcome, lock_conversation
+from agy_provider.live.outlet import EventOutlet
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
@@ -50,7 +51,7 @@ from agy_provider.live.turn_edges import (
     TurnPlan,
     TurnProcess,
 )
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
 from agy_provider.pi.types import (
@@ -106,7 +107,6 @@ class TurnDriver:
         self.model = model
         self.context = context
         self.options = options
-        self.stream = stream
         self.assembler = assembler
         self.cwd = cwd or os.getcwd()
         self.agy_bin = agy_bin
@@ -114,9 +114,9 @@ class TurnDriver:
         self.continue_session = continue_session
         self.edges = edges or TurnEdges()
         self.planner = TurnPlanner(self.edges)
+        self.outlet = EventOutlet(stream, model, self.planner)  # the host's stream, observers
         self.opened = TurnResources()  # what the turn opens (agy, tools, images, sources, lock)
         self.launched: Launched | None = None  # what `launch` returned (settle takes it)
-        self._observer_failed = False  # an observe_event hook raised (logged once per turn)
         # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
         self.tool_executor = tool_executor
         self.parking = HostToolParking()
@@ -141,20 +141,6 @@ class TurnDriver:
     def source_name(self) -> str:
         return self.opened.handover.name if self.opened.handover is not None else ""
 
-    # -- events ------------------------------------------------------------------------------
-
-    def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
-        for event in events:
-            if not isinstance(event, StartEvent):
-                self.stream.push(event)
-            if self.ctx is not None:
-                try:
-                    self.planner.pm.hook.observe_event(event=event, turn=self.ctx)
-                except Exception:  # an observer's bug must not cost the host its events
-                    if not self._observer_failed:
-                        self._observer_failed = True
-                        log.exception("an observe_event hook failed (at %s); ignored", event.type)
-
     # -- the whole turn ----------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -169,7 +155,8 @@ class TurnDriver:
             except asyncio.CancelledError:
                 await self.opened.stop_agy(grace=ABORT_GRACE)
                 await self._last_read()
-                self._settle_events(TurnOutcome(aborted=True, error="The turn was cancelled."))
+                cancelled = TurnOutcome(aborted=True, error="The turn was cancelled.")
+                self._deliver(self._mark(self.assembler.finish(cancelled)), cancelled)
                 raise
             except Exception as exc:  # a bug of ours: still a clean error event, never a hang
                 log.exception("turn failed")
@@ -248,7 +235,7 @@ class TurnDriver:
             return
         with contextlib.suppress(AgyError, TimeoutError):
             changed = await asyncio.wait_for(self.source.poll(force=True), _ABORT_LAST_READ)
-            self.emit(self.assembler.feed(changed))
+            self.outlet.emit(self.assembler.feed(changed))
 
     # -- phase 1: prepare (pure decisions, no process yet: `TurnPlanner`) ---------------------
 
@@ -371,12 +358,13 @@ class TurnDriver:
                 assert source is not None
                 now = loop.time()
                 if exit_task.done():
-                    await self._drain()
+                    await handover.drain(self._feed)
                     return exit_outcome(process, exit_task.result())
                 if now - started_at > config.turn_timeout:
                     return await self._deadline(
+                        launched,
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
-                        "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
+                        "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks",
                     )
                 if source.deciding or (self.opened.tools is not None and self.opened.tools.running):
                     # Waiting on our own decision hooks, or on a tool the host runs for agy
@@ -384,9 +372,10 @@ class TurnDriver:
                     last_progress = now
                 if now - last_progress > config.idle_timeout:
                     return await self._deadline(
+                        launched,
                         f"agy made no progress for {config.idle_timeout:.0f}s (the idle deadline); "
                         "it may be hung or waiting on a prompt. Raise idle_timeout (AGY_IDLE_TIMEOUT) "
-                        "or check agy on its own"
+                        "or check agy on its own",
                     )
                 wait_task = asyncio.ensure_future(source.wait(1.0))
                 waits: set[asyncio.Future[Any]] = {wait_task, exit_task}
@@ -417,8 +406,8 @@ class TurnDriver:
         await self._feed(await launched.handover.poll(launched.process))
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
-        self.stream.facts = self._facts(final_message(events))
-        self.emit(events)
+        self.outlet.stream.facts = self._facts(final_message(events))
+        self.outlet.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
             self.parking.delivered = events[-1].message
@@ -434,7 +423,7 @@ class TurnDriver:
             return None, waited
         if self.opened.tools is not None:
             await self.opened.tools.aclose()  # agy's open calls get an error answer before it stops
-        return await self._deadline(why), waited
+        return await self._deadline(launched, why), waited
 
     @property
     def parked(self) -> bool:
@@ -456,11 +445,11 @@ class TurnDriver:
         if not self.parked or self.opened.tools is None:
             return False
         self.parking.answered(self, results)
-        self.context, self.options, self.stream = context, options, stream
+        self.context, self.options, self.outlet.stream = context, options, stream
         events = self.assembler.resume(timestamp=int(time.time() * 1000))
         for event in events:
             stream.push(event)  # `start` (emit pushes every event but that one)
-        self.emit(events)
+        self.outlet.emit(events)
         self.opened.tools.answer(results)
         self.parking.go_on()
         return True
@@ -483,17 +472,13 @@ class TurnDriver:
         prefetch = getattr(self.assembler.baselines, "prefetch", None)
         if prefetch is not None:
             await prefetch(steps)
-        self.emit(self.assembler.feed(steps))
+        self.outlet.emit(self.assembler.feed(steps))
 
-    async def _deadline(self, message: str) -> TurnOutcome:
-        assert self.opened.process is not None
-        await self.opened.process.terminate()
-        await self._drain()
+    async def _deadline(self, launched: Launched, message: str) -> TurnOutcome:
+        """End agy for `message` (a deadline passed), then read what it wrote."""
+        await launched.process.terminate()
+        await launched.handover.drain(self._feed)
         return TurnOutcome(ok=False, error=message)
-
-    async def _drain(self) -> None:
-        assert self.opened.handover is not None
-        await self.opened.handover.drain(self._feed)
 
     # -- phase 4: settle (final event first, then the session) -------------------------------
 
@@ -510,10 +495,6 @@ class TurnDriver:
             events, self.conversation_id if bound else "", self.planner.lost_conversation
         )
 
-    def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
-        """Finish the assembler and deliver its final event; returns the final message."""
-        return self._deliver(self._mark(self.assembler.finish(outcome)), outcome)
-
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
         process = self.opened.process
         return TurnFacts(
@@ -523,19 +504,8 @@ class TurnDriver:
             source=self.source_name,
         )
 
-    def _deliver(
-        self, events: list[AssistantMessageEvent], outcome: TurnOutcome
-    ) -> AssistantMessage | None:
-        self.stream.facts = self._facts(final_message(events))
-        self.emit(events)
-        if not self.stream.done:  # the assembler had already finished: still say what happened
-            self.stream.push(
-                ErrorEvent(
-                    reason="aborted" if outcome.aborted else "error",
-                    error=bare_error(self.model, outcome.error or "the turn failed"),
-                )
-            )
-        return final_message(events)
+    def _deliver(self, events: list[AssistantMessageEvent], outcome: TurnOutcome) -> None:
+        self.outlet.deliver(events, outcome, self._facts(final_message(events)))
 
     async def settle(self, outcome: TurnOutcome, launched: Launched | None) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
