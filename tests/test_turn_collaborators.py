@@ -61,6 +61,14 @@ def handover_for(
     return SourceHandover(specs, turn, database=database_source(specs)), turn
 
 
+async def on_preferred(handover: SourceHandover) -> None:
+    """Open rpc beside the database and move to it once it is up."""
+    await handover.open("rpc")
+    assert handover.upgrading is not None
+    await asyncio.wait_for(handover.upgrading, HANG)
+    await handover.take_upgrade(finished=False)
+
+
 class Failing:
     """Makes a fake source's `poll` raise once."""
 
@@ -126,10 +134,7 @@ async def test_a_failing_preferred_source_falls_back_to_the_database_at_once(
 ) -> None:
     script = Script()
     handover, turn = handover_for(tmp_path, script)
-    await handover.open("rpc")
-    assert handover.upgrading is not None
-    await asyncio.wait_for(handover.upgrading, HANG)
-    await handover.take_upgrade(finished=False)
+    await on_preferred(handover)
     rpc, database = script.sources
     Failing(rpc)
     database.enqueue([user(0)])
@@ -143,10 +148,7 @@ async def test_a_failing_preferred_source_after_agy_exited_leaves_it_to_the_drai
 ) -> None:
     script = Script()
     handover, _turn = handover_for(tmp_path, script)
-    await handover.open("rpc")
-    assert handover.upgrading is not None
-    await asyncio.wait_for(handover.upgrading, HANG)
-    await handover.take_upgrade(finished=False)
+    await on_preferred(handover)
     rpc, _database = script.sources
     Failing(rpc)
     assert await handover.poll(Exits(exited=True)) == []  # type: ignore[arg-type]
@@ -179,10 +181,7 @@ async def test_the_drain_takes_the_streams_rest_then_reads_the_database_until_qu
 ) -> None:
     script = Script()
     handover, turn = handover_for(tmp_path, script)
-    await handover.open("rpc")
-    assert handover.upgrading is not None
-    await asyncio.wait_for(handover.upgrading, HANG)
-    await handover.take_upgrade(finished=False)
+    await on_preferred(handover)
     rpc, database = script.sources
     rpc.enqueue([planner(1, "Hel", StepStatus.GENERATING)])
     database.enqueue([user(0), planner(1, "Hello")])
