@@ -1,5 +1,8 @@
 """One live turn in four phases — prepare → launch → pump → settle — with the abort armed throughout.
 
+The driver conducts collaborators, each in a module of its own: planning (`TurnPlanner`), what
+the turn opens (`TurnResources`), launching (`launch`), the source handover (`SourceHandover`),
+host-tool parking (`HostToolParking`), where events go (`EventOutlet`) and settling (`settle`).
 The edges (agy's process, database binding, event sources, session store) come in as `TurnEdges`,
 so the orchestration is tested against fakes in milliseconds; nothing here blocks the event loop.
 """
