@@ -23,9 +23,17 @@ hookimpl = pluggy.HookimplMarker("agy_provider")
 
 
 class RegisterEventSource(Protocol):
-    """`register(name, factory)`: `factory(turn)` makes the turn's event source."""
+    """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
+    it reads agy's database (the fallback), `language_server` that it needs agy's server."""
 
-    def __call__(self, name: str, factory: Callable[[TurnContext], EventSource]) -> None: ...
+    def __call__(
+        self,
+        name: str,
+        factory: Callable[[TurnContext], EventSource],
+        *,
+        database: bool = False,
+        language_server: bool = False,
+    ) -> None: ...
 
 
 class RegisterHostTool(Protocol):
@@ -38,7 +46,8 @@ class RegisterHostTool(Protocol):
 
 @hookspec
 def register_event_sources(register: RegisterEventSource) -> None:
-    """Register event sources: `register(name, factory)`; `factory(turn)` returns the source."""
+    """Register event sources: `register(name, factory, database=, language_server=)`;
+    `factory(turn)` returns the source."""
 
 
 @hookspec(firstresult=True)

@@ -52,11 +52,15 @@ _loaded = False
 
 @dataclass(frozen=True, slots=True)
 class EventSourceSpec:
-    """A registered event source: its name, the factory that makes one per turn, who gave it."""
+    """A registered event source: its name, the factory that makes one per turn, who gave it,
+    and what it reads: agy's database (the ground truth other sources fall back to) or agy's
+    language server (agy is then asked to log its ports, and given a CSRF token)."""
 
     name: str
     factory: Callable[..., Any]
     plugin: str
+    database: bool = False
+    language_server: bool = False
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -120,14 +124,27 @@ def event_sources() -> Mapping[str, EventSourceSpec]:
     for impl in pm.hook.register_event_sources.get_hookimpls():
         plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
 
-        def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name) -> None:
+        def register(
+            name: str,
+            factory: Callable[..., Any],
+            *,
+            database: bool = False,
+            language_server: bool = False,
+            _plugin: str = plugin_name,
+        ) -> None:
             if not name or not callable(factory):
                 raise UsageError(f"plugin {_plugin} registered an invalid event source {name!r}")
             if name in found:
                 raise UsageError(
                     f"event source {name!r} registered twice ({found[name].plugin} and {_plugin})"
                 )
-            found[name] = EventSourceSpec(name=name, factory=factory, plugin=_plugin)
+            found[name] = EventSourceSpec(
+                name=name,
+                factory=factory,
+                plugin=_plugin,
+                database=database,
+                language_server=language_server,
+            )
 
         impl.function(register=register)
     return found

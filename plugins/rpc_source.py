@@ -55,7 +55,7 @@ _REFUSALS: Mapping[str, dict[str, Any]] = {
 
 @hookimpl
 def register_event_sources(register: Any) -> None:
-    register("rpc", RpcEventSource.for_turn)
+    register("rpc", RpcEventSource.for_turn, language_server=True)
 
 
 def _load_client() -> Any:

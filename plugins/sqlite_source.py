@@ -65,7 +65,7 @@ def _file_signature(path: Path) -> tuple[int, ...]:
 
 @hookimpl
 def register_event_sources(register: Any) -> None:
-    register("sqlite", SqliteEventSource.for_turn)
+    register("sqlite", SqliteEventSource.for_turn, database=True)
 
 
 class SqliteEventSource:

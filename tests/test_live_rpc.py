@@ -13,6 +13,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -29,14 +30,13 @@ from live_helpers import (
     agy_sim_path,
     expect_done,
     expect_error,
-    final_text,
     leftovers,
     run_turn,
     scenario_answer,
     scenario_chunks,
     scenario_error,
     scenario_planners,
-    terminal,
+    text_of,
 )
 
 from agy_provider.agy.database import iter_step_rows, open_conversation_db
@@ -81,6 +81,7 @@ class Decisions:
     ) -> None:
         self.allow, self.options, self.delay, self.until = allow, list(options), delay, until
         self.asked: list[int] = []
+        self.first_asked = threading.Event()  # set by the hook's worker thread
         self.answered: list[int] = []
         self.gave_up = False
 
@@ -101,6 +102,7 @@ class Decisions:
     @hookimpl(tryfirst=True)
     def decide_permission(self, request: Any, step: Any, turn: Any) -> bool:
         self.asked.append(step.index)
+        self.first_asked.set()
         self._think()
         self.answered.append(step.index)
         return self.allow
@@ -110,6 +112,7 @@ class Decisions:
         self, questions: Sequence[Any], step: Any, turn: Any
     ) -> list[Mapping[str, Any]]:
         self.asked.append(step.index)
+        self.first_asked.set()
         self._think()
         self.answered.append(step.index)
         return [{"question": q.question, "selectedOptionIds": self.options} for q in questions]
@@ -217,9 +220,9 @@ async def test_a_corrupt_final_row_is_skipped_and_the_turn_goes_on(
     first = scenario_chunks("corrupt-row")
     second = scenario_planners("corrupt-row")[1]
     possible = {"".join(first[:n]) + second for n in range(len(first) + 1)}
-    terminal(events)
-    assert final_text(message) in possible
-    expect_done(events, message, final_text(message))
+    streamed = text_of(events)  # what the host saw arrive
+    assert streamed in possible
+    expect_done(events, message, streamed)  # ended `done`, delivering what it streamed
 
 
 def tool_lines(message: Any, tool: str) -> list[str]:
@@ -467,7 +470,8 @@ def test_coalescing_is_not_vacuous() -> None:
         TextDeltaEvent(content_index=0, delta="c", partial=partial),
     ]
     assert coalesced(a) != coalesced(b)
-    assert json.dumps(coalesced(a))
+    assert [event["delta"] for event in coalesced(b)] == ["ac"]  # consecutive deltas merged
+    assert json.loads(json.dumps(coalesced(a))) == coalesced(a)  # plain JSON values
 
 
 @pytest.mark.parametrize("scenario", ["split-frames", "malformed-frames"])
@@ -492,11 +496,12 @@ async def test_abort_while_agy_waits_cancels_refuses_and_leaves_nothing(
     signal = AbortSignal()
 
     async def abort_while_asked() -> None:
-        while not plugin.asked:  # agy waits on the permission and the person is being asked
-            await asyncio.sleep(0.02)
+        # agy waits on the permission and the person is being asked.
+        asked = await asyncio.to_thread(plugin.first_asked.wait, HOLD_BOUND)
+        assert asked, "agy never asked for the permission"
         signal.abort("host aborted")
 
-    task = asyncio.create_task(asyncio.wait_for(abort_while_asked(), HOLD_BOUND))
+    task = asyncio.create_task(abort_while_asked())
     events, message = await run_turn("where am I", signal=signal)
     await task
     expect_error(events, message, "aborted")

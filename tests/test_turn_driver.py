@@ -73,7 +73,9 @@ class FakeProcess:
 
     async def start(self) -> None:
         await self.script.start_gate.wait()
-        self.stated_conversation_id = self.script.stated.pop(0) if self.script.stated else CONVERSATION
+        self.stated_conversation_id = (
+            self.script.stated.pop(0) if self.script.stated else CONVERSATION
+        )
         self.id_stated.set()
 
     def exit(self, code: int) -> None:
@@ -129,6 +131,8 @@ class FakeSource:
 
     async def poll(self, *, force: bool = False) -> list[Step]:
         if self.script.poll_gate is not None:
+            if not self.script.poll_gate.is_set():
+                self.script.poll_blocked.set()
             await self.script.poll_gate.wait()
         out, self.queue = self.queue, []
         self.seen.update((s.index, s) for s in out)
@@ -157,6 +161,7 @@ class Script:
     start_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     bind_gate: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     poll_gate: asyncio.Event | None = None
+    poll_blocked: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)  # a poll waits
     open_errors: dict[str, Exception] = dataclasses.field(default_factory=dict)
     stderr: str = ""
     processes: list[FakeProcess] = dataclasses.field(default_factory=list)
@@ -184,7 +189,11 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
 
     specs = {
         n: EventSourceSpec(
-            name=n, factory=lambda turn, n=n: FakeSource(script, turn, n), plugin="test"
+            name=n,
+            factory=lambda turn, n=n: FakeSource(script, turn, n),
+            plugin="test",
+            database=n == "sqlite",
+            language_server=n == "rpc",
         )
         for n in names
     }
@@ -349,7 +358,7 @@ async def test_an_abort_lands_in_every_phase(tmp_path: Path, phase: str) -> None
     if phase == "draining":
         script.poll_gate = asyncio.Event()  # the last reads hang
         script.processes[0].exit(0)
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(script.poll_blocked.wait(), HANG)  # the reads after it hang
     signal.abort("test")
     events = await collect(stream)
     last = events[-1]
@@ -381,7 +390,8 @@ async def test_an_rpc_source_that_cannot_start_hands_over_to_the_database(tmp_pa
     edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
     script.open_errors["rpc"] = TurnError("agy exited before its language server answered")
     stream = start_turn(edges)
-    await until(lambda: len(script.sources) == 2)
+    # The pump closes the rpc source once it sees its open() failed.
+    await until(lambda: len(script.sources) == 2 and script.sources[0].closed)
     rpc, backup = script.sources
     assert (rpc.name, backup.name) == ("rpc", "sqlite") and rpc.closed
     backup.enqueue([user(0), planner(1, "from the database")])
@@ -481,7 +491,7 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     """Waiting for the host's tool results pauses our deadlines, not agy's --print-timeout: a turn
     whose host runs the tools gives agy's clock room for them; tool results resume the session
     recorded with the `toolUse` message (its history is what precedes the results)."""
-    from agy_provider.live.turn import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
+    from agy_provider.live.planning import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
     from agy_provider.pi.types import (
         AssistantMessage,
         TextContent,

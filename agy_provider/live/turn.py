@@ -1,5 +1,8 @@
 """One live turn in four phases — prepare → launch → pump → settle — with the abort armed throughout.
 
+The driver conducts collaborators, each in a module of its own: planning (`TurnPlanner`), what
+the turn opens (`TurnResources`), launching (`launch`), the source handover (`SourceHandover`),
+host-tool parking (`HostToolParking`), where events go (`EventOutlet`) and settling (`settle`).
 The edges (agy's process, database binding, event sources, session store) come in as `TurnEdges`,
 so the orchestration is tested against fakes in milliseconds; nothing here blocks the event loop.
 """
@@ -7,69 +10,61 @@ so the orchestration is tested against fakes in milliseconds; nothing here block
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import os
-import secrets
-import threading
 import time
-from collections.abc import Awaitable, Sequence
-from pathlib import Path
+from collections.abc import Awaitable
 from typing import Any
 
-from agy_provider.agy.database import (
-    last_step_index,
-    newest_generator_rows,
-    open_conversation_db,
-)
-from agy_provider.agy.models import model_arguments
-from agy_provider.agy.rows import decode_generator_record, model_of_turn
 from agy_provider.agy.step import Step, TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.bridge.host_tools import (
-    ParkedTurns,
     ToolExecutor,
     TurnTools,
-    plugin_tools_registered,
 )
-from agy_provider.errors import AgyError, DecodeError, TurnError, UsageError
-from agy_provider.live.continuity import (
-    Continuation,
-    conversation_key,
-    find_continuation,
-    make_mark,
-    mark_message,
-    parse_mark,
-)
-from agy_provider.live.conversation_lock import ConversationLock
+from agy_provider.errors import AgyError
+from agy_provider.live.abort_scope import until_aborted
 from agy_provider.live.discovery import (
-    agy_log_dir,
     conversations_dir,
     snapshot_stems,
 )
-from agy_provider.live.images import ImageStaging, check_images, newest_images
+from agy_provider.live.handover import SourceHandover, database_source
+from agy_provider.live.images import newest_images
+from agy_provider.live.launch import Forked, bind_turn, exit_outcome, lock_conversation
+from agy_provider.live.outlet import EventOutlet
+from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
+from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
-from agy_provider.live.runner import TurnRequest, prompt_fits_argv
+from agy_provider.live.resources import ABORT_GRACE, TurnResources
+from agy_provider.live.settle import (
+    SessionSave,
+    answering_model,
+    bare_error,
+    final_message,
+    mark_events,
+    read_answering_model,
+    turn_records,
+)
 from agy_provider.live.sources import EventSource
-from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan, TurnProcess
-from agy_provider.live.turn_edges import state_dir as agy_state_dir
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from agy_provider.live.turn_edges import (
+    Launched,
+    TurnContext,
+    TurnEdges,
+    TurnPlan,
+    TurnProcess,
+)
+from agy_provider.pi.events import AssistantMessageEvent, DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
 from agy_provider.pi.types import (
     AssistantMessage,
     Context,
-    Message,
     Model,
     ToolCall,
     ToolResultMessage,
 )
-from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.store.config import Config
-from agy_provider.store.sessions import SessionRecord
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import off_loop
 
 __all__ = [
     "PARKED",
@@ -79,89 +74,19 @@ __all__ = [
     "TurnEdges",
     "TurnPlan",
     "TurnProcess",
+    "answering_model",
+    "bare_error",
     "build_prompt",
     "history_digest",
 ]
 
 log = logging.getLogger(__name__)
 
-# pi's thinking levels -> agy's efforts.
-_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
-# After agy exits, keep reading until the database stops changing for this many polls.
-_DRAIN_QUIET_POLLS = 3
-# When the server stops answering, how long to wait for agy's exit to explain it.
-_EXIT_GRACE = 1.0
-# agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
-_PRINT_TIMEOUT_MARGIN = 60.0
-# A cold start (agy signing in, starting its server) may take longer than the idle deadline
-# allows between two steps; binding gets at least this long, within the turn deadline.
-_COLD_START = 60.0
-# After an abort: how long agy may take to stop on SIGTERM before SIGKILL, how long cancelling
-# its work over RPC may take, and how long the last read of what it wrote may take. Each is a
-# bound, rarely reached: the `aborted` event typically follows the signal within tens of ms.
-_ABORT_GRACE = 0.1
+# After an abort: how long cancelling agy's work over RPC may take, and how long the last read
+# of what it wrote may take (agy's own grace is `ABORT_GRACE`). Each is a bound, rarely
+# reached: the `aborted` event typically follows the signal within tens of ms.
 _ABORT_CANCEL = 0.1
 _ABORT_LAST_READ = 0.05
-# How long reading the answering model's slug from agy's records may take before settling.
-_MODEL_READ = 0.5
-# At most this many of the newest model-call records are looked at for that slug.
-_MODEL_RECORDS = 64
-# How long the session record waits for agy's version (asked beside the turn) before saving.
-_VERSION_WAIT = 10.0
-# agy's own --print-timeout for a turn that offers host tools also allows this many full waits
-# for the host (host_tool_timeout each): agy's clock does not stop while the host works.
-_HOST_WAITS_IN_AGY_CLOCK = 4
-# A wait for the host ends this long before agy's own clock would end the turn.
-_AGY_CLOCK_MARGIN = 10.0
-STOPPED_WAITING = (
-    "the program stopped waiting for its turns before the host answered agy's tool call"
-)
-
-
-# Records of turns whose final event went out before their session was saved (the save runs in a
-# worker thread after `done`): a turn started meanwhile in this process must still resume.
-_unsaved: dict[tuple[str, str], SessionRecord] = {}
-# The newest turn to settle per session: an earlier turn's late save (agy's version arriving
-# after the host already ran the next turn) must not overwrite the newer record.
-_newest: dict[tuple[str, str], object] = {}
-# Both are forgotten from the worker thread that wrote the record.
-_unsaved_lock = threading.Lock()
-
-
-def _forget_unsaved(keys: Sequence[tuple[str, str]], turn: object) -> None:
-    with _unsaved_lock:
-        for key in keys:
-            if _newest.get(key) is turn:
-                _unsaved.pop(key, None)
-                _newest.pop(key, None)
-
-
-async def _written(write: concurrent.futures.Future[None]) -> None:
-    """Wait for a worker's write; our cancellation does not cancel the write itself.
-
-    Cancelled (`asyncio.run` ending right after `done` cancels what is left), it still holds
-    the loop until the write lands, as the loop's default executor would: a program that reads
-    the session file after `asyncio.run` returns finds the turn in it.
-    """
-    try:
-        await asyncio.shield(asyncio.wrap_future(write))
-    except asyncio.CancelledError:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(asyncio.wrap_future(write))
-        raise
-
-
-class _Forked(AgyError):
-    """agy started another conversation than the one it was asked to resume."""
-
-    def __init__(self, stated: str) -> None:
-        super().__init__(f"agy started conversation {stated} instead")
-        self.stated = stated
-
-
-# Turns waiting for the host to run the tools agy called (pi's tool-use loop): the host's next
-# `stream_simple`, whose context ends in those calls' results, resumes its turn from here.
-PARKED = ParkedTurns()
 
 
 class TurnDriver:
@@ -186,66 +111,40 @@ class TurnDriver:
         self.model = model
         self.context = context
         self.options = options
-        self.stream = stream
         self.assembler = assembler
         self.cwd = cwd or os.getcwd()
         self.agy_bin = agy_bin
         self.event_source = event_source
-        # A conversation the caller names (AskAntigravity) is continued whatever the history.
-        self.named_conversation = conversation_id
+        self.named_conversation = conversation_id  # named by the caller (ask): continued
         self.continue_session = continue_session or bool(conversation_id)
         self.edges = edges or TurnEdges()
-        self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
-        self.ctx: TurnContext | None = None
-        self.process: TurnProcess | None = None
-        self.source: EventSource | None = None
-        self.backup: EventSource | None = None  # the database reader rpc turns fall back to
-        self._retired: list[EventSource] = []  # sources the turn moved away from, still open
-        self.source_name = ""
-        self.switch_to_backup = False
-        # The preferred source still opening beside the database: (name, source, its open()).
-        self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
-        self.version_task: asyncio.Task[str] | None = None
-        self._starting: asyncio.Task[None] | None = None
-        self._started_at = 0.0
-        self._observer_failed = False  # an observe_event hook raised (logged once per turn)
-        # Host tools offered to agy (the MCP bridge), and the turn parked on the host's answer:
-        # `_resumed` resolves with "" when the host resumes, or with why the wait ended.
-        self.tools: TurnTools | None = None
+        self.planner = TurnPlanner(self.edges)
+        self.outlet = EventOutlet(stream, model, self.planner)  # the host's stream, observers
+        self.opened = TurnResources()  # what the turn opens (agy, tools, images, sources, lock)
+        self.launched: Launched | None = None  # what `launch` returned (settle takes it)
+        # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
         self.tool_executor = tool_executor
-        self.images: ImageStaging | None = None  # the newest message's images, as agy's files
-        self._resumed: asyncio.Future[str] | None = None
-        self._signal_swapped = asyncio.Event()  # a resumed turn watches the new call's signal
+        self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
-        self._delivered: AssistantMessage | None = None  # the `toolUse` message of a parked turn
-        self._print_timeout = 0.0  # agy's own clock for the turn (--print-timeout), and its end
-        self._agy_deadline = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
-        # Continuity: the record of the conversation this turn continues (read in prepare), the
-        # conversation agy no longer had, and the lock that keeps its turns one at a time.
-        self._conversation_record: SessionRecord | None = None
-        self._lost_conversation = ""
-        self._force_new = False
-        self._lock: ConversationLock | None = None
-        self._unseen: tuple[Message, ...] = ()  # what agy never saw, sent before the newest input
+
+    @property
+    def ctx(self) -> TurnContext | None:
+        """What plugins see of the turn (None until `prepare` made it)."""
+        return self.planner.ctx
 
     @property
     def session_id(self) -> str:
         return self.options.session_id or ""
 
-    # -- events ------------------------------------------------------------------------------
+    @property
+    def source(self) -> EventSource | None:
+        """The event source the turn reads now (None before launch opened one)."""
+        return self.opened.handover.source if self.opened.handover is not None else None
 
-    def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
-        for event in events:
-            if not isinstance(event, StartEvent):
-                self.stream.push(event)
-            if self.ctx is not None:
-                try:
-                    self.pm.hook.observe_event(event=event, turn=self.ctx)
-                except Exception:  # an observer's bug must not cost the host its events
-                    if not self._observer_failed:
-                        self._observer_failed = True
-                        log.exception("an observe_event hook failed (at %s); ignored", event.type)
+    @property
+    def source_name(self) -> str:
+        return self.opened.handover.name if self.opened.handover is not None else ""
 
     # -- the whole turn ----------------------------------------------------------------------
 
@@ -259,37 +158,37 @@ class TurnDriver:
             except AgyError as exc:
                 outcome = await self._failed(str(exc))
             except asyncio.CancelledError:
-                await self._stop_agy(grace=_ABORT_GRACE)
+                await self.opened.stop_agy(grace=ABORT_GRACE)
                 await self._last_read()
-                self._settle_events(TurnOutcome(aborted=True, error="The turn was cancelled."))
+                cancelled = TurnOutcome(aborted=True, error="The turn was cancelled.")
+                self._deliver(self._mark(self.assembler.finish(cancelled)), cancelled)
                 raise
             except Exception as exc:  # a bug of ours: still a clean error event, never a hang
                 log.exception("turn failed")
                 outcome = await self._failed(
                     f"agy-provider failed unexpectedly: {type(exc).__name__}: {exc}"
                 )
-            await self.settle(outcome)
+            await self.settle(outcome, self.launched)
         finally:
             await self._cleanup()
 
     async def _phases(self) -> TurnOutcome:
         # A turn of this session still waiting for the host's tool results will not get them:
         # the host moved on. It ends (and saves the session) before this one reads the store.
-        for parked in PARKED.of_session(self.session_id):
-            if parked is not self:
-                await parked.end_parked(
-                    "the host started a new turn in this session instead of answering agy's "
-                    "tool call"
-                )
+        await end_parked(
+            PARKED.of_session(self.session_id),
+            but=self,
+            why="the host started a new turn in this session instead of answering agy's tool call",
+        )
         # Reading settings and the session store (file locks) and loading plugins the first
         # time can take a while: not on the host's loop.
         plan = await off_loop(self.prepare)
         try:
-            await self.launch(plan)
-        except _Forked as forked:
+            launched = await self.launch(plan)
+        except Forked as forked:
             # agy did not have the conversation after all and silently started another (1.2+):
             # that one lacks the host's history, so it is left, and a new one carries it.
-            self._lost_conversation = plan.conversation_id
+            self.planner.lost_conversation = plan.conversation_id
             log.warning(
                 "agy was asked to resume conversation %s but started %s instead (it no longer "
                 "has the first); running the turn again as a new conversation that carries the "
@@ -299,80 +198,41 @@ class TurnDriver:
             )
             await self._restart()
             plan = await off_loop(self.prepare)
-            await self.launch(plan)
-        return await self.pump(plan.config)
+            launched = await self.launch(plan)
+        self.launched = launched
+        return await self.pump(launched)
 
     async def _restart(self) -> None:
         """Undo `launch` (agy, its tools, the lock) so the turn can launch anew."""
-        await self._stop_agy(grace=_ABORT_GRACE)
-        await self._close_tools()
-        self.tools = None
-        await self._remove_images()
-        self.images = None
-        if self.version_task is not None and not self.version_task.done():
-            self.version_task.cancel()
-        self.version_task = None
-        self.process = None
-        self._release_lock()
-        self._force_new = True
+        await self.opened.undo()
+        self.planner.force_new = True
 
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
         binding, streaming, draining) and the turn ends `aborted` within ~200 ms."""
-        task = asyncio.ensure_future(work)
-        while True:
-            # A turn resumed by the host's tool results watches that call's signal from then on.
-            self._signal_swapped.clear()
-            signal = self.options.signal
-            if signal is not None and signal.aborted:
-                break
-            swapped = asyncio.ensure_future(self._signal_swapped.wait())
-            waits: set[asyncio.Future[Any]] = {task, swapped}
-            if signal is not None:
-                waits.add(asyncio.ensure_future(signal.wait()))
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            finally:
-                for waiting in waits - {task}:
-                    waiting.cancel()
-            if task.done():
-                return task.result()
-            if not swapped.done() or (signal is not None and signal.aborted):
-                break
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, AgyError):
-            await task
-        return await self._aborted()
+        # Asked anew on each swap: a resumed turn watches the new call's options.
+        outcome = await until_aborted(
+            work, lambda: self.options.signal, self.parking.signal_swapped
+        )
+        return outcome if outcome is not None else await self._aborted()
 
     async def _aborted(self) -> TurnOutcome:
         if self.source is not None:
             with contextlib.suppress(AgyError, TimeoutError):
                 await asyncio.wait_for(self.source.cancel(), _ABORT_CANCEL)
-        await self._stop_agy(grace=_ABORT_GRACE)
+        await self.opened.stop_agy(grace=ABORT_GRACE)
         await self._last_read()
         return TurnOutcome(aborted=True, error="The turn was aborted.")
 
     async def _failed(self, message: str) -> TurnOutcome:
-        await self._stop_agy()
+        await self.opened.stop_agy()
         await self._last_read()
         return TurnOutcome(ok=False, error=message)
 
-    async def _stop_agy(self, grace: float = 2.0) -> None:
-        starting = self._starting
-        if starting is not None:
-            # A spawn interrupted by the abort still produces a process: let it finish (it is a
-            # fork and exec), then end it; one that cannot finish in time is cancelled, and the
-            # runner kills whatever process it still makes.
-            await asyncio.wait({starting}, timeout=grace)
-            if not starting.done():
-                starting.cancel()
-            with contextlib.suppress(BaseException):
-                await starting
-        if self.process is not None:
-            await self.process.terminate(grace=grace)
+    async def _cleanup(self) -> None:
+        """End what the turn started (`TurnResources.close`); it no longer waits for the host."""
+        PARKED.forget(self)
+        await self.opened.close()
 
     async def _last_read(self) -> None:
         """Whatever the source holds now, bounded: the error message keeps what agy wrote."""
@@ -380,322 +240,81 @@ class TurnDriver:
             return
         with contextlib.suppress(AgyError, TimeoutError):
             changed = await asyncio.wait_for(self.source.poll(force=True), _ABORT_LAST_READ)
-            self.emit(self.assembler.feed(changed))
+            self.outlet.emit(self.assembler.feed(changed))
 
-    async def _cleanup(self) -> None:
-        """End what the turn started: host tools, agy's process tree, the sources.
-
-        Each step runs to its end even if the turn is cancelled meanwhile: `asyncio.run`
-        returning right after `done` cancels every task once, and a host that runs each turn in
-        an `asyncio.run` of its own must not leak a database connection and an inotify
-        descriptor per turn. A step cut short runs once more; the cancellation is raised after.
-        """
-        PARKED.forget(self)
-        if self.version_task is not None and not self.version_task.done():
-            self.version_task.cancel()
-        cancelled = False
-        for step in (
-            self._close_tools,
-            self._end_process,
-            self._close_sources,
-            self._remove_images,
-        ):
-            try:
-                await step()
-            except asyncio.CancelledError:
-                cancelled = True
-                await step()
-        self._release_lock()  # agy is gone: the conversation's next turn may start
-        if cancelled:
-            raise asyncio.CancelledError
-
-    async def _remove_images(self) -> None:
-        if self.images is not None:
-            await self.images.aclose()
-
-    async def _close_tools(self) -> None:
-        if self.tools is not None:
-            # First, while agy can still read them: calls still open are answered with an error.
-            await self.tools.aclose()
-
-    async def _end_process(self) -> None:
-        if self.process is not None:
-            # Also after agy exited on its own: what it left running in its group goes too.
-            await self.process.terminate(
-                grace=_ABORT_GRACE if self.process.returncode is not None else 2.0
-            )
-
-    async def _close_sources(self) -> None:
-        if self._upgrade is not None:  # the preferred source never got its turn
-            _name, pending, opening = self._upgrade
-            self._upgrade = None
-            self._retired.append(pending)  # closed below, by a second run of this step too
-            opening.cancel()
-            with contextlib.suppress(BaseException):
-                await opening
-        sources = [self.source, self.backup, *self._retired]
-        for source in {id(s): s for s in sources if s is not None}.values():
-            with contextlib.suppress(AgyError):
-                await source.aclose()
-
-    # -- phase 1: prepare (pure decisions, no process yet) -----------------------------------
+    # -- phase 1: prepare (pure decisions, no process yet: `TurnPlanner`) ---------------------
 
     def prepare(self) -> TurnPlan:
-        """Settings, the session to resume, the prompt, the event source and agy's argv.
-
-        Runs in a worker thread.
-        """
-        self.pm = get_plugin_manager()
-        config = self.edges.config()
-        session_id = self.options.session_id or ""
-        check_images(newest_images(self.context))  # a bad image is refused before anything else
-        binary = self.edges.find_agy(self.agy_bin or config.agy_bin)
-        state_dir = agy_state_dir(config, binary)
-        conversation_id, min_index, unseen, how = self._continuity(session_id, state_dir)
-        self._unseen = unseen
-        resume = bool(conversation_id)
-        prompt = build_prompt(self.context, resume=resume, unseen=unseen)
-        self.ctx = TurnContext(
-            session_id=session_id,
-            prompt=prompt,
+        """Settings, the session to resume, the prompt, the source and argv (in a worker)."""
+        plan = self.planner.prepare(
+            self.model,
+            self.context,
+            self.options,
             cwd=self.cwd,
-            config=config,
-            event_source=self.event_source or config.event_source,
-            permissions=config.permissions,
-            min_index=min_index,
-            continuity=how,
-            lost_conversation=self._lost_conversation,
+            agy_bin=self.agy_bin,
+            event_source=self.event_source,
+            continue_session=self.continue_session,
+            named_conversation=self.named_conversation,
+            host_runs_tools=self.tool_executor is None,
         )
-        source_name = self._choose_source()
-        effort = _EFFORTS.get(self.options.reasoning or "", "") or config.thinking
-        model_id = self.model.id if self.model.id not in ("", "agy", "default") else config.model
-        rpc_capable = self.ctx.event_source in ("rpc", "auto")
-        # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
-        log_file = (
-            str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
-            if rpc_capable
-            else ""
-        )
-        print_timeout = config.turn_timeout + _PRINT_TIMEOUT_MARGIN
-        if self.context.tools and self.tool_executor is None:
-            # Waits for the host's tool results stop our deadlines, not agy's own clock.
-            print_timeout += _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
-        request = TurnRequest(
-            prompt=prompt,
-            cwd=self.cwd,
-            agy_bin=binary,
-            model_args=model_arguments(model_id, effort),
-            mode=config.mode,
-            skip_permissions=config.permissions == "skip",
-            conversation_id=conversation_id,
-            print_timeout=print_timeout,
-            # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
-            csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
-            env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
-            log_file=log_file,
-        )
-        self.assembler.begin_after(min_index + 1)
-        plugin_tools = plugin_tools_registered(self.pm)
-        return TurnPlan(
-            offers_tools=bool(self.context.tools) or plugin_tools,
-            plugin_tools=plugin_tools,
-            config=config,
-            state_dir=state_dir,
-            session_id=session_id,
-            resume=resume,
-            conversation_id=conversation_id,
-            min_index=min_index,
-            prompt=prompt,
-            source_name=source_name,
-            request=request,
-        )
-
-    def _session(self, session_id: str) -> SessionRecord | None:
-        if not session_id:
-            return None
-        unsaved = _unsaved.get((str(self.edges.store.path), session_id))
-        return unsaved or self.edges.store.get(session_id)
-
-    def _continuity(
-        self, session_id: str, state_dir: str
-    ) -> tuple[str, int, tuple[Message, ...], str]:
-        """Which agy conversation this turn continues: (its id or "" for a new one, the last
-        step index read, the messages agy never saw, how it was decided).
-
-        A session id whose record's history matches (or `continue_session`) pins it by name;
-        otherwise the transcript's newest marked message must prove it (`continuity`). A
-        conversation whose database is gone is not resumed: the turn starts a new one that
-        carries the host's history, and says so.
-        """
-        earlier = list(self.context.messages)
-        # The history before the newest input: a user message, or the tool results that end it.
-        if earlier and isinstance(earlier[-1], ToolResultMessage):
-            while earlier and isinstance(earlier[-1], ToolResultMessage):
-                earlier.pop()
-        else:
-            earlier = earlier[:-1]
-        if self._force_new:
-            return "", -1, (), "new"
-        record = self._session(session_id)
-        if self.named_conversation:  # from its newest step; a lost one is said below
-            path = conversations_dir(state_dir) / f"{self.named_conversation}.db"
-            newest = last_step_index(path) if path.is_file() else -1
-            record = SessionRecord(conversation_id=self.named_conversation, last_step_index=newest)
-        conversation_id, min_index, how = "", -1, "new"
-        unseen: tuple[Message, ...] = ()
-        if record is not None and (
-            self.continue_session or record.history_digest == history_digest(earlier)
-        ):
-            conversation_id, min_index, how = record.conversation_id, record.last_step_index, "session"
-        else:
-            found: Continuation = find_continuation(earlier, self._session)
-            if found.proven and found.record is not None:
-                conversation_id, min_index = found.conversation_id, found.record.last_step_index
-                unseen, how = found.unseen, "mark"
-                self._conversation_record = found.record
-                if found.unseen:
-                    log.info(
-                        "continuing agy conversation %s; %d message(s) since its last reply "
-                        "go to agy as one block",
-                        conversation_id,
-                        len(found.unseen),
-                    )
-            elif earlier:
-                log.info(
-                    "starting a new agy conversation with the host's history as a preamble: %s",
-                    f"session {session_id!r} has no matching record; {found.why}"
-                    if session_id
-                    else found.why,
-                )
-        if not conversation_id:
-            return "", -1, (), "new"
-        if self._conversation_record is None or (
-            self._conversation_record.conversation_id != conversation_id
-        ):
-            self._conversation_record = self._session(conversation_key(conversation_id))
-        if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
-            self._lost_conversation = conversation_id
-            log.warning(
-                "agy no longer has conversation %s (no %s.db in %s); starting a new one that "
-                "carries the host's history",
-                conversation_id,
-                conversation_id,
-                conversations_dir(state_dir),
-            )
-            self._conversation_record = None
-            return "", -1, (), "new"
-        return conversation_id, min_index, unseen, how
-
-    def _choose_source(self) -> str:
-        assert self.ctx is not None
-        available = list(self.edges.sources())
-        name = self.pm.hook.choose_event_source(turn=self.ctx, available=available)
-        if not name:
-            raise UsageError(
-                f"event source {self.ctx.event_source!r} is not available here "
-                f"(available: {', '.join(available) or 'none'})"
-            )
-        return str(name)
+        self.assembler.begin_after(plan.min_index + 1)
+        return plan
 
     # -- phase 2: launch (spawn, bind, open the source) --------------------------------------
 
-    async def launch(self, plan: TurnPlan) -> None:
+    async def launch(self, plan: TurnPlan) -> Launched:
+        """Start agy for `plan` (its tools and images first), bind its database, open the
+        chosen source; returns what it launched. What it opened is closed by `_cleanup`."""
         assert self.ctx is not None
         if plan.conversation_id:
             await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
         before = await off_loop(snapshot_stems, folder)
-        request = plan.request
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
-            self.tools = TurnTools(
+            tools = TurnTools(
                 self.context.tools or (),
                 turn=self.ctx,
                 with_plugins=plan.plugin_tools,
                 executor=self.tool_executor,
             )
-            await self.tools.start()
-            self.assembler.hide_tools(self.tools.host_step_names)
-            request = dataclasses.replace(
-                request, extra_dirs=(*request.extra_dirs, self.tools.config_dir)
-            )
+            plan = await self.opened.offer_tools(tools, plan)
+            self.assembler.hide_tools(tools.host_step_names)
         if newest_images(self.context):
-            # Files of a private folder agy may read (one more --add-dir), viewed by path.
-            self.images = ImageStaging(newest_images(self.context))
-            await self.images.open()
-            prompt = await off_loop(
-                build_prompt,
-                self.context,
-                resume=plan.resume,
-                unseen=self._unseen,
-                image_paths=self.images.paths,
-            )
-            plan = dataclasses.replace(plan, prompt=prompt)
-            self.ctx.prompt = prompt
-            request = dataclasses.replace(
-                request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
-            )
+            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
+            self.ctx.prompt = plan.prompt
+        request = plan.request
         process = self.edges.spawn(request)
-        self.process = self.ctx.process = process
-        self._started_at = asyncio.get_running_loop().time()
-        self._print_timeout = request.print_timeout
-        self._agy_deadline = self._started_at + request.print_timeout
-        self._starting = asyncio.ensure_future(process.start())
-        await asyncio.shield(self._starting)
-        self._starting = None
+        self.opened.process = self.ctx.process = process
+        started_at = asyncio.get_running_loop().time()
+        self.opened.starting = asyncio.ensure_future(process.start())
+        await asyncio.shield(self.opened.starting)
+        self.opened.starting = None
         # Learned beside the turn (cached by the binary's identity), for the session record.
-        self.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
-        config = plan.config
-        try:
-            self.ctx.binding = await self.edges.bind(
-                folder,
-                before,
-                process,
-                prompt=plan.prompt,
-                timeout=min(config.turn_timeout, max(config.idle_timeout, _COLD_START)),
-                expected_id=plan.conversation_id,
-                states_id=process.request.output_format == "stream-json"
-                or not prompt_fits_argv(process.request.prompt),
-            )
-        except AgyError as exc:
-            stated = process.stated_conversation_id
-            if plan.conversation_id and stated and stated != plan.conversation_id:
-                raise _Forked(stated) from exc
-            code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
-            code = process.returncode if code is None else code
-            if code:  # agy failed before it wrote anything: its own words say why
-                raise TurnError(self._exit_outcome(code).error) from exc
-            raise
-        self.source_name = plan.source_name
-        await self._open_source(plan.source_name)
+        self.opened.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
+        binding = self.ctx.binding = await bind_turn(self.edges, folder, before, process, plan)
+        specs = self.edges.sources()
+        self.opened.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
+        await self.opened.handover.open(plan.source_name)
+        return Launched(
+            plan=plan,
+            process=process,
+            binding=binding,
+            handover=self.opened.handover,
+            started_at=started_at,
+            print_timeout=request.print_timeout,
+        )
 
     async def _hold_conversation(self, plan: TurnPlan) -> None:
         """One turn at a time per conversation: a turn of it parked on the host's tool results
         ends first (the host moved on); a running one is waited for, at most `turn_timeout`."""
-        for parked in PARKED.all():
-            if parked is not self and parked.conversation_id == plan.conversation_id:
-                await parked.end_parked(
-                    "the host started a new turn in this conversation instead of answering "
-                    "agy's tool call"
-                )
-
-        def waiting() -> None:
-            log.info(
-                "another turn of agy conversation %s is running; this one waits for it",
-                plan.conversation_id,
-            )
-
-        self._lock = await ConversationLock.acquire(
-            plan.state_dir,
-            plan.conversation_id,
-            timeout=plan.config.turn_timeout,
-            waiting=waiting,
+        await end_parked(
+            [t for t in PARKED.all() if t.conversation_id == plan.conversation_id],
+            but=self,
+            why="the host started a new turn in this conversation instead of answering agy's "
+            "tool call",
         )
-
-    def _release_lock(self) -> None:
-        lock, self._lock = self._lock, None
-        if lock is not None:
-            lock.release()
+        self.opened.lock = await lock_conversation(plan)
 
     @property
     def conversation_id(self) -> str:
@@ -705,86 +324,17 @@ class TurnDriver:
             return ""
         if ctx.binding is not None:
             return ctx.binding.conversation_id
-        return self._lock.conversation_id if self._lock is not None else ""
-
-    async def _open_source(self, name: str) -> None:
-        """Open the chosen source. A source other than the database (rpc) is opened beside it:
-        the database streams from the first instant, and the pump moves to the other source
-        once it is up (`_upgrade`). If it never comes up the database finishes the turn."""
-        source: EventSource = self.edges.sources()[name].factory(self.ctx)
-        if name == "sqlite" or not self._may_fall_back():
-            try:
-                await source.open()
-            except BaseException:
-                await source.aclose()
-                raise
-            self.source = source
-            return
-        opening = asyncio.ensure_future(source.open())
-        try:
-            self.source = await self._open_backup()
-        except AgyError as exc:
-            log.info("the database cannot be read yet (%s); waiting for the %s source", exc, name)
-            try:
-                await opening
-            except BaseException:
-                await source.aclose()
-                raise
-            self.source = source
-            return
-        except BaseException:
-            opening.cancel()
-            await source.aclose()
-            raise
-        self.source_name = "sqlite"
-        self._upgrade = (name, source, opening)
-
-    async def _take_upgrade(self) -> None:
-        """Move to the preferred source once it opened; log and stay on the database if not."""
-        assert self._upgrade is not None
-        name, source, opening = self._upgrade
-        self._upgrade = None
-        try:
-            opening.result()
-        except (AgyError, asyncio.CancelledError) as exc:
-            await source.aclose()
-            # A quick turn can end before agy's server is found: expected, not worth a warning.
-            finished = self.process is not None and self.process.returncode is not None
-            log.log(
-                logging.INFO if finished else logging.WARNING,
-                "the %s event source could not start (%s); reading the database",
-                name,
-                exc,
-            )
-            return
-        except BaseException:
-            await source.aclose()
-            raise
-        self.source, self.source_name = source, name
-
-    def _may_fall_back(self) -> bool:
-        # Under `rpc` as under `auto`: a turn agy finishes must not be lost to its server.
-        return "sqlite" in self.edges.sources()
-
-    async def _open_backup(self) -> EventSource:
-        """The sqlite reader of the bound database, opened once and shared."""
-        if self.backup is None:
-            backup: EventSource = self.edges.sources()["sqlite"].factory(self.ctx)
-            try:
-                await backup.open()
-            except BaseException:
-                await backup.aclose()
-                raise
-            self.backup = backup
-        return self.backup
+        return self.opened.lock.conversation_id if self.opened.lock is not None else ""
 
     # -- phase 3: pump (source → assembler → stream) -----------------------------------------
 
-    async def pump(self, config: Config) -> TurnOutcome:
+    async def pump(self, launched: Launched) -> TurnOutcome:
         """Feed snapshots until agy exits or a deadline passes (the abort is watched outside)."""
-        assert self.process is not None and self.source is not None
+        config, process, handover = launched.plan.config, launched.process, launched.handover
+        # The turn's clock, which does not count the host's time with tool calls.
+        started_at = launched.started_at
         loop = asyncio.get_running_loop()
-        exit_task = asyncio.ensure_future(self.process.wait())
+        exit_task = asyncio.ensure_future(process.wait())
         calls_task: asyncio.Future[list[ToolCall]] | None = None
         last_progress = loop.time()
         try:
@@ -792,48 +342,48 @@ class TurnDriver:
                 if calls_task is not None and calls_task.done():
                     calls, calls_task = calls_task.result(), None
                     if calls:
-                        ended = await self._park(calls, exit_task, config)
+                        ended, waited = await self._park(calls, exit_task, launched)
+                        started_at += waited
                         if ended is not None:
                             return ended
                         last_progress = loop.time()
-                if self.tools is not None and calls_task is None:
-                    calls_task = asyncio.ensure_future(self.tools.next_calls())
-                changed = await self._poll()
-                if self.switch_to_backup:
-                    self.switch_to_backup = False
-                    old, self.source = self.source, await self._open_backup()
-                    self.source_name = "sqlite"
-                    await old.aclose()
-                    changed = await self._poll()
+                if self.opened.tools is not None and calls_task is None:
+                    calls_task = asyncio.ensure_future(self.opened.tools.next_calls())
+                changed = await handover.poll(process)
                 if changed:
                     last_progress = loop.time()
                     await self._feed(changed)
-                if self._upgrade is not None and self._upgrade[2].done():
-                    await self._take_upgrade()
+                upgrading = handover.upgrading
+                if upgrading is not None and upgrading.done():
+                    await handover.take_upgrade(finished=process.returncode is not None)
                     continue  # read the new source at once (its first snapshot)
+                source = handover.source
+                assert source is not None
                 now = loop.time()
                 if exit_task.done():
-                    await self._drain()
-                    return self._exit_outcome(exit_task.result())
-                if now - self._started_at > config.turn_timeout:
+                    await handover.drain(self._feed)
+                    return exit_outcome(process, exit_task.result())
+                if now - started_at > config.turn_timeout:
                     return await self._deadline(
+                        launched,
                         f"agy did not finish within {config.turn_timeout:.0f}s (the turn deadline); "
-                        "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks"
+                        "raise turn_timeout (AGY_TURN_TIMEOUT) for long tasks",
                     )
-                if self.source.deciding or (self.tools is not None and self.tools.running):
+                if source.deciding or (self.opened.tools is not None and self.opened.tools.running):
                     # Waiting on our own decision hooks, or on a tool the host runs for agy
                     # at once (an executor, a plugin), is not agy hanging.
                     last_progress = now
                 if now - last_progress > config.idle_timeout:
                     return await self._deadline(
+                        launched,
                         f"agy made no progress for {config.idle_timeout:.0f}s (the idle deadline); "
                         "it may be hung or waiting on a prompt. Raise idle_timeout (AGY_IDLE_TIMEOUT) "
-                        "or check agy on its own"
+                        "or check agy on its own",
                     )
-                wait_task = asyncio.ensure_future(self.source.wait(1.0))
+                wait_task = asyncio.ensure_future(source.wait(1.0))
                 waits: set[asyncio.Future[Any]] = {wait_task, exit_task}
-                if self._upgrade is not None:
-                    waits.add(self._upgrade[2])
+                if handover.upgrading is not None:
+                    waits.add(handover.upgrading)
                 if calls_task is not None:
                     waits.add(calls_task)
                 try:
@@ -849,81 +399,39 @@ class TurnDriver:
     # -- host tools: park the stream on agy's call, resume on the host's results -------------
 
     async def _park(
-        self, calls: list[ToolCall], exit_task: asyncio.Future[int | None], config: Config
-    ) -> TurnOutcome | None:
+        self, calls: list[ToolCall], exit_task: asyncio.Future[int | None], launched: Launched
+    ) -> tuple[TurnOutcome | None, float]:
         """End the host's stream with agy's tool calls (`toolUse`) and wait, agy kept running,
         until the host resumes the turn with their results (None), or the wait ends (the turn's
-        outcome). The turn's deadlines do not count the host's time."""
-        loop = asyncio.get_running_loop()
-        self._resumed = loop.create_future()
+        outcome); and how long the host took (the turn's deadlines do not count it)."""
+        self.parking.begin()
         # What agy wrote before it called (the planner's thinking and text) goes first.
-        await self._feed(await self._poll())
+        await self._feed(await launched.handover.poll(launched.process))
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
-        self.stream.facts = self._facts(_final_message(events))
-        self.emit(events)
+        self.outlet.stream.facts = self._facts(final_message(events))
+        self.outlet.emit(events)
         if events and isinstance(events[-1], DoneEvent):
             # What the host now holds: the history its next turn starts from if this one ends.
-            self._delivered = events[-1].message
-        PARKED.park((call.id for call in calls), self)
-        names = ", ".join(sorted({call.name for call in calls}))
-        log.info("agy called host tool(s) %s; waiting for the host's results", names)
-        parked_at = loop.time()
-        # agy's own clock (--print-timeout) runs on while the host works: the wait ends before it.
-        agy_left = self._agy_deadline - parked_at - _AGY_CLOCK_MARGIN
-        wait = min(config.host_tool_timeout, max(0.0, agy_left))
-        deadline = parked_at + wait
-        if loop in PARKED.stopping:
-            self._resumed.set_result(STOPPED_WAITING)
-        waits: set[asyncio.Future[Any]] = {self._resumed, exit_task}
-        try:
-            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if exit_task.done() and not self._resumed.done():
-                # agy stopped waiting (it gave up on the call, or failed): what it did after
-                # is the host's still, so the turn waits for the host's next call all the same.
-                log.warning(
-                    "agy exited while waiting for the host's results of %s; what it wrote goes "
-                    "to the host's next call",
-                    names,
-                )
-                await asyncio.wait({self._resumed}, timeout=max(0.0, deadline - loop.time()))
-        finally:
-            PARKED.release(self)
-            self._started_at += loop.time() - parked_at
-        if self._resumed.done():
-            why = self._resumed.result()
-            if not why:
-                return None  # resumed: the pump goes on (and reads how agy ended, if it did)
-        elif wait < config.host_tool_timeout:
-            self._resumed.cancel()
-            why = (
-                f"the host did not answer agy's call to {names} before agy's own clock for the "
-                f"turn (--print-timeout {self._print_timeout:g}s, from turn_timeout and "
-                "host_tool_timeout) ran out; raise turn_timeout or host_tool_timeout"
-            )
-        else:
-            self._resumed.cancel()
-            why = (
-                f"the host did not answer agy's call to {names} within "
-                f"{config.host_tool_timeout:g}s (host_tool_timeout, AGY_HOST_TOOL_TIMEOUT); "
-                "run the tool calls of a `toolUse` message and call stream_simple again with "
-                "their results"
-            )
-        # The host's stream has ended (`toolUse`), so the log is where this can be said (a
-        # program that stopped waiting for its turns knows, and is told more quietly).
-        log.log(
-            logging.INFO if why == STOPPED_WAITING else logging.WARNING,
-            "the turn waiting for host tools ends: %s",
-            why,
+            self.parking.delivered = events[-1].message
+        why, waited = await self.parking.wait(
+            self,
+            calls,
+            exit_task,
+            host_tool_timeout=launched.plan.config.host_tool_timeout,
+            agy_deadline=launched.agy_deadline,
+            print_timeout=launched.print_timeout,
         )
-        if self.tools is not None:
-            await self.tools.aclose()  # agy's open calls get an error answer before it stops
-        return await self._deadline(why)
+        if not why:
+            return None, waited
+        if self.opened.tools is not None:
+            await self.opened.tools.aclose()  # agy's open calls get an error answer before it stops
+        return await self._deadline(launched, why), waited
 
     @property
     def parked(self) -> bool:
         """True while the turn waits for the host's tool results."""
-        return self._resumed is not None and not self._resumed.done()
+        return self.parking.parked
 
     def resume(
         self,
@@ -937,19 +445,16 @@ class TurnDriver:
         Synchronous, on the turn's loop; False when the turn is no longer waiting (the host
         then starts a new turn with those results).
         """
-        if not self.parked or self.tools is None or self._resumed is None:
+        if not self.parked or self.opened.tools is None:
             return False
-        PARKED.release(self)
-        PARKED.answered(results, self)
-        self._delivered = None
-        self.context, self.options, self.stream = context, options, stream
+        self.parking.answered(self, results)
+        self.context, self.options, self.outlet.stream = context, options, stream
         events = self.assembler.resume(timestamp=int(time.time() * 1000))
         for event in events:
             stream.push(event)  # `start` (emit pushes every event but that one)
-        self.emit(events)
-        self.tools.answer(results)
-        self._resumed.set_result("")
-        self._signal_swapped.set()
+        self.outlet.emit(events)
+        self.opened.tools.answer(results)
+        self.parking.go_on()
         return True
 
     async def end_parked(self, why: str) -> None:
@@ -960,8 +465,7 @@ class TurnDriver:
         if loop is not None and loop is not asyncio.get_running_loop():
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.end_parked(why), loop))
             return
-        if self.parked and self._resumed is not None:
-            self._resumed.set_result(why)
+        self.parking.end(why)
         if self.task is not None and self.task is not asyncio.current_task():
             await asyncio.wait({self.task})
 
@@ -971,131 +475,31 @@ class TurnDriver:
         prefetch = getattr(self.assembler.baselines, "prefetch", None)
         if prefetch is not None:
             await prefetch(steps)
-        self.emit(self.assembler.feed(steps))
+        self.outlet.emit(self.assembler.feed(steps))
 
-    async def _poll(self) -> list[Step]:
-        """The source's changes; a failing rpc source is replaced by the database."""
-        assert self.source is not None and self.process is not None
-        try:
-            return await self.source.poll()
-        except AgyError as exc:
-            # agy exiting takes its server along; the exit may not be reaped yet, so look.
-            exited = await self.process.wait(_EXIT_GRACE) is not None
-            if exited and self.source_name != "sqlite":
-                return []  # the drain reads the database
-            if self.source_name == "sqlite" or not self._may_fall_back():
-                raise
-            log.warning(
-                "the %s event source failed (%s); finishing from the database",
-                self.source_name,
-                exc,
-            )
-            self.switch_to_backup = True
-            return []
-
-    async def _deadline(self, message: str) -> TurnOutcome:
-        assert self.process is not None
-        await self.process.terminate()
-        await self._drain()
+    async def _deadline(self, launched: Launched, message: str) -> TurnOutcome:
+        """End agy for `message` (a deadline passed), then read what it wrote."""
+        await launched.process.terminate()
+        await launched.handover.drain(self._feed)
         return TurnOutcome(ok=False, error=message)
-
-    async def _drain(self) -> None:
-        """Take what the source still holds, then read the database until it is quiet.
-
-        After agy exits its language server is gone with it, so the database — the ground truth —
-        gives the last word; the assembler drops whatever was already streamed.
-        """
-        assert self.source is not None
-        if self.source_name != "sqlite":
-            # What the stream delivered before agy exited; its server went with it, so a
-            # failure to reach it now is expected and the database below has the rest.
-            with contextlib.suppress(AgyError):
-                await self._feed(await self.source.poll())
-            try:
-                backup = await self._open_backup()
-            except AgyError as exc:
-                log.warning("could not read the database for the final drain: %s", exc)
-                return
-            self._retired.append(self.source)  # closed after the final event
-            self.source, self.source_name = backup, "sqlite"
-        quiet = 0
-        while quiet < _DRAIN_QUIET_POLLS:
-            try:
-                changed = await self.source.poll(force=quiet == 0)
-            except AgyError as exc:
-                log.warning("last read failed: %s", exc)
-                return
-            if changed:
-                await self._feed(changed)
-                quiet = 0
-            else:
-                quiet += 1
-
-    def _exit_outcome(self, code: int | None) -> TurnOutcome:
-        """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
-        from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
-
-        assert self.process is not None
-        return exit_verdict(
-            code,
-            stderr=self.process.stderr_text(),
-            stdout=self.process.stdout_text(),
-            result=self.process.result,
-            observed_at=time.time(),
-        )
 
     # -- phase 4: settle (final event first, then the session) -------------------------------
 
     async def _read_answering_model(self) -> None:
         """The model that answered, as agy recorded it (the asked id may be a base or alias)."""
-        ctx = self.ctx
-        if ctx is None or ctx.binding is None:
-            return
-        with contextlib.suppress(AgyError, TimeoutError):
-            answered_by = await asyncio.wait_for(
-                off_loop(answering_model, ctx.binding.path, self.assembler.turn_start),
-                _MODEL_READ,
-            )
+        if self.ctx is not None and self.ctx.binding is not None:
+            answered_by = await read_answering_model(self.ctx.binding, self.assembler.turn_start)
             self.assembler.use_model(answered_by)  # ignores "" (no record names one)
 
     def _mark(self, events: list[AssistantMessageEvent]) -> list[AssistantMessageEvent]:
-        """The final event's message bearing this turn's mark (`continuity`): a host that
-        carries it back continues the conversation without a session id. Only a turn bound to
-        a conversation marks its message; a conversation agy no longer had is said there too."""
-        conversation_id = self.conversation_id
-        if not events or not conversation_id or self.ctx is None or self.ctx.binding is None:
-            return events
-        last = events[-1]
-        mark = make_mark(conversation_id, secrets.token_hex(16))
-        if isinstance(last, DoneEvent):
-            return [*events[:-1], dataclasses.replace(last, message=self._marked(last.message, mark))]
-        if isinstance(last, ErrorEvent):
-            return [*events[:-1], dataclasses.replace(last, error=self._marked(last.error, mark))]
-        return events
-
-    def _marked(self, message: AssistantMessage, mark: str) -> AssistantMessage:
-        message = mark_message(message, mark)
-        if self._lost_conversation:
-            diagnostic = {
-                "type": "agy-provider.conversation_lost",
-                "timestamp": int(time.time() * 1000),
-                "details": {
-                    "lost": self._lost_conversation,
-                    "conversation": self.conversation_id,
-                    "why": "agy no longer has the conversation; a new one carries the history",
-                },
-            }
-            message = dataclasses.replace(
-                message, diagnostics=(*(message.diagnostics or ()), diagnostic)
-            )
-        return message
-
-    def _settle_events(self, outcome: TurnOutcome) -> AssistantMessage | None:
-        """Finish the assembler and deliver its final event; returns the final message."""
-        return self._deliver(self._mark(self.assembler.finish(outcome)), outcome)
+        """The final event's message bearing this turn's mark, once the turn is bound."""
+        bound = self.ctx is not None and self.ctx.binding is not None
+        return mark_events(
+            events, self.conversation_id if bound else "", self.planner.lost_conversation
+        )
 
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
-        process = self.process
+        process = self.opened.process
         return TurnFacts(
             conversation_id=self.conversation_id,
             exit_code=None if process is None else process.returncode,
@@ -1103,175 +507,31 @@ class TurnDriver:
             source=self.source_name,
         )
 
-    def _deliver(
-        self, events: list[AssistantMessageEvent], outcome: TurnOutcome
-    ) -> AssistantMessage | None:
-        self.stream.facts = self._facts(_final_message(events))
-        self.emit(events)
-        if not self.stream.done:  # the assembler had already finished: still say what happened
-            self.stream.push(
-                ErrorEvent(
-                    reason="aborted" if outcome.aborted else "error",
-                    error=bare_error(self.model, outcome.error or "the turn failed"),
-                )
-            )
-        return _final_message(events)
+    def _deliver(self, events: list[AssistantMessageEvent], outcome: TurnOutcome) -> None:
+        self.outlet.deliver(events, outcome, self._facts(final_message(events)))
 
-    async def settle(self, outcome: TurnOutcome) -> None:
+    async def settle(self, outcome: TurnOutcome, launched: Launched | None) -> None:
         """Deliver the final event, then save the session (off the loop, after the host has it)."""
         if not outcome.aborted:
             await self._read_answering_model()
-        path = str(self.edges.store.path)
         events = self._mark(self.assembler.finish(outcome))
-        final = _final_message(events)
-        if self._delivered is not None:
+        final = final_message(events)
+        if self.parking.delivered is not None:
             # Ended while parked: the host's transcript ends with the `toolUse` message, so its
             # next turn (the tool results, late) resumes this conversation.
-            final = self._delivered
-        # Kept in memory before the final event goes out, so a turn the host starts right
-        # after `done` resumes even while the save below is still running.
-        records = self._records(outcome, final=final)
-        with _unsaved_lock:
-            for name, record in records.items():
-                _unsaved[(path, name)] = record
-                _newest[(path, name)] = self
-        self._deliver(events, outcome)
-        if not records:
-            return
-        version_task = self.version_task
-        known = version_task is not None and version_task.done() and not version_task.cancelled()
-        if known and version_task is not None and version_task.exception() is None:
-            version = version_task.result()
-            records = {k: dataclasses.replace(r, agy_version=version) for k, r in records.items()}
-        with _unsaved_lock:
-            _unsaved.update({(path, k): r for k, r in records.items()})
-        # In our pool's threads, which are running already: the loop's default executor would
-        # start its threads here, on the loop, and wait for each to run. A settle cancelled now
-        # (a loop shutting down right after `done`) does not stop the write, and the process
-        # finishes it before it exits.
-        write = in_background(self.edges.store.put_many, records)
-        try:
-            await _written(write)
-            if not known and version_task is not None:
-                # agy's version is still being asked (a first run): record it when it comes.
-                with contextlib.suppress(TimeoutError, AgyError, OSError):
-                    version = await asyncio.wait_for(asyncio.shield(version_task), _VERSION_WAIT)
-                    newest = {k: r for k, r in records.items() if _newest.get((path, k)) is self}
-                    if version and newest:
-                        records = {
-                            k: dataclasses.replace(r, agy_version=version)
-                            for k, r in newest.items()
-                        }
-                        with _unsaved_lock:
-                            _unsaved.update({(path, k): r for k, r in records.items()})
-                        write = in_background(self.edges.store.put_many, records)
-                        await _written(write)
-        finally:
-            # The records stay readable in memory until their write has landed (a turn started
-            # meanwhile in this process resumes from them); a newer turn's record stays until
-            # its own write lands.
-            keys = [(path, k) for k in records]
-            write.add_done_callback(lambda _: _forget_unsaved(keys, self))
-
-    def _records(
-        self, outcome: TurnOutcome, *, final: AssistantMessage | None
-    ) -> dict[str, SessionRecord]:
-        """What to remember after this turn, by store key: the host's session (if it named one)
-        and the conversation's own record, which proves the final message's mark."""
-        ctx = self.ctx
-        if ctx is None or ctx.binding is None or self.source is None:
-            return {}
-        records: dict[str, SessionRecord] = {}
-        digest = history_digest([*self.context.messages, *([final] if final is not None else [])])
-        answered = final is not None and final.stop_reason in ("stop", "length", "toolUse")
-        conversation_id = ctx.binding.conversation_id
-        reached = self._reached(outcome)
-        if reached is not None and ctx.session_id:
-            # A session's history leaves out a failed or aborted message (a host may drop it;
-            # one that keeps it is recognised by the message's mark below).
-            records[ctx.session_id] = dataclasses.replace(
-                reached,
-                history_digest=digest if answered else history_digest(self.context.messages),
+            final = self.parking.delivered
+        records = {}
+        if launched is not None:
+            records = turn_records(
+                launched,
+                outcome,
+                final=final,
+                messages=self.context.messages,
+                previous=self.planner.conversation_record,
+                turn_start=self.assembler.turn_start,
             )
-        mark = parse_mark(final.response_id) if final is not None else None
-        if final is None or mark is None or mark[0] != conversation_id:
-            return records
-        previous = self._conversation_record
-        if previous is not None and previous.conversation_id != conversation_id:
-            previous = None
-        base = reached or previous
-        if base is None:
-            return records  # nothing of the new conversation reached agy: nothing to continue
-        records[conversation_key(conversation_id)] = dataclasses.replace(
-            base,
-            history_digest=digest,
-            mark=mark[1],
-            # The newest answer stays acceptable while the turns after it fail or are aborted:
-            # a host may drop those messages from its transcript.
-            answered_mark=mark[1] if answered else (previous.answered_mark if previous else ""),
-            answered_digest=digest if answered else (previous.answered_digest if previous else ""),
-        )
-        return records
-
-    def _reached(self, outcome: TurnOutcome) -> SessionRecord | None:
-        """The conversation as agy now holds it (None: nothing of this turn reached it)."""
-        ctx = self.ctx
-        assert ctx is not None and ctx.binding is not None and self.source is not None
-        turn_start = self.assembler.turn_start
-        # Rows before this turn's user step are history for every later turn, even a row an
-        # aborted agy left unfinished: it must not hold the next resume back to it.
-        last_final = self.source.last_final_index(after=-1 if turn_start is None else turn_start)
-        if last_final <= ctx.min_index and (outcome.aborted or turn_start is None):
-            # Nothing of this turn reached agy's conversation (aborted, or refused before its
-            # user step): the session stays as it was, so the host's retry still resumes.
-            return None
-        return SessionRecord(
-            conversation_id=ctx.binding.conversation_id,
-            last_step_index=last_final,
-            event_source=self.source_name,
-            agy_version="",
-        )
-
-
-def _final_message(events: Sequence[AssistantMessageEvent]) -> AssistantMessage | None:
-    last = events[-1] if events else None
-    if isinstance(last, DoneEvent):
-        return last.message
-    if isinstance(last, ErrorEvent):
-        return last.error
-    return None
-
-
-def answering_model(path: Path, turn_start: int | None) -> str:
-    """The slug of the model that answered the turn starting at `turn_start`, from the newest
-    `gen_metadata` records back to the first that belongs to an earlier turn ("" if unknown)."""
-    if turn_start is None:
-        return ""
-    conn = open_conversation_db(path)
-    try:
-        for seen, (_idx, blob) in enumerate(newest_generator_rows(conn, path=str(path))):
-            if seen >= _MODEL_RECORDS:
-                return ""  # records that name no steps: do not walk the whole conversation
-            try:
-                record = decode_generator_record(blob)
-            except DecodeError:
-                continue
-            if record.step_indices and max(record.step_indices) <= turn_start:
-                return ""  # an earlier turn's call: this turn recorded none
-            if record.model and model_of_turn([record], after=turn_start):
-                return record.model
-        return ""
-    finally:
-        conn.close()
-
-
-def bare_error(model: Model, message: str) -> AssistantMessage:
-    return AssistantMessage(
-        content=(),
-        api=model.api or "agy",
-        provider=model.provider or "agy",
-        model=model.id,
-        stop_reason="error",
-        error_message=message,
-        timestamp=0,
-    )
+        saving = SessionSave(self.edges.store, self)
+        saving.keep(records)
+        self._deliver(events, outcome)
+        if records:
+            await saving.save(records, self.opened.version_task)

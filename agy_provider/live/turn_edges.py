@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
@@ -18,7 +18,10 @@ from agy_provider.plugin_manager import EventSourceSpec, event_sources
 from agy_provider.store.config import Config, load_config
 from agy_provider.store.sessions import SessionStore
 
-__all__ = ["TurnContext", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
+if TYPE_CHECKING:
+    from agy_provider.live.handover import SourceHandover
+
+__all__ = ["Launched", "TurnContext", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -29,7 +32,7 @@ class TurnContext:
     prompt: str
     cwd: str
     config: Config
-    event_source: str
+    event_source: str  # the source asked for (a name, or "auto")
     permissions: str
     min_index: int = -1
     binding: Binding | None = None
@@ -39,6 +42,8 @@ class TurnContext:
     # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
     continuity: str = "new"
     lost_conversation: str = ""
+    # The event source the turn reads now: chosen at launch, updated on every handover.
+    source: str = ""
 
 
 class TurnProcess(Protocol):
@@ -99,6 +104,24 @@ class TurnPlan:
     # `register_host_tools`): the MCP bridge then starts before agy.
     offers_tools: bool = False
     plugin_tools: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Launched:
+    """What `launch` started: agy's process for the plan, the database it bound, the turn's
+    event sources, and agy's own clock for the turn (`--print-timeout`, from `started_at`)."""
+
+    plan: TurnPlan
+    process: TurnProcess
+    binding: Binding
+    handover: SourceHandover
+    started_at: float  # the loop's time when agy was spawned
+    print_timeout: float
+
+    @property
+    def agy_deadline(self) -> float:
+        """When agy's own clock ends the turn, on the loop's clock."""
+        return self.started_at + self.print_timeout
 
 
 def state_dir(config: Config, binary: str) -> str:

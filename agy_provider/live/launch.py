@@ -1,0 +1,96 @@
+"""Launching agy for a turn's plan, apart from the driver: the conversation's lock, binding the
+database agy writes (and telling agy forking a resumed conversation from agy failing), agy's verdict.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.errors import AgyError, TurnError
+from agy_provider.live.conversation_lock import ConversationLock
+from agy_provider.live.discovery import Binding
+from agy_provider.live.runner import prompt_fits_argv
+from agy_provider.live.turn_edges import TurnEdges, TurnPlan, TurnProcess
+
+__all__ = ["Forked", "bind_turn", "exit_outcome", "lock_conversation"]
+
+log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a turn's story
+
+# When agy fails before binding, how long to wait for its exit to explain it.
+_EXIT_GRACE = 1.0
+# A cold start (agy signing in, starting its server) may take longer than the idle deadline
+# allows between two steps; binding gets at least this long, within the turn deadline.
+_COLD_START = 60.0
+
+
+class Forked(AgyError):
+    """agy started another conversation than the one it was asked to resume."""
+
+    def __init__(self, stated: str) -> None:
+        super().__init__(f"agy started conversation {stated} instead")
+        self.stated = stated
+
+
+async def bind_turn(
+    edges: TurnEdges, folder: Path, before: set[str], process: TurnProcess, plan: TurnPlan
+) -> Binding:
+    """The database `process` writes for `plan` (`folder` held the stems `before` it started).
+
+    Raises `Forked` when agy started another conversation than the one it was to resume, a
+    `TurnError` in agy's own words when it exited failing before it wrote anything.
+    """
+    config = plan.config
+    try:
+        return await edges.bind(
+            folder,
+            before,
+            process,
+            prompt=plan.prompt,
+            timeout=min(config.turn_timeout, max(config.idle_timeout, _COLD_START)),
+            expected_id=plan.conversation_id,
+            states_id=process.request.output_format == "stream-json"
+            or not prompt_fits_argv(process.request.prompt),
+        )
+    except AgyError as exc:
+        stated = process.stated_conversation_id
+        if plan.conversation_id and stated and stated != plan.conversation_id:
+            raise Forked(stated) from exc
+        code = await process.wait(_EXIT_GRACE) if process.returncode is None else None
+        code = process.returncode if code is None else code
+        if code:  # agy failed before it wrote anything: its own words say why
+            raise TurnError(exit_outcome(process, code).error) from exc
+        raise
+
+
+async def lock_conversation(plan: TurnPlan) -> ConversationLock:
+    """The lock of `plan`'s conversation, once its running turn (if any) ends: at most
+    `turn_timeout`, said in the log when it waits."""
+
+    def waiting() -> None:
+        log.info(
+            "another turn of agy conversation %s is running; this one waits for it",
+            plan.conversation_id,
+        )
+
+    return await ConversationLock.acquire(
+        plan.state_dir,
+        plan.conversation_id,
+        timeout=plan.config.turn_timeout,
+        waiting=waiting,
+    )
+
+
+def exit_outcome(process: TurnProcess, code: int | None) -> TurnOutcome:
+    """agy's own verdict: its exit code, and the stream-json `result` when it printed one."""
+    from agy_provider.agy.verdict import exit_verdict  # agy's words: AGY_ERROR, quota
+
+    return exit_verdict(
+        code,
+        stderr=process.stderr_text(),
+        stdout=process.stdout_text(),
+        result=process.result,
+        observed_at=time.time(),
+    )

@@ -1,0 +1,63 @@
+"""Where a live turn's events go: the host's stream (a resumed turn's new one) and the
+`observe_event` hooks, and the final event with the turn's facts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.live.settle import bare_error, final_message
+from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent, StartEvent
+from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
+from agy_provider.pi.types import AssistantMessage, Model
+
+if TYPE_CHECKING:
+    from agy_provider.live.planning import TurnPlanner
+
+__all__ = ["EventOutlet"]
+
+log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a turn's story
+
+
+class EventOutlet:
+    """Pushes a turn's events to `stream` and shows each to the observers of the turn's
+    context (once `planner` made it); an observer's failure is logged once per turn."""
+
+    def __init__(
+        self, stream: AssistantMessageEventStream, model: Model, planner: TurnPlanner
+    ) -> None:
+        self.stream = stream
+        self.model = model
+        self.planner = planner
+        self._observer_failed = False
+
+    def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
+        for event in events:
+            if not isinstance(event, StartEvent):
+                self.stream.push(event)
+            if self.planner.ctx is not None:
+                try:
+                    self.planner.pm.hook.observe_event(event=event, turn=self.planner.ctx)
+                except Exception:  # an observer's bug must not cost the host its events
+                    if not self._observer_failed:
+                        self._observer_failed = True
+                        log.exception("an observe_event hook failed (at %s); ignored", event.type)
+
+    def deliver(
+        self, events: list[AssistantMessageEvent], outcome: TurnOutcome, facts: TurnFacts
+    ) -> AssistantMessage | None:
+        """Emit the turn's last events (the final one among them, unless the assembler had
+        finished already: then a bare one says what happened); returns the final message."""
+        self.stream.facts = facts
+        self.emit(events)
+        if not self.stream.done:
+            self.stream.push(
+                ErrorEvent(
+                    reason="aborted" if outcome.aborted else "error",
+                    error=bare_error(self.model, outcome.error or "the turn failed"),
+                )
+            )
+        return final_message(events)

@@ -1,0 +1,246 @@
+"""Phase 1 of a live turn, planning: settings, the conversation it continues (`continuity`),
+the prompt, the event source and agy's argv — pure decisions, before any process.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from agy_provider.agy.database import last_step_index
+from agy_provider.agy.models import model_arguments
+from agy_provider.bridge.host_tools import plugin_tools_registered
+from agy_provider.errors import UsageError
+from agy_provider.live.continuity import Continuation, conversation_key, find_continuation
+from agy_provider.live.discovery import agy_log_dir, conversations_dir
+from agy_provider.live.images import check_images, newest_images
+from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.settle import UNSAVED
+from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan
+from agy_provider.live.turn_edges import state_dir as agy_state_dir
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context, Message, Model, ToolResultMessage
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.store.sessions import SessionRecord
+
+__all__ = ["TurnPlanner"]
+
+log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a turn's story
+
+# pi's thinking levels -> agy's efforts.
+_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+# agy's own --print-timeout sits above our deadline, so we (not agy) decide when a turn is too long.
+_PRINT_TIMEOUT_MARGIN = 60.0
+# agy's own --print-timeout for a turn that offers host tools also allows this many full waits
+# for the host (host_tool_timeout each): agy's clock does not stop while the host works.
+_HOST_WAITS_IN_AGY_CLOCK = 4
+
+
+class TurnPlanner:
+    """Plans one turn (again, after agy forked the conversation it was to resume).
+
+    Keeps what planning learned for the later phases: the plugin manager (`pm`), the context
+    plugins see (`ctx`), the messages agy never saw (`unseen`), the record of the conversation
+    the turn continues, the conversation agy no longer had, and whether to start anew.
+    """
+
+    def __init__(self, edges: TurnEdges) -> None:
+        self.edges = edges
+        self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
+        self.ctx: TurnContext | None = None
+        self.unseen: tuple[Message, ...] = ()  # what agy never saw, sent before the newest input
+        self.conversation_record: SessionRecord | None = None
+        self.lost_conversation = ""
+        self.force_new = False  # agy forked the conversation: the turn runs as a new one
+
+    def prepare(
+        self,
+        model: Model,
+        context: Context,
+        options: SimpleStreamOptions,
+        *,
+        cwd: str,
+        agy_bin: str | None,
+        event_source: str | None,
+        continue_session: bool,
+        named_conversation: str = "",
+        host_runs_tools: bool,
+    ) -> TurnPlan:
+        """Settings, the session to resume, the prompt, the event source and agy's argv.
+
+        `named_conversation`: the conversation the caller names (continued from its newest
+        step). `host_runs_tools`: no executor runs the host's tools, the host itself does (between
+        two calls). Runs in a worker thread.
+        """
+        self.pm = get_plugin_manager()
+        config = self.edges.config()
+        session_id = options.session_id or ""
+        check_images(newest_images(context))  # a bad image is refused before anything else
+        binary = self.edges.find_agy(agy_bin or config.agy_bin)
+        state_dir = agy_state_dir(config, binary)
+        conversation_id, min_index, unseen, how = self._continuity(
+            context,
+            session_id,
+            state_dir,
+            continue_session=continue_session,
+            named_conversation=named_conversation,
+        )
+        self.unseen = unseen
+        resume = bool(conversation_id)
+        prompt = build_prompt(context, resume=resume, unseen=unseen)
+        self.ctx = TurnContext(
+            session_id=session_id,
+            prompt=prompt,
+            cwd=cwd,
+            config=config,
+            event_source=event_source or config.event_source,
+            permissions=config.permissions,
+            min_index=min_index,
+            continuity=how,
+            lost_conversation=self.lost_conversation,
+        )
+        source_name = self._choose_source()
+        effort = _EFFORTS.get(options.reasoning or "", "") or config.thinking
+        model_id = model.id if model.id not in ("", "agy", "default") else config.model
+        wanted = self.edges.sources().get(self.ctx.event_source)
+        # Under "auto" the turn may use any source, the language server's too.
+        rpc_capable = self.ctx.event_source == "auto" or (
+            wanted is not None and wanted.language_server
+        )
+        # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
+        log_file = (
+            str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
+            if rpc_capable
+            else ""
+        )
+        print_timeout = config.turn_timeout + _PRINT_TIMEOUT_MARGIN
+        if context.tools and host_runs_tools:
+            # Waits for the host's tool results stop our deadlines, not agy's own clock.
+            print_timeout += _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
+        request = TurnRequest(
+            prompt=prompt,
+            cwd=cwd,
+            agy_bin=binary,
+            model_args=model_arguments(model_id, effort),
+            mode=config.mode,
+            skip_permissions=config.permissions == "skip",
+            conversation_id=conversation_id,
+            print_timeout=print_timeout,
+            # Only an rpc-capable turn needs the token; agy builds before 1.2.2 may reject the flag.
+            csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
+            env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
+            log_file=log_file,
+        )
+        plugin_tools = plugin_tools_registered(self.pm)
+        return TurnPlan(
+            offers_tools=bool(context.tools) or plugin_tools,
+            plugin_tools=plugin_tools,
+            config=config,
+            state_dir=state_dir,
+            session_id=session_id,
+            resume=resume,
+            conversation_id=conversation_id,
+            min_index=min_index,
+            prompt=prompt,
+            source_name=source_name,
+            request=request,
+        )
+
+    def _session(self, session_id: str) -> SessionRecord | None:
+        if not session_id:
+            return None
+        unsaved = UNSAVED.get(str(self.edges.store.path), session_id)
+        return unsaved or self.edges.store.get(session_id)
+
+    def _continuity(
+        self,
+        context: Context,
+        session_id: str,
+        state_dir: str,
+        *,
+        continue_session: bool,
+        named_conversation: str = "",
+    ) -> tuple[str, int, tuple[Message, ...], str]:
+        """Which agy conversation this turn continues: (its id or "" for a new one, the last
+        step index read, the messages agy never saw, how it was decided).
+
+        A session id whose record's history matches (or `continue_session`) pins it by name;
+        otherwise the transcript's newest marked message must prove it (`continuity`). A
+        conversation whose database is gone is not resumed: the turn starts a new one that
+        carries the host's history, and says so.
+        """
+        earlier = list(context.messages)
+        # The history before the newest input: a user message, or the tool results that end it.
+        if earlier and isinstance(earlier[-1], ToolResultMessage):
+            while earlier and isinstance(earlier[-1], ToolResultMessage):
+                earlier.pop()
+        else:
+            earlier = earlier[:-1]
+        if self.force_new:
+            return "", -1, (), "new"
+        record = self._session(session_id)
+        if named_conversation:  # from its newest step; a lost one is said below
+            path = conversations_dir(state_dir) / f"{named_conversation}.db"
+            newest = last_step_index(path) if path.is_file() else -1
+            record = SessionRecord(conversation_id=named_conversation, last_step_index=newest)
+        conversation_id, min_index, how = "", -1, "new"
+        unseen: tuple[Message, ...] = ()
+        if record is not None and (
+            continue_session or record.history_digest == history_digest(earlier)
+        ):
+            conversation_id, min_index, how = (
+                record.conversation_id,
+                record.last_step_index,
+                "session",
+            )
+        else:
+            found: Continuation = find_continuation(earlier, self._session)
+            if found.proven and found.record is not None:
+                conversation_id, min_index = found.conversation_id, found.record.last_step_index
+                unseen, how = found.unseen, "mark"
+                self.conversation_record = found.record
+                if found.unseen:
+                    log.info(
+                        "continuing agy conversation %s; %d message(s) since its last reply "
+                        "go to agy as one block",
+                        conversation_id,
+                        len(found.unseen),
+                    )
+            elif earlier:
+                log.info(
+                    "starting a new agy conversation with the host's history as a preamble: %s",
+                    f"session {session_id!r} has no matching record; {found.why}"
+                    if session_id
+                    else found.why,
+                )
+        if not conversation_id:
+            return "", -1, (), "new"
+        if self.conversation_record is None or (
+            self.conversation_record.conversation_id != conversation_id
+        ):
+            self.conversation_record = self._session(conversation_key(conversation_id))
+        if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
+            self.lost_conversation = conversation_id
+            log.warning(
+                "agy no longer has conversation %s (no %s.db in %s); starting a new one that "
+                "carries the host's history",
+                conversation_id,
+                conversation_id,
+                conversations_dir(state_dir),
+            )
+            self.conversation_record = None
+            return "", -1, (), "new"
+        return conversation_id, min_index, unseen, how
+
+    def _choose_source(self) -> str:
+        assert self.ctx is not None
+        available = list(self.edges.sources())
+        name = self.pm.hook.choose_event_source(turn=self.ctx, available=available)
+        if not name:
+            raise UsageError(
+                f"event source {self.ctx.event_source!r} is not available here "
+                f"(available: {', '.join(available) or 'none'})"
+            )
+        return str(name)
