@@ -901,3 +901,10 @@ def test_json_result_document_with_a_huge_duration_replays(tmp_path: Path) -> No
     code, out, err = run("replay", str(path))
     assert code == 0, err
     assert json.loads(out.splitlines()[-1])["type"] == "done"
+
+
+def test_a_tool_argument_with_too_many_digits_to_print_is_shown_cut() -> None:
+    # Found by test_fuzz_stream_json_events: str() of an int past 4,300 digits raises ValueError.
+    from agy_provider.agy.streamjson_values import plain
+
+    assert plain({"n": 10**4301, "m": 10**30}) == {"n": "…", "m": "1" + "0" * 30 + "…"}

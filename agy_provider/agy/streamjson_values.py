@@ -80,7 +80,10 @@ def plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
-        return str(value)[:40] + "…"
+        try:
+            return str(value)[:40] + "…"
+        except ValueError:  # too many digits to print at all (sys.get_int_max_str_digits)
+            return "…"
     if depth >= _MAX_PARAM_DEPTH and isinstance(value, dict | list):
         return "…"
     if isinstance(value, dict):
