@@ -6,24 +6,18 @@ Starts a turn (`turn.TurnDriver`: prepare → launch → pump → settle) and ha
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import time
 from typing import Any
 
-from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.assembly.diffs import GitBaselines
 from agy_provider.bridge.host_tools import ToolExecutor
 from agy_provider.live.turn import (
     PARKED,
     STOPPED_WAITING,
     TurnContext,
-    TurnDriver,
     TurnEdges,
-    bare_error,
     build_prompt,
     history_digest,
 )
-from agy_provider.pi.events import ErrorEvent
+from agy_provider.live.turn_start import start_turn
 from agy_provider.pi.host_input import checked_cwd, normalise_turn
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream
@@ -78,65 +72,21 @@ def stream_simple(
     """
     turn = normalise_turn(model, context, options)
     cwd = checked_cwd(cwd)
-    model, context, options = turn.model, turn.context, turn.options
     stream = AssistantMessageEventStream()
-    found = PARKED.find(context.messages)
-    if found is not None:
-        parked, results = found
-        if (
-            parked.loop is asyncio.get_running_loop()
-            and parked.task is not None
-            and parked.resume(context, options, stream, results)
-        ):
-            stream.follow_turn(parked.task)
-            if turn.abort is not None:
-                turn.abort.attach(stream)
-            return stream
-    assembler = StepAssembler(
-        model=model.id,
-        provider=model.provider or "agy",
-        api=model.api or "agy",
-        timestamp=int(time.time() * 1000),
-        baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
-    )
-    for event in assembler.start():
-        stream.push(event)
-    if found is None and PARKED.resumed_by_another(context.messages):
-        # Two hosts (or one host twice) bringing the same tool results: exactly one resumes
-        # agy's turn; running agy on the same work again would answer twice.
-        stream.push(
-            ErrorEvent(
-                reason="error",
-                error=bare_error(
-                    model,
-                    "these tool results already resumed the agy turn that asked for them "
-                    "(another call brought them first); wait for that call's answer",
-                ),
-            )
-        )
-        return stream
-    if store is not None:  # never change an `edges` the caller may use again
-        edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
-    driver = TurnDriver(
-        model,
-        context,
-        options,
+    task = start_turn(
+        turn,
         stream,
-        assembler,
         cwd=cwd,
         agy_bin=agy_bin,
         event_source=event_source,
+        store=store,
         continue_session=continue_session,
         edges=edges,
         tool_executor=tool_executor,
         conversation_id=conversation_id,
     )
-    task = asyncio.get_running_loop().create_task(driver.run())
-    driver.task = task
-    # The host's abort follows the turn, which outlives a stream that ends `toolUse`.
-    stream.follow_turn(task)
-    if turn.abort is not None:
-        turn.abort.attach(stream)
+    if task is None:
+        return stream
     _running.add(task)
     task.add_done_callback(_running.discard)
     return stream

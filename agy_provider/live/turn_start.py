@@ -1,0 +1,95 @@
+"""Starting a live turn behind a stream: resuming a parked one, or the assembler, `start` and
+the `TurnDriver` task of a new one. The heavy half of `provider.stream_simple`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.assembly.diffs import GitBaselines
+from agy_provider.bridge.host_tools import ToolExecutor
+from agy_provider.live.turn import PARKED, TurnDriver, TurnEdges, bare_error
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.host_input import HostTurn
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.store.sessions import SessionStore
+
+__all__ = ["start_turn"]
+
+
+def start_turn(
+    turn: HostTurn,
+    stream: AssistantMessageEventStream,
+    *,
+    cwd: str | None,
+    agy_bin: str | None,
+    event_source: str | None,
+    store: SessionStore | None,
+    continue_session: bool,
+    edges: TurnEdges | None,
+    tool_executor: ToolExecutor | None,
+    conversation_id: str,
+) -> asyncio.Task[None] | None:
+    """Feed `stream` from a resumed parked turn, or from a new turn's task (returned)."""
+    model, context, options = turn.model, turn.context, turn.options
+    found = PARKED.find(context.messages)
+    if found is not None:
+        parked, results = found
+        if (
+            parked.loop is asyncio.get_running_loop()
+            and parked.task is not None
+            and parked.resume(context, options, stream, results)
+        ):
+            stream.follow_turn(parked.task)
+            if turn.abort is not None:
+                turn.abort.attach(stream)
+            return None
+    assembler = StepAssembler(
+        model=model.id,
+        provider=model.provider or "agy",
+        api=model.api or "agy",
+        timestamp=int(time.time() * 1000),
+        baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
+    )
+    for event in assembler.start():
+        stream.push(event)
+    if found is None and PARKED.resumed_by_another(context.messages):
+        # Two hosts (or one host twice) bringing the same tool results: exactly one resumes
+        # agy's turn; running agy on the same work again would answer twice.
+        stream.push(
+            ErrorEvent(
+                reason="error",
+                error=bare_error(
+                    model,
+                    "these tool results already resumed the agy turn that asked for them "
+                    "(another call brought them first); wait for that call's answer",
+                ),
+            )
+        )
+        return None
+    if store is not None:  # never change an `edges` the caller may use again
+        edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
+    driver = TurnDriver(
+        model,
+        context,
+        options,
+        stream,
+        assembler,
+        cwd=cwd,
+        agy_bin=agy_bin,
+        event_source=event_source,
+        continue_session=continue_session,
+        edges=edges,
+        tool_executor=tool_executor,
+        conversation_id=conversation_id,
+    )
+    task = asyncio.get_running_loop().create_task(driver.run())
+    driver.task = task
+    # The host's abort follows the turn, which outlives a stream that ends `toolUse`.
+    stream.follow_turn(task)
+    if turn.abort is not None:
+        turn.abort.attach(stream)
+    return task
