@@ -61,7 +61,8 @@ def test_replay_never_loads_the_live_path() -> None:
 
 def test_the_live_path_loads_on_first_use() -> None:
     new = loaded_after("from agy_provider import stream_simple")
-    assert {"asyncio", "agy_provider.live.provider"} <= new
+    assert "agy_provider.live.provider" in new
+    assert "agy_provider.live.turn" not in new  # the turn itself loads with the first turn
 
 
 def test_only_an_rpc_turn_loads_httpx() -> None:
@@ -116,3 +117,41 @@ def test_the_options_never_load_asyncio() -> None:
     )
     assert {"agy_provider.pi.options", "agy_provider.pi.types"} <= new
     assert not new & (LIVE | REPLAY), sorted(new & (LIVE | REPLAY))
+
+
+def test_a_hosts_import_line_loads_only_pis_types_and_the_light_provider() -> None:
+    # Every `llm` command and short script pays this line: the turn machinery loads with the
+    # first turn instead (in a worker thread, `start` already out).
+    new = loaded_after(
+        "from agy_provider import Context, Model, SimpleStreamOptions, UserMessage, stream_simple"
+    )
+    ours = {m for m in new if m.startswith("agy_provider")}
+    assert ours <= {
+        "agy_provider",
+        "agy_provider.errors",
+        "agy_provider.pi",
+        "agy_provider.pi._pijson",
+        "agy_provider.pi.options",
+        "agy_provider.pi.tool_run",
+        "agy_provider.pi.types",
+        "agy_provider.live",
+        "agy_provider.live.provider",
+    }, ours
+    assert not new & (LIVE | REPLAY), new
+
+
+def test_the_first_turn_loads_the_machinery_and_streams() -> None:
+    # The first stream_simple of a process: `start` at once, the rest once imported off the loop.
+    new = loaded_after(
+        "import asyncio, os\n"
+        "from agy_provider import Context, Model, UserMessage, stream_simple\n"
+        "async def main():\n"
+        "    model = Model(id='x', name='x', api='agy', provider='agy', base_url='',\n"
+        "                  reasoning=True, context_window=0, max_tokens=0)\n"
+        "    stream = stream_simple(model, Context(messages=[UserMessage(content='hi', timestamp=0)]),\n"
+        "                           agy_bin='/nonexistent/agy')\n"
+        "    kinds = [event.type async for event in stream]\n"
+        "    assert kinds == ['start', 'error'], kinds\n"
+        "asyncio.run(main())"
+    )
+    assert {"agy_provider.live.turn_start", "agy_provider.live.turn"} <= new

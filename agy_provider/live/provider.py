@@ -1,37 +1,34 @@
 """pi's provider contract for agy: `stream_simple(model, context, options)` and `complete_simple`.
 
-Starts a turn (`turn.TurnDriver`: prepare → launch → pump → settle) and hands back its stream.
+Light on purpose: a host's import line loads only pi's types; the turn machinery
+(`turn_start`, `turn.TurnDriver`: prepare → launch → pump → settle) loads with the first turn,
+in a worker thread while `start` is already out.
 """
 
 from __future__ import annotations
 
-import asyncio
+import importlib
+import sys
+import time
 from typing import Any
 
-from agy_provider.bridge.host_tools import ToolExecutor
-from agy_provider.live.turn import (
-    PARKED,
-    STOPPED_WAITING,
-    TurnContext,
-    TurnEdges,
-    build_prompt,
-    history_digest,
-)
-from agy_provider.live.turn_start import start_turn
-from agy_provider.pi.host_input import checked_cwd, normalise_turn
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.pi.types import AssistantMessage, Context, Model
-from agy_provider.store.sessions import SessionStore
 
-__all__ = [
-    "TurnContext",
-    "build_prompt",
-    "complete_simple",
-    "history_digest",
-    "stream_simple",
-    "wait_for_turns",
-]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import asyncio
+
+    from agy_provider.bridge.host_tools import ToolExecutor
+    from agy_provider.live.turn_edges import TurnEdges
+    from agy_provider.pi.host_input import HostTurn
+    from agy_provider.pi.stream import AssistantMessageEventStream
+    from agy_provider.store.sessions import SessionStore
+
+__all__ = ["complete_simple", "stream_simple", "wait_for_turns"]
+
+_TURN_START = "agy_provider.live.turn_start"
+_PARKING = "agy_provider.live.parking"
 
 
 def stream_simple(
@@ -70,13 +67,13 @@ def stream_simple(
     `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
     functions run in a worker thread) agy's calls run at once instead: the turn stays one message.
     """
+    from agy_provider.pi.host_input import checked_cwd, normalise_turn
+    from agy_provider.pi.stream import AssistantMessageEventStream
+
     turn = normalise_turn(model, context, options)
-    cwd = checked_cwd(cwd)
     stream = AssistantMessageEventStream()
-    task = start_turn(
-        turn,
-        stream,
-        cwd=cwd,
+    how = dict(
+        cwd=checked_cwd(cwd),
         agy_bin=agy_bin,
         event_source=event_source,
         store=store,
@@ -85,11 +82,51 @@ def stream_simple(
         tool_executor=tool_executor,
         conversation_id=conversation_id,
     )
-    if task is None:
-        return stream
+    loaded = sys.modules.get(_TURN_START)
+    if loaded is not None or _PARKING in sys.modules:  # a turn may be parked: look at once
+        if loaded is None:
+            loaded = importlib.import_module(_TURN_START)
+        task = loaded.start_turn(turn, stream, **how)
+        if task is None:
+            return stream
+    else:
+        # The process's first turn: nothing can be parked yet, `start` goes out now and the
+        # machinery is imported off the host's loop.
+        import asyncio  # a host that calls this has it loaded already
+
+        timestamp = _push_start(turn.model, stream)
+        task = asyncio.get_running_loop().create_task(_first_turn(turn, stream, timestamp, how))
+        stream.follow_turn(task)
+        if turn.abort is not None:
+            turn.abort.attach(stream)
     _running.add(task)
     task.add_done_callback(_running.discard)
     return stream
+
+
+def _push_start(model: Model, stream: AssistantMessageEventStream) -> int:
+    """Push the `start` the turn's assembler would (it is told so); returns its timestamp."""
+    from agy_provider.pi.events import StartEvent
+
+    timestamp = int(time.time() * 1000)
+    api, provider = model.api or "agy", model.provider or "agy"
+    partial = AssistantMessage(
+        content=(), api=api, provider=provider, model=model.id, stop_reason="stop",
+        timestamp=timestamp,
+    )  # fmt: skip
+    stream.push(StartEvent(partial=partial))
+    return timestamp
+
+
+async def _first_turn(
+    turn: HostTurn, stream: AssistantMessageEventStream, timestamp: int, how: Any
+) -> None:
+    from agy_provider.workers import off_loop
+
+    module = await off_loop(importlib.import_module, _TURN_START)
+    task = module.start_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
+    if task is not None:
+        await task  # cancelling this task cancels the turn's
 
 
 async def complete_simple(
@@ -108,7 +145,13 @@ async def wait_for_turns() -> None:
 
     A turn still waiting for the host's tool results is ended first: no one will answer it.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
+    if not _running and _PARKING not in sys.modules:
+        return  # no turn ever started here
+    from agy_provider.live.parking import PARKED, STOPPED_WAITING
+
     PARKED.stopping.add(loop)  # a turn that parks from now on ends at once
     try:
         for parked in PARKED.all():

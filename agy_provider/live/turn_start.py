@@ -32,8 +32,13 @@ def start_turn(
     edges: TurnEdges | None,
     tool_executor: ToolExecutor | None,
     conversation_id: str,
+    timestamp: int | None = None,
+    start_sent: bool = False,
 ) -> asyncio.Task[None] | None:
-    """Feed `stream` from a resumed parked turn, or from a new turn's task (returned)."""
+    """Feed `stream` from a resumed parked turn, or from a new turn's task (returned).
+
+    `start_sent`: the caller pushed the new turn's `start` already (stamped `timestamp`).
+    """
     model, context, options = turn.model, turn.context, turn.options
     found = PARKED.find(context.messages)
     if found is not None:
@@ -51,11 +56,13 @@ def start_turn(
         model=model.id,
         provider=model.provider or "agy",
         api=model.api or "agy",
-        timestamp=int(time.time() * 1000),
+        timestamp=int(time.time() * 1000) if timestamp is None else timestamp,
         baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
     )
-    for event in assembler.start():
-        stream.push(event)
+    started = assembler.start()
+    if not start_sent:
+        for event in started:
+            stream.push(event)
     if found is None and PARKED.resumed_by_another(context.messages):
         # Two hosts (or one host twice) bringing the same tool results: exactly one resumes
         # agy's turn; running agy on the same work again would answer twice.
