@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agy_provider.agy.step import TurnOutcome
-from agy_provider.live.settle import bare_error, final_message
+from agy_provider.live.provider import bare_error
+from agy_provider.live.settle import final_message
 from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent, StartEvent
 from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
 from agy_provider.pi.types import AssistantMessage, Model

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from agy_provider.pi.stream import AssistantMessageEventStream
     from agy_provider.store.sessions import SessionStore
 
-__all__ = ["complete_simple", "stream_simple", "wait_for_turns"]
+__all__ = ["bare_error", "complete_simple", "stream_simple", "wait_for_turns"]
 
 _TURN_START = "agy_provider.live.turn_start"
 _PARKING = "agy_provider.live.parking"
@@ -134,6 +134,18 @@ async def complete_simple(
 ) -> AssistantMessage:
     """Run a turn and return its final message (the `error` message when it failed)."""
     return await stream_simple(model, context, options, **kwargs).result()
+
+
+def bare_error(model: Model, message: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=(),
+        api=model.api or "agy",
+        provider=model.provider or "agy",
+        model=model.id,
+        stop_reason="error",
+        error_message=message,
+        timestamp=0,
+    )
 
 
 _running: set[asyncio.Task[None]] = set()

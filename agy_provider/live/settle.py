@@ -22,7 +22,7 @@ from agy_provider.errors import AgyError, DecodeError
 from agy_provider.live.continuity import conversation_key, make_mark, mark_message, parse_mark
 from agy_provider.live.prompt import history_digest
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.types import AssistantMessage, Message, Model
+from agy_provider.pi.types import AssistantMessage, Message
 from agy_provider.store.sessions import SessionRecord, SessionStore
 from agy_provider.workers import in_background, off_loop
 
@@ -35,7 +35,6 @@ __all__ = [
     "SessionSave",
     "UnsavedRecords",
     "answering_model",
-    "bare_error",
     "final_message",
     "mark_events",
     "reached_record",
@@ -349,15 +348,3 @@ def answering_model(path: Path, turn_start: int | None) -> str:
         return ""
     finally:
         conn.close()
-
-
-def bare_error(model: Model, message: str) -> AssistantMessage:
-    return AssistantMessage(
-        content=(),
-        api=model.api or "agy",
-        provider=model.provider or "agy",
-        model=model.id,
-        stop_reason="error",
-        error_message=message,
-        timestamp=0,
-    )

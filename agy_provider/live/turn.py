@@ -36,11 +36,11 @@ from agy_provider.live.outlet import EventOutlet
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.live.provider import bare_error
 from agy_provider.live.resources import ABORT_GRACE, TurnResources
 from agy_provider.live.settle import (
     SessionSave,
     answering_model,
-    bare_error,
     final_message,
     mark_events,
     read_answering_model,
