@@ -140,18 +140,32 @@ def test_a_hosts_import_line_loads_only_pis_types_and_the_light_provider() -> No
     assert not new & (LIVE | REPLAY), new
 
 
+FIRST_TURN = (
+    "import asyncio\n"
+    "from agy_provider import Context, Model, UserMessage, stream_simple\n"
+    "async def main():\n"
+    "    model = Model(id='x', name='x', api='agy', provider='agy', base_url='',\n"
+    "                  reasoning=True, context_window=0, max_tokens=0)\n"
+    "    context = Context(messages=[UserMessage(content='hi', timestamp=0)])\n"
+    "    stream = stream_simple(model, context, agy_bin='/nonexistent/agy')\n"
+    "    kinds = [event.type async for event in stream]\n"
+    "    assert kinds == ['start', 'error'], kinds\n"
+    "    message = (await stream.result()).error_message\n"
+    "    assert WHY in message, message\n"
+    "asyncio.run(main())"
+)
+
+
 def test_the_first_turn_loads_the_machinery_and_streams() -> None:
     # The first stream_simple of a process: `start` at once, the rest once imported off the loop.
-    new = loaded_after(
-        "import asyncio, os\n"
-        "from agy_provider import Context, Model, UserMessage, stream_simple\n"
-        "async def main():\n"
-        "    model = Model(id='x', name='x', api='agy', provider='agy', base_url='',\n"
-        "                  reasoning=True, context_window=0, max_tokens=0)\n"
-        "    stream = stream_simple(model, Context(messages=[UserMessage(content='hi', timestamp=0)]),\n"
-        "                           agy_bin='/nonexistent/agy')\n"
-        "    kinds = [event.type async for event in stream]\n"
-        "    assert kinds == ['start', 'error'], kinds\n"
-        "asyncio.run(main())"
-    )
+    new = loaded_after("WHY = '/nonexistent/agy'\n" + FIRST_TURN)
     assert {"agy_provider.live.turn_start", "agy_provider.live.turn"} <= new
+
+
+def test_a_first_turn_that_cannot_load_the_machinery_ends_with_an_error() -> None:
+    # A broken install must not leave the host waiting on a stream that never ends.
+    loaded_after(
+        "import sys\n"
+        "sys.modules['agy_provider.live.turn_start'] = None  # its import now fails\n"
+        "WHY = 'agy-provider could not start the turn: ModuleNotFoundError'\n" + FIRST_TURN
+    )

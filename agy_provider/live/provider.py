@@ -29,6 +29,7 @@ __all__ = ["bare_error", "complete_simple", "stream_simple", "wait_for_turns"]
 
 _TURN_START = "agy_provider.live.turn_start"
 _PARKING = "agy_provider.live.parking"
+_CANCELLED = "The turn was cancelled."
 
 
 def stream_simple(
@@ -121,10 +122,21 @@ def _push_start(model: Model, stream: AssistantMessageEventStream) -> int:
 async def _first_turn(
     turn: HostTurn, stream: AssistantMessageEventStream, timestamp: int, how: Any
 ) -> None:
+    import asyncio
+
+    from agy_provider.pi.events import ErrorEvent
     from agy_provider.workers import off_loop
 
-    module = await off_loop(importlib.import_module, _TURN_START)
-    task = module.start_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
+    try:
+        module = await off_loop(importlib.import_module, _TURN_START)
+        task = module.start_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
+    except asyncio.CancelledError:  # as the driver does: the stream still ends
+        stream.push(ErrorEvent(reason="aborted", error=bare_error(turn.model, _CANCELLED)))
+        raise
+    except Exception as exc:  # a broken install: say so, never leave the host waiting
+        why = f"agy-provider could not start the turn: {type(exc).__name__}: {exc}"
+        stream.push(ErrorEvent(reason="error", error=bare_error(turn.model, why)))
+        return
     if task is not None:
         await task  # cancelling this task cancels the turn's
 
