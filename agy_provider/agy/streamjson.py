@@ -394,6 +394,18 @@ class StreamJsonDecoder:
             if s.deferred and i != exclude and s.visible() > s.shown
         ]
 
+    def _answer_state(self, agent_type: str) -> _StepState:
+        """A new answer step after every step seen (a command's result, a bare response)."""
+        index = max(self._states, default=-1) + 1
+        step = Step(
+            index=index,
+            kind=StepKind.ASSISTANT,
+            status=StepStatus.DONE,
+            conversation_id=self.conversation_id,
+        )
+        state = self._states[index] = _StepState(step, agent_type)
+        return state
+
     def _snapshot(self, state: _StepState) -> Step:
         state.deferred = False
         step = state.step
@@ -438,17 +450,9 @@ class StreamJsonDecoder:
         text = values.text(data) if not isinstance(data, dict | list) else ""
         if isinstance(data, dict | list):
             text = json.dumps(values.plain(data), ensure_ascii=False, indent=2)
-        index = max(self._states, default=-1) + 1
-        step = Step(
-            index=index,
-            kind=StepKind.ASSISTANT,
-            status=StepStatus.DONE,
-            conversation_id=self.conversation_id,
-        )
-        state = _StepState(step, "command_result")
+        state = self._answer_state("command_result")
         state.append(text or f"/{name.lstrip('/')}")
-        self._states[index] = state
-        self._turn.append(index)
+        self._turn.append(state.step.index)
         items.append(self._snapshot(state))
 
     def _result(self, body: Mapping[str, Any], items: list[Item]) -> None:
@@ -521,18 +525,10 @@ class StreamJsonDecoder:
                 self._release(self._held, items)
             return
         if not agents:
-            index = max(self._states, default=-1) + 1
-            step = Step(
-                index=index,
-                kind=StepKind.ASSISTANT,
-                status=StepStatus.DONE,
-                conversation_id=self.conversation_id,
-            )
-            state = _StepState(step, "agent_response")
+            state = self._answer_state("agent_response")
             state.append(response)
             state.hold_from = None
-            self._states[index] = state
-            self._turn.append(index)
+            self._turn.append(state.step.index)
             items.append(self._snapshot(state))
             return
         last = self._states[agents[-1]]

@@ -258,32 +258,21 @@ class StepAssembler:
             truncated=self._stop_length,
             cancelled=self._last_cancelled,
         )
-        content = self._content()
-        if ending.reason in ("error", "aborted"):
-            aborted = ending.reason == "aborted"
-            message = AssistantMessage(
-                content=content,
-                api=self._api,
-                provider=self._provider,
-                model=self._model,
-                usage=usage_to_pi(usage),
-                stop_reason="aborted" if aborted else "error",
-                error_message=ending.error,
-                timestamp=self._timestamp,
-            )
-            events.append(ErrorEvent(reason="aborted" if aborted else "error", error=message))
-            return events
-        reason: Literal["stop", "length"] = "length" if ending.reason == "length" else "stop"
+        failed = ending.reason in ("error", "aborted")
         message = AssistantMessage(
-            content=content,
+            content=self._content(),
             api=self._api,
             provider=self._provider,
             model=self._model,
             usage=usage_to_pi(usage),
-            stop_reason=reason,
+            stop_reason=ending.reason,
+            error_message=ending.error if failed else None,
             timestamp=self._timestamp,
         )
-        events.append(DoneEvent(reason=reason, message=message))
+        if ending.reason == "error" or ending.reason == "aborted":
+            events.append(ErrorEvent(reason=ending.reason, error=message))
+        else:
+            events.append(DoneEvent(reason=ending.reason, message=message))
         return events
 
     def _usage_so_far(self) -> StepUsage:
