@@ -469,7 +469,12 @@ def test_coalescing_is_not_vacuous() -> None:
         TextDeltaEvent(content_index=0, delta="a", partial=partial),
         TextDeltaEvent(content_index=0, delta="c", partial=partial),
     ]
-    assert coalesced(a) != coalesced(b)
+    same = [
+        TextDeltaEvent(content_index=0, delta="a", partial=partial),
+        TextDeltaEvent(content_index=0, delta="b", partial=partial),
+    ]
+    assert coalesced(same) == coalesced(a)  # the same growth, chunked otherwise, compares equal
+    assert coalesced(a) != coalesced(b)  # and other text does not
     assert [event["delta"] for event in coalesced(b)] == ["ac"]  # consecutive deltas merged
     assert json.loads(json.dumps(coalesced(a))) == coalesced(a)  # plain JSON values
 
