@@ -87,7 +87,7 @@ def stream_simple(
     if loaded is not None or _PARKING in sys.modules:  # a turn may be parked: look at once
         if loaded is None:
             loaded = importlib.import_module(_TURN_START)
-        task = loaded.start_turn(turn, stream, **how)
+        task = loaded.open_turn(turn, stream, **how)
         if task is None:
             return stream
     else:
@@ -129,7 +129,7 @@ async def _first_turn(
 
     try:
         module = await off_loop(importlib.import_module, _TURN_START)
-        task = module.start_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
+        task = module.open_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
     except asyncio.CancelledError:  # as the driver does: the stream still ends
         stream.push(ErrorEvent(reason="aborted", error=bare_error(turn.model, _CANCELLED)))
         raise

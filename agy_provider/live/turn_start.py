@@ -17,10 +17,10 @@ from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.store.sessions import SessionStore
 
-__all__ = ["start_turn"]
+__all__ = ["open_turn"]
 
 
-def start_turn(
+def open_turn(
     turn: HostTurn,
     stream: AssistantMessageEventStream,
     *,
