@@ -152,10 +152,18 @@ def _bytecode_ahead(tmp: Path) -> None:
 
     package = Path(agy_provider.__file__).resolve().parent
     # The provider, and what a host's import line and a first turn pull in from the standard
-    # library and site-packages (whose own caches a prefix hides).
+    # library and site-packages (whose own caches a prefix hides). Since issue 17 the import line
+    # no longer loads the turn machinery (the first turn does): it is imported here by name, so
+    # that the cold turns of any tree find its bytecode (an older tree has no turn_start).
     warm_host = (
         "import asyncio, json, sqlite3, subprocess\n"
         "from agy_provider import Context, Model, SimpleStreamOptions, UserMessage, stream_simple\n"
+        "from agy_provider.plugin_manager import get_plugin_manager\n"
+        "get_plugin_manager()\n"
+        "try:\n"
+        "    import agy_provider.live.turn_start\n"
+        "except ImportError:\n"
+        "    pass\n"
     )
     for argv in (
         ["-m", "compileall", "-q", str(package), str(package.parent / "plugins")],
