@@ -220,19 +220,26 @@ class _Plan:
     session_id: str
 
 
-def _plan(
-    prompt: str,
-    *,
-    cwd: str | None,
-    model: str,
-    thinking: str | None,
-    mode: str | None,
-    conversation: str | None,
-    timeout: float | None,
-    signal: AbortSignal | None,
-    agy_bin: str | None,
-) -> _Plan:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Request:
+    """What the caller asked for, as `ask_antigravity` takes it."""
+
+    prompt: str
+    cwd: str | None
+    model: str
+    thinking: str | None
+    mode: str | None
+    conversation: str | None
+    timeout: float | None
+    agy_bin: str | None
+
+
+def _plan(request: _Request, signal: AbortSignal | None) -> _Plan:
     """Check the request and settle everything the turn needs (reads files: off the loop)."""
+    prompt, cwd, model, thinking = request.prompt, request.cwd, request.model, request.thinking
+    mode, conversation, timeout, agy_bin = (
+        request.mode, request.conversation, request.timeout, request.agy_bin,
+    )  # fmt: skip
     reason = nested_turn_reason()
     if reason:
         raise UsageError(
@@ -406,18 +413,8 @@ async def ask_antigravity(
     own = AbortSignal()
     from agy_provider.workers import off_loop
 
-    plan = await off_loop(
-        _plan,
-        prompt,
-        cwd=cwd,
-        model=model,
-        thinking=thinking,
-        mode=mode,
-        conversation=conversation,
-        timeout=timeout,
-        signal=own,
-        agy_bin=agy_bin,
-    )
+    request = _Request(prompt, cwd, model, thinking, mode, conversation, timeout, agy_bin)
+    plan = await off_loop(_plan, request, own)
     from agy_provider.hosts._turns import start_turn
 
     progress = _Progress(on_progress, started)
@@ -460,17 +457,8 @@ def ask_antigravity_sync(
     from agy_provider.hosts.sync import iter_events
 
     started = time.monotonic()
-    plan = _plan(
-        prompt,
-        cwd=cwd,
-        model=model,
-        thinking=thinking,
-        mode=mode,
-        conversation=conversation,
-        timeout=timeout,
-        signal=signal,
-        agy_bin=agy_bin,
-    )
+    request = _Request(prompt, cwd, model, thinking, mode, conversation, timeout, agy_bin)
+    plan = _plan(request, signal)
     progress = _Progress(on_progress, started)
     events = iter_events(plan.model, plan.context, plan.options, **plan.kwargs)
     try:
