@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import AssistantMessage, Context, Model
@@ -110,12 +110,7 @@ def _push_start(model: Model, stream: AssistantMessageEventStream) -> int:
     from agy_provider.pi.events import StartEvent
 
     timestamp = int(time.time() * 1000)
-    api, provider = model.api or "agy", model.provider or "agy"
-    partial = AssistantMessage(
-        content=(), api=api, provider=provider, model=model.id, stop_reason="stop",
-        timestamp=timestamp,
-    )  # fmt: skip
-    stream.push(StartEvent(partial=partial))
+    stream.push(StartEvent(partial=_empty_message(model, "stop", timestamp)))
     return timestamp
 
 
@@ -149,14 +144,21 @@ async def complete_simple(
 
 
 def bare_error(model: Model, message: str) -> AssistantMessage:
+    return _empty_message(model, "error", 0, message)
+
+
+def _empty_message(
+    model: Model, stop_reason: Literal["stop", "error"], timestamp: int, error: str | None = None
+) -> AssistantMessage:
+    """A message of `model` with no content: a turn's `start`, or an error before any step."""
     return AssistantMessage(
         content=(),
         api=model.api or "agy",
         provider=model.provider or "agy",
         model=model.id,
-        stop_reason="error",
-        error_message=message,
-        timestamp=0,
+        stop_reason=stop_reason,
+        error_message=error,
+        timestamp=timestamp,
     )
 
 
