@@ -18,6 +18,7 @@ __all__ = [
     "MAX_ARG_BYTES",
     "TurnRequest",
     "build_argv",
+    "build_warm_argv",
     "go_duration",
     "prompt_fits_argv",
     "stdin_turn",
@@ -58,6 +59,9 @@ class TurnRequest:
     # More workspace roots, one `--add-dir` each (absolute, existing folders): the MCP bridge's
     # folder holding `.agents/mcp_config.json` is one (AGY-FORMATS §2).
     extra_dirs: Sequence[str] = ()
+    # The turn may run in a warm agy: one process kept for many turns of its conversation, each
+    # a stdin line (`build_warm_argv`; `live/warm.py`). False runs `agy -p` for this turn alone.
+    warm: bool = False
 
 
 def go_duration(seconds: float) -> str:
@@ -110,6 +114,28 @@ def build_argv(request: TurnRequest) -> list[str]:
     argv = [*head, *request.model_args]
     if output_format:
         argv += ["--output-format", output_format]
+    return argv + _flags(request)
+
+
+def build_warm_argv(request: TurnRequest) -> list[str]:
+    """agy's argv as one process for many turns (AGY-FORMATS §2.4): no `-p` (a prompt given as a
+    flag is dropped), stream-json in and out, each turn a stdin line (`stdin_turn`); the rest of
+    the flags as for one turn, validated the same way. `request.prompt` is not in it."""
+    return [
+        request.agy_bin,
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        *request.model_args,
+        *_flags(request),
+    ]
+
+
+def _flags(request: TurnRequest) -> list[str]:
+    """The flags after the prompt and formats: mode, permissions, conversation, folders, timeout,
+    log file, CSRF token — each value validated before it becomes an argument."""
+    argv: list[str] = []
     if request.mode not in ("default", ""):
         if request.mode not in ("accept-edits", "plan"):
             raise UsageError(f"mode must be default, accept-edits or plan, not {request.mode!r}")
