@@ -41,7 +41,10 @@ _CHOICES: Mapping[str, tuple[str, ...]] = {
 # Timeouts in seconds must be finite and positive; the bound keeps agy's --print-timeout (a Go
 # duration our deadline plus a margin) far from overflow and catches minutes typed as milliseconds.
 MAX_TIMEOUT = 7 * 24 * 3600.0
-_TIMEOUTS = ("turn_timeout", "idle_timeout", "host_tool_timeout")
+_TIMEOUTS = ("turn_timeout", "idle_timeout", "host_tool_timeout", "warm_idle_timeout")
+# Counts of warm agy processes: each is a whole agy (~330 MB of memory for the real one), so the
+# bound is small; 1,000 catches a typo without limiting a machine that can hold that many.
+_COUNTS: Mapping[str, tuple[int, int]] = {"warm_max": (1, 1000), "warm_spares": (0, 1000)}
 
 # Environment variable -> setting. Set variables win over the file, for this process only.
 ENV_OVERRIDES: Mapping[str, str] = {
@@ -57,6 +60,10 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_APP_DATA_DIR": "app_data_dir",
     "AGY_CSRF": "csrf",
     "AGY_PAGED_REPLAY": "paged_replay",
+    "AGY_WARM": "warm",
+    "AGY_WARM_IDLE_TIMEOUT": "warm_idle_timeout",
+    "AGY_WARM_MAX": "warm_max",
+    "AGY_WARM_SPARES": "warm_spares",
 }
 
 
@@ -80,6 +87,13 @@ class Config:
     # (`initialStepsPageBounds`, a field of agy's own request schema; unverified that agy
     # honours it, hence the switch). Either way a large replay is not parsed.
     paged_replay: bool = True
+    # The warm pool (AGY-FORMATS §2.4, `live/warm.py`): one agy kept running per conversation
+    # and settings, each turn a stdin line; a warm agy idle this many seconds is ended; at most
+    # `warm_max` of them (spares included), and `warm_spares` started ahead for new conversations.
+    warm: bool = True
+    warm_idle_timeout: float = 600.0
+    warm_max: int = 4
+    warm_spares: int = 1
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -90,6 +104,12 @@ class Config:
                 )
         for name in _TIMEOUTS:
             _check_timeout(name, getattr(self, name))
+        for name, (low, high) in _COUNTS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise UsageError(
+                    f"config: {name} must be a whole number from {low} to {high}, not {value!r}"
+                )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,6 +153,15 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
         if name in _TIMEOUTS:
             _check_timeout(name, number, origin)
         return number
+    if field_type == "int":
+        try:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError(value)
+            return int(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"config: {name} must be a whole number, not {value!r} (from {origin})"
+            ) from exc
     if field_type == "bool":
         if isinstance(value, bool):
             return value
