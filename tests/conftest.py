@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("soak") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_agy_left() -> Iterator[None]:
+    """Each test ends the warm agys its turns left idle in this process's pool (a host's would
+    live on until idle or exit): a test's processes never meet the next test's."""
+    yield
+    warm = sys.modules.get("agy_provider.live.warm")
+    if warm is not None:
+        warm.POOL.shutdown()
 
 
 # End-to-end fixtures (agy-sim as agy, a private state folder, a throwaway observing plugin).

@@ -233,6 +233,18 @@ def agy_processes(app: Path) -> list[psutil.Process]:
     return found
 
 
+def warm_pool_pids() -> set[int]:
+    """The processes of the warm agys this process's pool keeps (and spares), with their trees:
+    agy kept for a conversation's next turn is the pool's, not a turn's leftover. A turn that
+    ended otherwise than by agy's `result` ended its agy before its final event; one that ended by
+    it lets go of its agy in its cleanup, just after (so `in_turn` counts as kept too)."""
+    warm = sys.modules.get("agy_provider.live.warm")
+    if warm is None:
+        return set()
+    kept = (warm.WarmState.READY, warm.WarmState.STARTING, warm.WarmState.IN_TURN)
+    return {p.pid for agy in warm.POOL.agys() if agy.state in kept for p in agy.track()}
+
+
 def leftovers(app: Path, seen: Observed | None = None) -> list[str]:
     """Every process of this test's turns still alive: agy, its server, anything they started.
 
@@ -242,6 +254,8 @@ def leftovers(app: Path, seen: Observed | None = None) -> list[str]:
     alive = {p.pid: p for p in agy_processes(app)}
     if seen is not None:
         alive.update({pid: p for pid, p in seen.processes.items() if _alive(p)})
+    for pid in warm_pool_pids():
+        alive.pop(pid, None)  # kept on purpose for the conversation's next turn
     described = []
     for pid, proc in sorted(alive.items()):
         try:

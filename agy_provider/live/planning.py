@@ -4,6 +4,7 @@ the prompt, the event source and agy's argv — pure decisions, before any proce
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from typing import Any
@@ -20,6 +21,7 @@ from agy_provider.live.runner import TurnRequest
 from agy_provider.live.settle import UNSAVED
 from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
+from agy_provider.live.warm import POOL, WarmSettings
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import Context, Message, Model, ToolResultMessage
 from agy_provider.plugin_manager import get_plugin_manager
@@ -134,8 +136,16 @@ class TurnPlanner:
             log_file=log_file,
         )
         plugin_tools = plugin_tools_registered(self.pm)
+        offers_tools = bool(context.tools) or plugin_tools
+        if config.warm:
+            POOL.configure(
+                WarmSettings(config.warm_max, config.warm_idle_timeout, config.warm_spares)
+            )
+            # A turn offering tools runs its own agy: its MCP bridge (one more --add-dir) is
+            # the turn's, and a warm agy reads its MCP servers once, when it starts.
+            request = dataclasses.replace(request, warm=not offers_tools)
         return TurnPlan(
-            offers_tools=bool(context.tools) or plugin_tools,
+            offers_tools=offers_tools,
             plugin_tools=plugin_tools,
             config=config,
             state_dir=state_dir,

@@ -61,8 +61,12 @@ class TurnResources:
             build_prompt, context, resume=plan.resume, unseen=unseen, image_paths=self.images.paths
         )
         request = plan.request
+        # A warm agy's folders were fixed when it started: a turn with images runs its own agy.
         request = dataclasses.replace(
-            request, prompt=prompt, extra_dirs=(*request.extra_dirs, self.images.folder)
+            request,
+            prompt=prompt,
+            extra_dirs=(*request.extra_dirs, self.images.folder),
+            warm=False,
         )
         return dataclasses.replace(plan, prompt=prompt, request=request)
 

@@ -13,7 +13,8 @@ import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
 from agy_provider.live.discovery import Binding, bind_database
-from agy_provider.live.runner import AgyProcess, TurnRequest, agy_version, find_agy
+from agy_provider.live.runner import TurnRequest, agy_version, find_agy
+from agy_provider.live.warm_turn import spawn_turn
 from agy_provider.plugin_manager import EventSourceSpec, event_sources
 from agy_provider.store.config import Config, load_config
 from agy_provider.store.sessions import SessionStore
@@ -79,7 +80,7 @@ class TurnEdges:
     """Everything a turn touches outside itself. Defaults are the real ones."""
 
     store: SessionStore = dataclasses.field(default_factory=SessionStore)
-    spawn: Callable[[TurnRequest], TurnProcess] = AgyProcess
+    spawn: Callable[[TurnRequest], TurnProcess] = spawn_turn  # warm where the request allows
     bind: Callable[..., Awaitable[Binding]] = bind_database
     sources: Callable[[], Mapping[str, EventSourceSpec]] = event_sources
     find_agy: Callable[[str], str] = find_agy

@@ -1,0 +1,322 @@
+"""The warm pool: one agy kept running per conversation and settings, each turn one stdin line
+framed by its `result` (AGY-FORMATS §2.4), and spares started ahead for the next new conversation.
+
+Owns which agy a turn gets (`warm_key`, `WarmPool.lease`), letting go, the `warm_max` bound, the
+idle reaper and the end of every warm agy at exit; one agy's process is `live/warm_agy.py`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from agy_provider.agy.argv import TurnRequest, build_warm_argv
+from agy_provider.live.warm_agy import (
+    IDLE,
+    KILL_AFTER,
+    READ_AFTER_EXIT,
+    TRANSITIONS,
+    WarmAgy,
+    WarmState,
+    WarmTurnSink,
+)
+
+__all__ = [
+    "POOL",
+    "TRANSITIONS",
+    "WarmAgy",
+    "WarmPool",
+    "WarmSettings",
+    "WarmState",
+    "WarmTurnSink",
+    "warm_key",
+]
+
+log = logging.getLogger(__name__)
+
+# How long a conversation's next turn waits for the previous turn to let go of its agy (that turn
+# delivered its final event; its cleanup is a few milliseconds behind).
+_LET_GO = 10.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WarmSettings:
+    """The pool's bounds (config `warm_max`, `warm_idle_timeout`, `warm_spares`)."""
+
+    max: int = 4
+    idle_timeout: float = 600.0
+    spares: int = 1
+
+
+def warm_key(request: TurnRequest, environ: Mapping[str, str] | None = None) -> str:
+    """The settings a warm agy was started with, as one value: the binary (by identity), its
+    flags but the conversation, log file and token, the folder and the environment. Any change
+    means another process (agy has no in-band change of model, mode, permissions, §2.4)."""
+    binary = os.path.realpath(request.agy_bin)
+    try:
+        info = os.stat(binary)
+        identity = f"{binary}:{info.st_size}:{info.st_mtime_ns}"
+    except OSError:
+        identity = binary
+    flags = build_warm_argv(
+        dataclasses.replace(request, conversation_id="", log_file="", csrf_token="")
+    )[1:]
+    env = {**(os.environ if environ is None else environ), **request.env}
+    digest = hashlib.sha256()
+    for part in (identity, "\0".join(flags), os.path.abspath(request.cwd)):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\x01")
+    for name in sorted(env):
+        digest.update(f"{name}={env[name]}".encode("utf-8", "surrogatepass") + b"\x00")
+    return digest.hexdigest()[:32]
+
+
+class WarmPool:
+    """Every warm agy of this host process, bounded; thread-safe (turns run on many loops)."""
+
+    def __init__(self) -> None:
+        self.settings = WarmSettings()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # an agy was let go or ended
+        self._agys: list[WarmAgy] = []
+        self._refused: set[str] = set()  # binaries (by identity) that refused stream-json input
+        self._reaper: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closed = False
+
+    def configure(self, settings: WarmSettings) -> None:
+        """The bounds in force from now on (each turn's settings; the newest wins)."""
+        if settings != self.settings:
+            self.settings = settings
+            self._wake.set()
+
+    def agys(self) -> list[WarmAgy]:
+        """The live warm agys (a copy)."""
+        with self._lock:
+            return [a for a in self._agys if a.state is not WarmState.CLOSED]
+
+    def refuses(self, request: TurnRequest) -> bool:
+        return os.path.realpath(request.agy_bin) in self._refused
+
+    def refused(self, request: TurnRequest, why: str) -> None:
+        """agy would not run as one process for many turns: each turn runs `agy -p` from now on."""
+        binary = os.path.realpath(request.agy_bin)
+        if binary not in self._refused:
+            self._refused.add(binary)
+            log.warning(
+                "%s does not run as one process for many turns (--input-format stream-json): %s; "
+                "each turn starts its own agy -p (slower: agy's cold start every turn)",
+                request.agy_bin,
+                why.strip() or "it exited at once",
+            )
+
+    def lease(self, request: TurnRequest) -> WarmAgy | None:
+        """A warm agy for `request`'s turn, moved to IN_TURN (blocking: it may fork; off the
+        loop): the conversation's own, a spare of the same settings for a new conversation, else
+        a new one. None when the bound is reached by agys all in turns (the turn runs `-p`)."""
+        key = warm_key(request)
+        retired: list[WarmAgy] = []
+        try:
+            with self._lock:
+                if self._closed:
+                    return None
+                self._let_go_of(request.conversation_id)
+                found = self._find(key, request.conversation_id, retired)
+                if found is not None:
+                    found.move(WarmState.IN_TURN)
+                    found.spare = False
+                    return found
+                if not self._make_room(retired):
+                    log.info(
+                        "all %d warm agy processes are in turns (warm_max); this turn runs its "
+                        "own agy -p",
+                        self.settings.max,
+                    )
+                    return None
+                agy = self._add(key, request, spare=False)
+                agy.move(WarmState.IN_TURN)
+            return agy
+        finally:
+            for old in retired:
+                old.end(interrupt=False, grace=KILL_AFTER)
+
+    def _let_go_of(self, conversation_id: str) -> None:
+        """Wait (lock held) while the conversation's agy is still held by its previous turn,
+        which is letting go of it: its host already has the final event, the cleanup follows.
+        One that is not let go in time is ended (its turn is stuck in its cleanup)."""
+        if not conversation_id:
+            return
+        deadline = time.monotonic() + _LET_GO
+        while True:
+            held = [
+                a
+                for a in self._agys
+                if a.conversation_id == conversation_id and a.state is WarmState.IN_TURN
+            ]
+            left = deadline - time.monotonic()
+            if not held:
+                return
+            if left <= 0:
+                for agy in held:
+                    log.warning("warm agy %d was not let go by its turn; ending it", agy.pid)
+                    agy.move(WarmState.CLOSING)
+                    threading.Thread(
+                        target=agy.end, kwargs={"interrupt": True, "grace": 0.1}, daemon=True
+                    ).start()
+                return
+            self._changed.wait(left)
+
+    def _find(self, key: str, conversation_id: str, retired: list[WarmAgy]) -> WarmAgy | None:
+        for agy in self._agys:
+            if agy.state not in (WarmState.READY, WarmState.STARTING) or agy.exited.is_set():
+                continue
+            if conversation_id:
+                if agy.conversation_id != conversation_id or agy.spare:
+                    continue
+                if agy.key == key:
+                    return agy
+                agy.move(WarmState.CLOSING)  # its settings changed: a new agy continues it
+                retired.append(agy)
+            elif agy.spare and agy.key == key:
+                return agy
+        return None
+
+    def _make_room(self, retired: list[WarmAgy]) -> bool:
+        """Below the bound, ending the least recently used idle agy if need be (lock held)."""
+        live = [a for a in self._agys if a.state is not WarmState.CLOSING]
+        if len(live) < self.settings.max:
+            return True
+        idle = [a for a in live if a.state in IDLE]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda a: a.last_used)
+        oldest.move(WarmState.CLOSING)
+        retired.append(oldest)
+        return True
+
+    def _add(self, key: str, request: TurnRequest, *, spare: bool) -> WarmAgy:
+        agy = WarmAgy(key, request, spare=spare)
+        agy.on_closed = self._forget
+        agy.start()
+        self._agys.append(agy)
+        self._start_reaper()
+        return agy
+
+    def release(self, agy: WarmAgy, *, new_conversation: bool, template: TurnRequest) -> None:
+        """A turn ended with agy's `result` and agy lives: idle again. After a new conversation's
+        first turn, a spare of the same settings is started for the next (blocking: off the loop)."""
+        with self._lock:
+            if agy.state is not WarmState.IN_TURN or agy.exited.is_set():
+                return
+            agy.move(WarmState.READY)
+            agy.turns += 1
+            agy.last_used = time.monotonic()
+            self._changed.notify_all()
+            if not new_conversation or self.settings.spares <= 0 or self._closed:
+                return
+            spares = [a for a in self._agys if a.spare and a.state is not WarmState.CLOSING]
+            if any(a.key == agy.key for a in spares):
+                return
+            retired: list[WarmAgy] = []
+            if len(spares) >= self.settings.spares:
+                oldest = min(spares, key=lambda a: a.last_used)
+                oldest.move(WarmState.CLOSING)
+                retired.append(oldest)
+            elif not self._make_room(retired):
+                return
+            try:
+                self._add(agy.key, _spare_request(template), spare=True)
+            except OSError as exc:
+                log.info("could not start a spare agy: %s", exc)
+        for old in retired:
+            old.end(interrupt=False, grace=KILL_AFTER)
+
+    def discard(self, agy: WarmAgy, *, interrupt: bool, grace: float) -> None:
+        """End `agy` (an abort, a deadline, a turn that did not finish; blocking)."""
+        with self._lock:
+            if agy.state not in (WarmState.CLOSING, WarmState.CLOSED):
+                agy.move(WarmState.CLOSING)
+            self._changed.notify_all()
+        agy.end(interrupt=interrupt, grace=grace)
+
+    def _forget(self, agy: WarmAgy) -> None:
+        with self._lock:
+            if agy.state is not WarmState.CLOSING:
+                agy.move(WarmState.CLOSING)
+            agy.move(WarmState.CLOSED)
+            with contextlib.suppress(ValueError):
+                self._agys.remove(agy)
+            self._changed.notify_all()
+        if agy.turns or agy.spare:
+            log.debug("warm agy %d ended (code %s)", agy.pid, agy.exit_code)
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="agy-provider-warm-reaper")
+            self._reaper.daemon = True
+            self._reaper.start()
+            atexit.register(self.shutdown)
+
+    def _reap(self) -> None:
+        """Ends agys idle longer than `idle_timeout` (spares too), checking as often as needed."""
+        while True:
+            timeout = self.settings.idle_timeout
+            now = time.monotonic()
+            retired: list[WarmAgy] = []
+            with self._lock:
+                idle_agys = [a for a in self._agys if a.state in IDLE]
+                for agy in idle_agys:
+                    if now - agy.last_used >= timeout:
+                        agy.move(WarmState.CLOSING)
+                        retired.append(agy)
+                idle = [a.last_used for a in idle_agys if a not in retired]
+            for agy in retired:
+                log.info("warm agy %d idle for %.0fs: ended", agy.pid, timeout)
+                agy.end(interrupt=False, grace=KILL_AFTER)
+            next_due = min(idle, default=now) + timeout - time.monotonic() if idle else timeout
+            self._wake.wait(max(0.05, next_due))
+            self._wake.clear()
+
+    def shutdown(self, grace: float = KILL_AFTER) -> None:
+        """End every warm agy (the host is exiting, or a test is done); blocking."""
+        with self._lock:
+            self._closed = True
+            agys = list(self._agys)
+            for agy in agys:
+                if agy.state not in (WarmState.CLOSING, WarmState.CLOSED):
+                    agy.move(WarmState.CLOSING)
+        self._wake.set()
+        for agy in agys:
+            if not agy.exited.is_set():
+                agy.signal_tree(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for agy in agys:
+            if not agy.exited.wait(max(0.0, deadline - time.monotonic())):
+                agy.signal_tree(signal.SIGKILL)
+        for agy in agys:
+            agy.exited.wait(READ_AFTER_EXIT)
+        with self._lock:
+            self._closed = False
+
+
+def _spare_request(template: TurnRequest) -> TurnRequest:
+    """A spare's own request: no conversation, a log file and token of its own."""
+    log_file = template.log_file
+    if log_file:
+        log_file = str(Path(log_file).with_name(f"cli-agy-provider-{secrets.token_hex(8)}.log"))
+    token = secrets.token_hex(16) if template.csrf_token else ""
+    return dataclasses.replace(
+        template, prompt="", conversation_id="", log_file=log_file, csrf_token=token
+    )
+
+
+POOL = WarmPool()

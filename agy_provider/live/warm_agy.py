@@ -1,0 +1,328 @@
+"""One warm agy: a process for many turns (AGY-FORMATS §2.4), its lifecycle table, and the
+threads that read its pipes and await its exit, so it outlives the loop of the turn that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import psutil
+
+from agy_provider import lifeline
+from agy_provider.agy.argv import TurnRequest, build_warm_argv
+from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
+from agy_provider.errors import FramingError
+from agy_provider.live.runner import _alive, _descendants, _in_group, _signal, _spawn
+from agy_provider.wire.ndjson import LineDecoder
+
+__all__ = [
+    "IDLE",
+    "KILL_AFTER",
+    "READ_AFTER_EXIT",
+    "TRANSITIONS",
+    "WarmAgy",
+    "WarmState",
+    "WarmTurnSink",
+]
+
+log = logging.getLogger("agy_provider.live.warm")
+
+
+class WarmState(enum.Enum):
+    """Where a warm agy is in its life."""
+
+    STARTING = "starting"  # spawned; it has not stated its conversation (`init`) yet
+    READY = "ready"  # idle between turns (a spare is ready before its first turn)
+    IN_TURN = "in_turn"  # a turn's line was sent; the turn holds it until it lets go
+    CLOSING = "closing"  # being ended: idle, the bound, a change of settings, an abort, its death
+    CLOSED = "closed"  # exited and reaped; no longer in the pool
+
+
+S = WarmState
+# The legal moves. A turn may take an agy before its `init` (the line waits in agy's stdin);
+# an agy dies or is ended from any live state.
+TRANSITIONS: Mapping[WarmState, frozenset[WarmState]] = {
+    S.STARTING: frozenset({S.READY, S.IN_TURN, S.CLOSING}),
+    S.READY: frozenset({S.IN_TURN, S.CLOSING}),
+    S.IN_TURN: frozenset({S.READY, S.CLOSING}),
+    S.CLOSING: frozenset({S.CLOSED}),
+    S.CLOSED: frozenset(),
+}
+
+# Idle: between turns, or a spare whatever it said (agy < 1.3 may state its conversation only
+# once it gets a line).
+IDLE = frozenset({S.READY, S.STARTING})
+
+# After SIGINT (agy writes an ERROR `result` and exits, §2.4) or stdin's end, how long agy may
+# take before its tree gets SIGTERM, then SIGKILL after the same again.
+KILL_AFTER = 0.5
+# How long the exit watcher waits for the pipes' last bytes before it reports agy's exit.
+READ_AFTER_EXIT = 2.0
+
+
+class WarmTurnSink(Protocol):
+    """What a warm agy hands a turn (`warm_turn.WarmTurn`); called from the agy's threads."""
+
+    def deliver(self, data: bytes, ended: bool) -> None:
+        """Stdout lines of the turn (each ending in a newline); `ended`: its `result` is in."""
+
+    def died(self, code: int) -> None:
+        """agy exited before the turn's `result`."""
+
+
+def _is_event(line: bytes, name: bytes) -> bool:
+    # agy writes compact JSON with "event" first; a quote inside a JSON string is always escaped,
+    # so this byte sequence can only be the object's own key and value.
+    head = line[:40]
+    return b'"event":"' + name + b'"' in head or b'"event": "' + name + b'"' in head
+
+
+class WarmAgy:
+    """One agy process for many turns: its own process group (guarded by the lifeline), stdin a
+    pipe we write turns to, stdout read by a thread that hands each turn its lines."""
+
+    def __init__(self, key: str, template: TurnRequest, *, spare: bool = False) -> None:
+        self.key = key
+        self.template = template  # the request it was started with (its log file and token)
+        self.argv = build_warm_argv(template)
+        self.state = WarmState.STARTING
+        self.spare = spare  # started ahead, for the next new conversation of its settings
+        self.conversation_id = template.conversation_id
+        self.turns = 0
+        self.started_at = time.time()
+        self.last_used = time.monotonic()
+        self.exit_code: int | None = None
+        self.exited = threading.Event()
+        self.said_anything = False  # any stdout line at all: agy took the flags
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._turn: WarmTurnSink | None = None
+        self._init_line = b""
+        self._stderr = bytearray()
+        self._stderr_total = 0
+        self._known: dict[int, psutil.Process] = {}
+        self._reaped = False  # until agy is reaped its pid, and so its group id, stays ours
+        self._reader: threading.Thread | None = None
+        self.on_closed: Callable[[WarmAgy], None] = lambda agy: None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid if self._proc is not None else 0
+
+    def move(self, state: WarmState) -> None:
+        """Change state by the table (the pool holds its lock when it calls this)."""
+        if state not in TRANSITIONS[self.state]:
+            raise RuntimeError(f"a warm agy cannot move from {self.state} to {state}")
+        self.state = state
+
+    # -- the process ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn agy (blocking: a fork; call it off the loop) and its reader and exit watcher."""
+        env = {**os.environ, **self.template.env}
+        env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
+        env["AGY_PROVIDER_TURN"] = "1"
+        self._proc = _spawn(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.template.cwd,
+            env=env,
+            start_new_session=True,
+        )
+        name = f"agy-provider-warm-{self._proc.pid}"
+        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._watch_exit, name=f"{name}-exit", daemon=True).start()
+
+    def send(self, line: bytes) -> None:
+        """Write one turn's line to agy's stdin (blocking: call it off the loop). Raises
+        OSError when agy is gone (it exited while idle)."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or self.exited.is_set():
+            raise BrokenPipeError("agy is not running")
+        fd = proc.stdin.fileno()
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    def attach(self, turn: WarmTurnSink) -> None:
+        """Hand agy's stdout to `turn` from now on (its `init`, if already said, first)."""
+        with self._lock:
+            self._turn = turn
+            init = self._init_line
+        if init:
+            turn.deliver(init, False)
+
+    def detach(self, turn: WarmTurnSink) -> None:
+        with self._lock:
+            if self._turn is turn:
+                self._turn = None
+
+    @property
+    def stderr_total(self) -> int:
+        return self._stderr_total
+
+    def stderr_since(self, offset: int) -> str:
+        """What agy wrote on stderr since `offset` (of all it wrote), as far as it is kept."""
+        with self._lock:
+            kept_from = self._stderr_total - len(self._stderr)
+            return bytes(self._stderr[max(0, offset - kept_from) :]).decode("utf-8", "replace")
+
+    def _read(self) -> None:
+        """The reader thread: stdout into turns (line by line), stderr into a bounded tail."""
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None and proc.stderr is not None
+        lines = LineDecoder()
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ, "out")
+            selector.register(proc.stderr, selectors.EVENT_READ, "err")
+            open_pipes = 2
+            while open_pipes:
+                for key, _ in selector.select():
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        open_pipes -= 1
+                    elif key.data == "err":
+                        self._keep_stderr(chunk)
+                    else:
+                        self._stdout(lines, chunk)
+
+    def _keep_stderr(self, chunk: bytes) -> None:
+        with self._lock:
+            self._stderr += chunk
+            self._stderr_total += len(chunk)
+            if len(self._stderr) > MAX_CAPTURE_BYTES:
+                del self._stderr[: len(self._stderr) - MAX_CAPTURE_BYTES]
+
+    def _stdout(self, lines: LineDecoder, chunk: bytes) -> None:
+        try:
+            lines.feed(chunk)
+            complete = list(lines.lines())
+        except FramingError as exc:
+            log.warning("warm agy %d: its stdout is not readable stream-json: %s", self.pid, exc)
+            return
+        batch: list[bytes] = []
+        for line in complete:
+            self.said_anything = True
+            batch.append(line + b"\n")
+            if _is_event(line, b"init"):
+                self._init(line)
+            elif _is_event(line, b"result"):
+                self._hand(b"".join(batch), ended=True)
+                batch = []
+        if batch:
+            self._hand(b"".join(batch), ended=False)
+
+    def _init(self, line: bytes) -> None:
+        try:
+            stated = json.loads(line).get("conversation_id")
+        except (ValueError, AttributeError, RecursionError):
+            stated = None
+        with self._lock:
+            self._init_line = line + b"\n"
+            if isinstance(stated, str) and stated:
+                self.conversation_id = stated
+            if self.state is WarmState.STARTING and self._turn is None:
+                self.move(WarmState.READY)
+
+    def _hand(self, data: bytes, *, ended: bool) -> None:
+        with self._lock:
+            turn = self._turn
+            if ended:
+                self._turn = None  # what follows belongs to no turn until the next attaches
+        if turn is not None:
+            turn.deliver(data, ended)
+        elif data.strip() and not _is_event(data, b"init"):
+            log.debug("warm agy %d said between turns: %r", self.pid, data[:200])
+
+    def _watch_exit(self) -> None:
+        """The exit watcher: agy's exit status (left unreaped so its group id stays ours), what
+        it left running, its last words to the turn, then the pool forgets it."""
+        proc = self._proc
+        assert proc is not None
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            code = 0 if info is None else info.si_status
+            if info is not None and info.si_code != os.CLD_EXITED:
+                code = -info.si_status
+        except ChildProcessError:
+            code = proc.wait()
+        self.exit_code = code
+        self.signal_tree(signal.SIGKILL)  # what agy left in its group, and our tree
+        if self._reader is not None:
+            self._reader.join(READ_AFTER_EXIT)
+        with self._lock:
+            turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.died(code)
+        with contextlib.suppress(ChildProcessError):
+            proc.wait()
+        self._reaped = True
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        lifeline.forget(proc.pid)
+        self.exited.set()
+        self.on_closed(self)
+
+    # -- its tree ------------------------------------------------------------------------------
+
+    def track(self) -> list[psutil.Process]:
+        """agy and its live descendants, each remembered for the end (blocking: off the loop)."""
+        if self._proc is None or self._reaped:
+            return []
+        try:
+            root = psutil.Process(self._proc.pid)
+            below = _descendants(root.pid)
+            tree = [root, *(root.children(recursive=True) if below is None else below)]
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            self._known.setdefault(proc.pid, proc)
+        return tree
+
+    def signal_tree(self, sig: signal.Signals) -> None:
+        """`sig` to every descendant ever seen and to agy's group while it provably exists."""
+        if self._proc is None:
+            return
+        self.track()
+        for proc in list(self._known.values()):
+            if proc.pid != self._proc.pid and _alive(proc):
+                _signal(proc, sig)
+        if not self._reaped or any(_in_group(p, self._proc.pid) for p in self._known.values()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, sig)
+
+    def end(self, *, interrupt: bool, grace: float) -> None:
+        """End agy (blocking). `interrupt`: mid-turn, SIGINT (agy answers an ERROR `result` and
+        exits); else stdin's end (an idle agy exits). Then its tree: SIGTERM, SIGKILL."""
+        proc = self._proc
+        if proc is None:
+            return
+        if not self.exited.is_set():
+            if interrupt:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(proc.pid, signal.SIGINT)
+            elif proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            if not self.exited.wait(grace):
+                self.signal_tree(signal.SIGTERM)
+                if not self.exited.wait(KILL_AFTER):
+                    self.signal_tree(signal.SIGKILL)
+        self.exited.wait(KILL_AFTER + READ_AFTER_EXIT)

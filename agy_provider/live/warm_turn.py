@@ -1,0 +1,302 @@
+"""One turn in a warm agy, as the turn driver sees a process (`TurnProcess`): its line sent on
+stdin, its stdout lines and `result` brought to the turn's loop, the agy let go or ended after.
+
+`spawn_turn` is the turn's default spawn: a warm turn where the request allows one, else
+`runner.AgyProcess` (`agy -p`), which is also where a warm turn falls back when agy refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+
+from agy_provider.agy.argv import TurnRequest, stdin_turn
+from agy_provider.agy.result import read_result
+from agy_provider.agy.stdout import StdoutEvents
+from agy_provider.live.runner import AgyProcess
+from agy_provider.live.warm import POOL, WarmPool
+from agy_provider.live.warm_agy import WarmAgy
+from agy_provider.workers import off_loop
+
+__all__ = ["WarmTurn", "spawn_turn"]
+
+log = logging.getLogger(__name__)
+
+# A warm agy that exited while idle is replaced this many times before the turn gives up on
+# warm agys and runs `agy -p`.
+_REPLACEMENTS = 2
+# agy's exit code for flags it does not know (Go's flag package, argparse alike).
+_BAD_FLAGS = 2
+
+
+class WarmTurn:
+    """One turn's view of a warm agy (`TurnProcess`). Until the turn's `result`, `returncode`
+    is None; then 0, or 1 for an ERROR result; an agy that died mid-turn gives its exit code."""
+
+    def __init__(self, request: TurnRequest, pool: WarmPool = POOL) -> None:
+        self.request = request
+        self.pool = pool
+        self.events = StdoutEvents()  # this turn's stdout lines only
+        self.id_stated = asyncio.Event()
+        self.oneshot: AgyProcess | None = None  # agy refused to stay: the turn runs `agy -p`
+        self.agy: WarmAgy | None = None
+        self._done = asyncio.Event()
+        self._code: int | None = None
+        self._by_result = False
+        self._stderr_from = 0
+        self._let_go = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
+        self._said = ""  # why the fallback failed, as agy's last words
+
+    # -- TurnProcess ---------------------------------------------------------------------------
+
+    @property
+    def returncode(self) -> int | None:
+        if self._done.is_set():
+            return self._code
+        return self.oneshot.returncode if self.oneshot is not None else None
+
+    @property
+    def argv(self) -> list[str]:
+        """agy's command line: the warm agy's (no prompt in it), or `agy -p`'s."""
+        if self.oneshot is not None:
+            return self.oneshot.argv
+        return self.agy.argv if self.agy is not None else []
+
+    @property
+    def pid(self) -> int:
+        """agy's pid (the warm agy's, or `agy -p`'s); 0 before the turn has one."""
+        if self.oneshot is not None:
+            return self.oneshot.pid
+        return self.agy.pid if self.agy is not None else 0
+
+    @property
+    def stated_conversation_id(self) -> str:
+        if self.oneshot is not None:
+            return self.oneshot.stated_conversation_id
+        return self.events.conversation_id
+
+    @property
+    def result(self) -> Mapping[str, Any] | None:
+        if self.oneshot is not None:
+            return self.oneshot.result
+        return self.events.result
+
+    async def start(self) -> None:
+        """Send the turn to a warm agy (one leased from the pool, started if need be); where
+        none can be had, or agy refuses to run that way, start `agy -p` for this turn."""
+        self._loop = asyncio.get_running_loop()
+        line = stdin_turn(self.request.prompt)
+        for _ in range(_REPLACEMENTS + 1):
+            if self.pool.refuses(self.request):
+                break
+            agy = await self._lease()
+            if agy is None:
+                break
+            self._use(agy)
+            try:
+                await off_loop(agy.send, line)
+                return
+            except OSError as exc:  # it exited while idle: another takes its place
+                log.info("warm agy %d was gone (%s); starting another", agy.pid, exc)
+                self._drop(agy)
+                await off_loop(self.pool.discard, agy, interrupt=False, grace=0.0)
+        await self._start_oneshot()
+
+    async def _lease(self) -> WarmAgy | None:
+        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self.request))
+        try:
+            return await asyncio.shield(leasing)
+        except asyncio.CancelledError:
+            # The lease goes on in its thread: whatever agy it gives is ended, whenever it does.
+            leasing.add_done_callback(self._abandoned)
+            raise
+
+    def _abandoned(self, leasing: asyncio.Future[WarmAgy | None]) -> None:
+        if leasing.cancelled() or leasing.exception() is not None:
+            return
+        agy = leasing.result()
+        if agy is not None:
+            _end_elsewhere(self.pool, agy)
+
+    def _use(self, agy: WarmAgy) -> None:
+        # The rpc source finds agy's server by the process's own log file and token.
+        self.agy = agy
+        self.request = dataclasses.replace(
+            self.request,
+            log_file=agy.template.log_file,
+            csrf_token=agy.template.csrf_token,
+        )
+        self._stderr_from = agy.stderr_total
+        agy.attach(self)
+
+    def _drop(self, agy: WarmAgy) -> None:
+        agy.detach(self)
+        self.agy = None
+        self.events = StdoutEvents()
+        self.id_stated.clear()
+
+    async def _start_oneshot(self) -> None:
+        process = AgyProcess(dataclasses.replace(self.request, warm=False))
+        process.id_stated = self.id_stated
+        try:
+            await process.start()
+        finally:
+            self.oneshot = process  # also when its start failed: it ends what it started
+
+    def _fell_back(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None and not self._done.is_set():
+            self._said = f"agy -p could not start: {task.exception()}"
+            self._finish(1)
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        if self.oneshot is None or self._done.is_set():
+            done = asyncio.ensure_future(self._done.wait())
+            waits: set[asyncio.Future[Any]] = {done}
+            if self._falling_back is not None:
+                waits.add(self._falling_back)
+            try:
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.cancel()
+            if self._done.is_set() or self.oneshot is None:
+                return self._code if self._done.is_set() else None
+        # Fell back to `agy -p` (meanwhile, or earlier): its exit is the turn's.
+        return await self.oneshot.wait(timeout)
+
+    async def finish_stdout(self, timeout: float) -> None:
+        """Binding after agy's exit: its lines are already here (the reader hands them over
+        before it reports the exit)."""
+        if self.oneshot is not None:
+            await self.oneshot.finish_stdout(timeout)
+
+    async def terminate(self, grace: float = 2.0) -> None:
+        """The turn lets go of agy: after its `result`, agy goes back to the pool (idle, warm);
+        else (an abort, a deadline, a failure) agy is interrupted and its tree ended."""
+        if self._falling_back is not None:
+            with contextlib.suppress(Exception):
+                await self._falling_back
+        if self.oneshot is not None:
+            await self.oneshot.terminate(grace)
+            return
+        agy = self.agy
+        if agy is None or self._let_go:
+            return
+        self._let_go = True
+        agy.detach(self)
+        if self._by_result and not agy.exited.is_set():
+            await off_loop(
+                self.pool.release,
+                agy,
+                new_conversation=not self.request.conversation_id,
+                template=self.request,
+            )
+        else:
+            await off_loop(self.pool.discard, agy, interrupt=True, grace=grace)
+
+    def tree(self) -> list[psutil.Process]:
+        """agy and its live descendants (blocking: a scan of our tree)."""
+        if self.oneshot is not None:
+            return self.oneshot.tree()
+        return self.agy.track() if self.agy is not None else []
+
+    async def scan_tree(self) -> list[psutil.Process]:
+        if self.oneshot is not None:
+            return await self.oneshot.scan_tree()
+        return await off_loop(self.agy.track) if self.agy is not None else []
+
+    def stderr_text(self) -> str:
+        if self._said:
+            return self._said
+        if self.oneshot is not None:
+            return self.oneshot.stderr_text()
+        return self.agy.stderr_since(self._stderr_from) if self.agy is not None else ""
+
+    def stdout_text(self) -> str:
+        if self.oneshot is not None:
+            return self.oneshot.stdout_text()
+        return self.events.text.decode("utf-8", "replace")
+
+    # -- what the warm agy hands over (from its threads) ---------------------------------------
+
+    def deliver(self, data: bytes, ended: bool) -> None:
+        self._call(self._take, data, ended)
+
+    def died(self, code: int) -> None:
+        self._call(self._died, code)
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        try:
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the turn's loop is gone: nobody reads this turn any more
+            agy = self.agy
+            if agy is not None and not self._let_go:
+                self._let_go = True
+                agy.detach(self)
+                log.info("warm agy %d: its turn's loop is gone; ending it", agy.pid)
+                _end_elsewhere(self.pool, agy)
+
+    def _take(self, data: bytes, ended: bool) -> None:
+        if self.events.feed(data):
+            self.id_stated.set()
+        if ended and not self._done.is_set():
+            result = read_result(self.events.result or {})
+            self._by_result = True
+            self._finish(1 if result.status == "ERROR" else 0)
+
+    def _died(self, code: int) -> None:
+        if self._done.is_set() or self._falling_back is not None:
+            return
+        agy = self.agy
+        if agy is not None and _refused_flags(code, agy):
+            # agy refused the flags of a process for many turns (too old): `agy -p` instead.
+            self.pool.refused(self.request, agy.stderr_since(0))
+            self._drop(agy)
+            self._falling_back = asyncio.ensure_future(self._start_oneshot())
+            self._falling_back.add_done_callback(self._fell_back)
+            return
+        # Mid-turn, even an exit 0 without a `result` is a failure: say agy's last words.
+        self._finish(code or 1)
+
+    def _finish(self, code: int) -> None:
+        self._code = code
+        self._done.set()
+
+
+def _refused_flags(code: int, agy: WarmAgy) -> bool:
+    """agy exited at once refusing the flags of a process for many turns (too old for them):
+    exit 2, nothing on stdout, and stderr naming one of those flags."""
+    said = agy.stderr_since(0)
+    return (
+        code == _BAD_FLAGS
+        and not agy.said_anything
+        and ("input-format" in said or "output-format" in said)
+    )
+
+
+def _end_elsewhere(pool: WarmPool, agy: WarmAgy) -> None:
+    """End a warm agy nobody awaits, from a thread of its own (not agy's reader thread, which
+    ending waits for, nor a loop that may be closing)."""
+    threading.Thread(
+        target=pool.discard,
+        args=(agy,),
+        kwargs={"interrupt": True, "grace": 0.1},
+        name=f"agy-provider-warm-end-{agy.pid}",
+        daemon=True,
+    ).start()
+
+
+def spawn_turn(request: TurnRequest) -> WarmTurn | AgyProcess:
+    """The turn's process: a warm turn when the request allows one, else `agy -p`."""
+    return WarmTurn(request) if request.warm else AgyProcess(request)

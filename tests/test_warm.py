@@ -1,0 +1,272 @@
+"""The warm pool end to end against agy-sim: one agy per conversation kept across its turns, a
+spare for the next new conversation, recycling on a change of settings, the bound, idle ends,
+aborts, deaths between and in turns, and an agy that refuses to stay (AGY-FORMATS §2.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from live_helpers import (
+    Observed,
+    agy_sim_path,
+    expect_done,
+    expect_error,
+    leftovers,
+    run_turn,
+    scenario_answer,
+    scenario_planners,
+    text_of,
+)
+
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.live.warm import POOL, TRANSITIONS, WarmAgy, WarmState, warm_key
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.types import UserMessage
+
+pytestmark = pytest.mark.slow
+
+
+def agys() -> list[WarmAgy]:
+    return POOL.agys()
+
+
+def the_agy_of(conversation: str) -> WarmAgy:
+    (agy,) = [a for a in agys() if a.conversation_id == conversation and not a.spare]
+    return agy
+
+
+async def two_turns(seen: Observed, session: str = "s") -> tuple[Any, Any, Any, Any]:
+    """Two turns of one conversation: each turn's `TurnContext` and final message."""
+    _, first = await run_turn("one", session=session)
+    turn_one = seen.turns[-1]
+    history = [UserMessage(content="one", timestamp=0), first]
+    _, second = await run_turn("two", session=session, history=history)
+    return turn_one, seen.turns[-1], first, second
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# --- the lifecycle table and the key -------------------------------------------------------------
+
+
+def test_every_state_can_end_and_nothing_leaves_closed() -> None:
+    for state, moves in TRANSITIONS.items():
+        if state not in (WarmState.CLOSING, WarmState.CLOSED):
+            assert WarmState.CLOSING in moves, state
+    assert TRANSITIONS[WarmState.CLOSED] == frozenset()
+    assert TRANSITIONS[WarmState.CLOSING] == frozenset({WarmState.CLOSED})
+
+
+def test_the_key_is_the_settings_not_the_turn(tmp_path: Path) -> None:
+    base = TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, warm=True)
+    same = [
+        TurnRequest(prompt="other", cwd=str(tmp_path), agy_bin=sys.executable),
+        TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, conversation_id="a-1"),
+        TurnRequest(
+            prompt="hi",
+            cwd=str(tmp_path),
+            agy_bin=sys.executable,
+            log_file="/x.log",
+            csrf_token="t",
+        ),
+    ]
+    other = tmp_path / "other"
+    other.mkdir()
+    different = [
+        TurnRequest(
+            prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, model_args=("--model", "m")
+        ),
+        TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, mode="plan"),
+        TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, skip_permissions=True),
+        TurnRequest(prompt="hi", cwd=str(other), agy_bin=sys.executable),
+        TurnRequest(prompt="hi", cwd=str(tmp_path), agy_bin=sys.executable, env={"A": "1"}),
+    ]
+    env = {"PATH": "/bin"}
+    assert all(warm_key(r, env) == warm_key(base, env) for r in same)
+    assert len({warm_key(r, env) for r in [base, *different]}) == len(different) + 1
+    assert warm_key(base, {"PATH": "/usr/bin"}) != warm_key(base, env)
+
+
+# --- one agy per conversation -------------------------------------------------------------------
+
+
+async def test_the_turns_of_a_conversation_share_one_agy(
+    live_env: Path, recorder: Observed
+) -> None:
+    first, second, m1, m2 = await two_turns(recorder)
+    assert m1.stop_reason == "stop" and m2.stop_reason == "stop", (
+        m1.error_message,
+        m2.error_message,
+    )
+    conversation = first.binding.conversation_id
+    assert second.binding.conversation_id == conversation
+    assert first.process.pid == second.process.pid  # the same agy answered both
+    agy = the_agy_of(conversation)
+    assert agy.pid == first.process.pid and agy.turns == 2 and agy.state is WarmState.READY
+    assert leftovers(live_env) == []  # all that is alive is the pool's
+
+
+async def test_without_warm_each_turn_runs_its_own_agy(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
+) -> None:
+    monkeypatch.setenv("AGY_WARM", "0")
+    first, second, m1, m2 = await two_turns(recorder)
+    assert m1.stop_reason == m2.stop_reason == "stop"
+    assert first.binding.conversation_id == second.binding.conversation_id
+    assert first.process.pid != second.process.pid
+    assert agys() == []
+    assert leftovers(live_env) == []
+
+
+async def test_a_spare_answers_the_next_new_conversation(
+    live_env: Path, recorder: Observed
+) -> None:
+    events, message = await run_turn("hello")
+    expect_done(events, message, scenario_answer("default"))
+    (spare,) = [a for a in agys() if a.spare]
+    assert "--conversation" not in spare.argv  # a new conversation, whose id agy will state
+    first, _, _, _ = await two_turns(recorder, session="next")
+    assert first.process.pid == spare.pid  # the spare took the new conversation
+    assert not spare.spare
+
+
+async def test_a_change_of_settings_recycles_the_agy_on_the_same_conversation(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, first = await run_turn("one", session="s")
+    (old,) = [a for a in agys() if not a.spare]
+    monkeypatch.setenv("AGY_MODE", "accept-edits")
+    history = [UserMessage(content="one", timestamp=0), first]
+    _events, second = await run_turn("two", session="s", history=history)
+    assert second.stop_reason == "stop", second.error_message
+    assert not alive(old.pid) and old.state is WarmState.CLOSED
+    new = the_agy_of(old.conversation_id)
+    assert new.pid != old.pid and "accept-edits" in new.argv
+    assert "--conversation" in new.argv
+
+
+async def test_the_bound_ends_the_least_recently_used_idle_agy(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_WARM_MAX", "2")
+    monkeypatch.setenv("AGY_WARM_SPARES", "0")
+    pids = []
+    for name in ("a", "b", "c"):
+        _, message = await run_turn(name, session=name)
+        assert message.stop_reason == "stop", message.error_message
+        pids.append([a.pid for a in agys()])
+    assert len(pids[-1]) == 2
+    oldest = pids[0][0]
+    assert oldest not in pids[-1] and not alive(oldest)
+
+
+async def test_an_idle_agy_is_ended_after_the_idle_timeout(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_WARM_IDLE_TIMEOUT", "0.5")
+    _, message = await run_turn("hello")
+    assert message.stop_reason == "stop", message.error_message
+    kept = agys()
+    assert kept
+    for agy in kept:
+        assert await asyncio.to_thread(agy.exited.wait, 60), "an idle agy outlived its timeout"
+    assert agys() == [] and leftovers(live_env) == []
+
+
+# --- aborts and deaths ----------------------------------------------------------------------------
+
+
+async def test_an_abort_ends_the_warm_agy_and_the_next_turn_continues(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "slow")
+    monkeypatch.setenv("AGY_WARM_SPARES", "0")
+    abort = AbortSignal()
+
+    async def abort_at_first_text() -> None:
+        while not any(e.type == "text_delta" for e, _ in recorder.events):
+            await asyncio.sleep(0.01)
+        abort.abort("test")
+
+    aborter = asyncio.create_task(abort_at_first_text())
+    events, aborted = await run_turn("slow", session="s", signal=abort)
+    await aborter
+    expect_error(events, aborted, reason="aborted")
+    interrupted = recorder.turns[-1]
+    assert not alive(interrupted.process.pid) and agys() == []  # ended, not kept
+    history = [UserMessage(content="slow", timestamp=0), aborted]
+    events, again = await run_turn("go on", session="s", history=history)
+    assert again.stop_reason == "stop", again.error_message
+    resumed = recorder.turns[-1]
+    assert resumed.binding.conversation_id == interrupted.binding.conversation_id
+    assert resumed.process.pid != interrupted.process.pid
+    assert leftovers(live_env) == []
+
+
+async def test_an_agy_that_died_between_turns_is_replaced(live_env: Path) -> None:
+    _, first = await run_turn("one", session="s")
+    (agy,) = [a for a in agys() if not a.spare]
+    os.killpg(agy.pid, signal.SIGKILL)
+    assert await asyncio.to_thread(agy.exited.wait, 30)
+    history = [UserMessage(content="one", timestamp=0), first]
+    _events, second = await run_turn("two", session="s", history=history)
+    assert second.stop_reason == "stop", second.error_message
+    new = the_agy_of(agy.conversation_id)
+    assert new.pid != agy.pid
+
+
+async def test_an_agy_that_dies_mid_turn_ends_that_turn_with_its_last_words(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "crash")
+    events, message = await run_turn("hello", session="s")
+    expect_error(events, message)
+    assert "exited with code 2" in (message.error_message or "")
+    assert "panic" in (message.error_message or "").lower()
+    assert text_of(events) == scenario_planners("crash")[0]
+    assert [a for a in agys() if not a.spare] == []
+    assert leftovers(live_env) == []
+
+
+async def test_an_agy_that_refuses_to_stay_runs_each_turn_alone(
+    live_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An agy older than one process for many turns: it knows no --input-format without -p.
+    old = tmp_path / "old-agy"
+    old.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "if '--input-format' in sys.argv and '-p' not in sys.argv:\n"
+        "    sys.stderr.write('flag provided but not defined: -input-format\\n')\n"
+        "    sys.exit(2)\n"
+        f"os.execv({agy_sim_path()!r}, [{agy_sim_path()!r}, *sys.argv[1:]])\n"
+    )
+    old.chmod(old.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AGY_BIN", str(old))
+    with caplog.at_level(logging.WARNING, logger="agy_provider.live.warm"):
+        for prompt in ("one", "two"):
+            events, message = await run_turn(prompt)
+            expect_done(events, message, scenario_answer("default"))
+    said = [
+        r.getMessage() for r in caplog.records if "does not run as one process" in r.getMessage()
+    ]
+    assert len(said) == 1, said  # said once
+    assert agys() == []
+    assert leftovers(live_env) == []
