@@ -28,6 +28,7 @@ from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_a
 from agy_provider.live.provider import stream_simple, wait_for_turns
 from agy_provider.live.runner import build_argv
 from agy_provider.live.turn import PARKED
+from agy_provider.live.warm import POOL
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
 from agy_provider.pi.types import (
@@ -126,7 +127,12 @@ async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
     assert leftovers(tool_env, recorder) == []
 
 
-async def test_the_bridge_folder_is_given_to_agy_and_removed(tool_env: Path, recorder: Any) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["one-shot", "warm"])
+async def test_the_bridge_folder_is_given_to_agy_and_removed(
+    tool_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, warm: bool
+) -> None:
+    # One-shot, the bridge is the turn's; warm, it is the agy's and goes when that agy ends.
+    monkeypatch.setenv("AGY_WARM", "1" if warm else "0")
     context = Context(
         messages=[UserMessage(content="Where is A-1042?", timestamp=0)], tools=[LOOKUP]
     )
@@ -145,6 +151,9 @@ async def test_the_bridge_folder_is_given_to_agy_and_removed(tool_env: Path, rec
     )
     await stream.result()
     await wait_for_turns()
+    if warm:
+        assert Path(folders[0]).exists()  # kept with the agy for the conversation's next turn
+        POOL.shutdown()
     assert not Path(folders[0]).exists()
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import psutil
 import pytest
+from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO, tool_output
 from live_helpers import (
+    MODEL,
     Observed,
     agy_sim_path,
     expect_done,
@@ -28,9 +30,18 @@ from live_helpers import (
 )
 
 from agy_provider.agy.argv import TurnRequest
+from agy_provider.live.provider import stream_simple, wait_for_turns
 from agy_provider.live.warm import POOL, TRANSITIONS, WarmAgy, WarmState, warm_key
-from agy_provider.pi.options import AbortSignal
-from agy_provider.pi.types import UserMessage
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.types import (
+    AssistantMessage,
+    Context,
+    TextContent,
+    Tool,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -269,4 +280,55 @@ async def test_an_agy_that_refuses_to_stay_runs_each_turn_alone(
     ]
     assert len(said) == 1, said  # said once
     assert agys() == []
+    assert leftovers(live_env) == []
+
+
+# --- host tools: the warm agy's own bridge -------------------------------------------------------
+
+
+async def tool_round(
+    context: Context, session: str
+) -> tuple[AssistantMessage, AssistantMessage, Context]:
+    """One turn that calls the host's tool and, answered, finishes: (toolUse, done, context)."""
+    stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id=session))
+    first = await stream.result()
+    assert first.stop_reason == "toolUse", first.error_message
+    (call,) = [b for b in first.content if isinstance(b, ToolCall)]
+    answer = ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=[TextContent(text=tool_output("A-1042"))],
+        timestamp=0,
+    )
+    context = Context(messages=[*context.messages, first, answer], tools=context.tools)
+    stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id=session))
+    done = await stream.result()
+    await wait_for_turns()
+    assert done.stop_reason == "stop", done.error_message
+    return first, done, Context(messages=[*context.messages, done], tools=context.tools)
+
+
+async def test_a_warm_agy_serves_the_host_tools_from_a_bridge_that_lives_with_it(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    monkeypatch.setenv("AGY_WARM_SPARES", "0")
+    lookup = Tool("lookup_order", "Look up an order's status by its id.", TOOL_PARAMETERS)
+    ask = UserMessage(content="Where is my order A-1042?", timestamp=0)
+    _, _, context = await tool_round(Context(messages=[ask], tools=[lookup]), "orders")
+    (agy,) = agys()
+    assert agy.bridge is not None and agy.turns == 1
+    folder = agy.extra_dirs[-1]
+    again = Context(messages=[*context.messages, ask], tools=[lookup])
+    _, _, context = await tool_round(again, "orders")
+    assert agys() == [agy] and agy.turns == 2  # the same agy, its bridge still serving
+    assert os.path.isdir(folder)
+    # Another tool list is another agy (agy reads its MCP servers once): the conversation goes on
+    # in a new one, and the old one and its bridge folder go.
+    other = Tool("lookup_order", "Look up an order (v2).", TOOL_PARAMETERS)
+    more = Context(messages=[*context.messages, ask], tools=[other])
+    await tool_round(more, "orders")
+    (new,) = agys()
+    assert new.pid != agy.pid and new.conversation_id == agy.conversation_id
+    assert not alive(agy.pid) and not os.path.exists(folder)
     assert leftovers(live_env) == []

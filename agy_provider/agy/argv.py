@@ -62,6 +62,9 @@ class TurnRequest:
     # The turn may run in a warm agy: one process kept for many turns of its conversation, each
     # a stdin line (`build_warm_argv`; `live/warm.py`). False runs `agy -p` for this turn alone.
     warm: bool = False
+    # The host tools agy is offered over MCP, as one value (`bridge/host_tools.tools_signature`):
+    # a warm agy serves them from a bridge of its own, so they are part of what it is.
+    mcp_tools: str = ""
 
 
 def go_duration(seconds: float) -> str:

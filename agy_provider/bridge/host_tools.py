@@ -11,7 +11,9 @@ to. Importing `agy_provider.bridge.mcp_bridge` loads the MCP SDK (~1–2 s the f
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -29,7 +31,14 @@ if TYPE_CHECKING:
         HostToolResult,
     )
 
-__all__ = ["ParkedTurns", "ToolExecutor", "TurnTools", "plugin_tools_registered", "result_text"]
+__all__ = [
+    "ParkedTurns",
+    "ToolExecutor",
+    "TurnTools",
+    "plugin_tools_registered",
+    "result_text",
+    "tools_signature",
+]
 
 # Runs one of the host's tools at once (instead of handing the call back to the host's tool
 # loop): given the call, returns the result's text, or raises; a plain function runs in a worker
@@ -82,7 +91,9 @@ class TurnTools:
         self._with_plugins = with_plugins
         self._executor = executor
         self._plugin_names: frozenset[str] = frozenset()
-        self._bridge: HostToolBridge | None = None
+        self._bridge: HostToolBridge | None = None  # the turn's own bridge, when it has one
+        self._calls_from: Any = None  # the bridge agy's calls come through (its open calls)
+        self.offered: list[HostTool | Tool] = []  # what the turn offers agy (once prepared)
         self._parked: Any = None  # mcp_bridge.ParkedToolCalls, once started
         self._handed_out: set[str] = set()
         self._run_plugin_tool: Callable[[HostToolCall], Awaitable[HostToolResult]] | None = None
@@ -101,8 +112,22 @@ class TurnTools:
         return frozenset(f"{SERVER_NAME}/{tool.name}" for tool in self._host_tools)
 
     async def start(self) -> TurnTools:
-        """Load the SDK (off the loop), start the bridge. Raises `UsageError` for bad tools and
-        `SourceError` when the bridge cannot listen."""
+        """Load the SDK (off the loop), start the turn's own bridge. Raises `UsageError` for bad
+        tools and `SourceError` when the bridge cannot listen."""
+        offered = await self.prepare()
+        mcp_bridge = await off_loop(_load_bridge)
+        bridge = mcp_bridge.HostToolBridge(offered, self.handle, server_name=SERVER_NAME)
+        self._bridge = self._calls_from = await bridge.start()
+        return self
+
+    def serve_from(self, bridge: Any) -> None:
+        """agy's calls come through a bridge that is not the turn's (a warm agy's, which lives as
+        long as agy and relays each call to `handle`): its open calls are what `running` sees."""
+        self._calls_from = bridge
+
+    async def prepare(self) -> list[HostTool | Tool]:
+        """Load the SDK (off the loop) and gather what the turn offers (`offered`), ready to
+        park agy's calls; no bridge yet. Raises `UsageError` for bad tools."""
         mcp_bridge = await off_loop(_load_bridge)
         offered: list[HostTool | Tool] = list(self._host_tools)
         if self._with_plugins:
@@ -119,11 +144,11 @@ class TurnTools:
             self._plugin_names = frozenset(t.name for t in plugin_tools if t.name not in taken)
             self._run_plugin_tool = mcp_bridge.plugin_tool_handler(self._turn)
         self._parked = mcp_bridge.ParkedToolCalls()
-        bridge = mcp_bridge.HostToolBridge(offered, self._handle, server_name=SERVER_NAME)
-        self._bridge = await bridge.start()
-        return self
+        self.offered = offered
+        return offered
 
-    async def _handle(self, call: HostToolCall) -> HostToolResult | str:
+    async def handle(self, call: HostToolCall) -> HostToolResult | str:
+        """One call agy made: a plugin's tool or the executor at once, else parked for the host."""
         if call.name in self._plugin_names and self._run_plugin_tool is not None:
             return await self._run_plugin_tool(call)
         if self._executor is not None:
@@ -163,10 +188,10 @@ class TurnTools:
     @property
     def running(self) -> bool:
         """True while a call agy made is being run at once (an executor's or a plugin's tool)."""
-        if self._bridge is None:
+        if self._calls_from is None:
             return False
         waiting = set() if self._parked is None else {c.id for c in self._parked.pending}
-        return any(c.id not in waiting for c in self._bridge.pending_calls)
+        return any(c.id not in waiting for c in self._calls_from.pending_calls)
 
     @property
     def waiting_ids(self) -> frozenset[str]:
@@ -190,9 +215,24 @@ class TurnTools:
                 log.info("host tool call %s was no longer open when the host answered", call_id)
 
     async def aclose(self) -> None:
-        """Stop the bridge: calls still open are answered with an error, the folder goes."""
+        """Stop the turn's bridge: calls still open are answered with an error, the folder goes.
+        Through a warm agy's bridge (which stays), the calls still parked get that error."""
         if self._bridge is not None:
             await self._bridge.aclose()
+        elif self._parked is not None:
+            from agy_provider.bridge.mcp_bridge import HostToolResult
+
+            for call in self._parked.pending:
+                self._parked.resolve(call.id, HostToolResult("the turn ended first", True))
+
+
+def tools_signature(offered: Sequence[HostTool | Tool]) -> str:
+    """What agy is offered, as one value (names, descriptions, schemas): a warm agy serves one."""
+    described = sorted(
+        (t.name, t.description, json.dumps(t.parameters, sort_keys=True, default=str))
+        for t in offered
+    )
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:32]
 
 
 def _load_bridge() -> Any:

@@ -141,9 +141,7 @@ class TurnPlanner:
             POOL.configure(
                 WarmSettings(config.warm_max, config.warm_idle_timeout, config.warm_spares)
             )
-            # A turn offering tools runs its own agy: its MCP bridge (one more --add-dir) is
-            # the turn's, and a warm agy reads its MCP servers once, when it starts.
-            request = dataclasses.replace(request, warm=not offers_tools)
+            request = dataclasses.replace(request, warm=True)
         return TurnPlan(
             offers_tools=offers_tools,
             plugin_tools=plugin_tools,

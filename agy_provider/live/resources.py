@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from agy_provider.live.images import ImageStaging, newest_images
 from agy_provider.live.prompt import build_prompt
+from agy_provider.live.warm_turn import WarmTurn
 from agy_provider.workers import off_loop
 
 __all__ = ["ABORT_GRACE", "TurnResources"]
@@ -41,14 +42,27 @@ class TurnResources:
         self.lock: ConversationLock | None = None  # keeps a conversation's turns one at a time
 
     async def offer_tools(self, tools: TurnTools, plan: TurnPlan) -> TurnPlan:
-        """Start the MCP bridge serving `tools`; `plan` with agy's request reading its config."""
+        """Start the MCP bridge serving `tools`; `plan` with agy's request reading its config.
+        A warm turn's agy serves them from a bridge of its own (`connect_tools`): the request
+        then names them (`mcp_tools`), since they are part of what that agy is."""
+        from agy_provider.bridge.host_tools import tools_signature
+
         self.tools = tools
-        await tools.start()
         request = plan.request
+        if request.warm:
+            offered = await tools.prepare()
+            request = dataclasses.replace(request, mcp_tools=tools_signature(offered))
+            return dataclasses.replace(plan, request=request)
+        await tools.start()
         extra_dirs = (*request.extra_dirs, tools.config_dir)
         return dataclasses.replace(
             plan, request=dataclasses.replace(request, extra_dirs=extra_dirs)
         )
+
+    def connect_tools(self, process: TurnProcess) -> None:
+        """A warm turn's process relays agy's calls to the turn's tools (`offer_tools`)."""
+        if self.tools is not None and isinstance(process, WarmTurn):
+            process.tools = self.tools
 
     async def stage_images(
         self, context: Context, plan: TurnPlan, *, unseen: Sequence[Message]

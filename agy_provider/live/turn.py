@@ -286,6 +286,7 @@ class TurnDriver:
         request = plan.request
         process = self.edges.spawn(request)
         self.opened.process = self.ctx.process = process
+        self.opened.connect_tools(process)
         started_at = asyncio.get_running_loop().time()
         self.opened.starting = asyncio.ensure_future(process.start())
         await asyncio.shield(self.opened.starting)

@@ -17,7 +17,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agy_provider.agy.argv import TurnRequest, build_warm_argv
@@ -73,7 +73,7 @@ def warm_key(request: TurnRequest, environ: Mapping[str, str] | None = None) -> 
     )[1:]
     env = {**(os.environ if environ is None else environ), **request.env}
     digest = hashlib.sha256()
-    for part in (identity, "\0".join(flags), os.path.abspath(request.cwd)):
+    for part in (identity, "\0".join(flags), os.path.abspath(request.cwd), request.mcp_tools):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\x01")
     for name in sorted(env):
         digest.update(f"{name}={env[name]}".encode("utf-8", "surrogatepass") + b"\x00")
@@ -119,10 +119,11 @@ class WarmPool:
                 why.strip() or "it exited at once",
             )
 
-    def lease(self, request: TurnRequest) -> WarmAgy | None:
+    def lease(self, request: TurnRequest, offered: Sequence[object] = ()) -> WarmAgy | None:
         """A warm agy for `request`'s turn, moved to IN_TURN (blocking: it may fork; off the
         loop): the conversation's own, a spare of the same settings for a new conversation, else
-        a new one. None when the bound is reached by agys all in turns (the turn runs `-p`)."""
+        a new one (serving `offered`, the turn's host tools, from a bridge of its own). None when
+        the bound is reached by agys all in turns (the turn runs `-p`)."""
         key = warm_key(request)
         retired: list[WarmAgy] = []
         try:
@@ -142,7 +143,7 @@ class WarmPool:
                         self.settings.max,
                     )
                     return None
-                agy = self._add(key, request, spare=False)
+                agy = self._add(key, request, spare=False, offered=offered)
                 agy.move(WarmState.IN_TURN)
             return agy
         finally:
@@ -203,8 +204,10 @@ class WarmPool:
         retired.append(oldest)
         return True
 
-    def _add(self, key: str, request: TurnRequest, *, spare: bool) -> WarmAgy:
-        agy = WarmAgy(key, request, spare=spare)
+    def _add(
+        self, key: str, request: TurnRequest, *, spare: bool, offered: Sequence[object] = ()
+    ) -> WarmAgy:
+        agy = WarmAgy(key, request, spare=spare, offered=offered)
         agy.on_closed = self._forget
         agy.start()
         self._agys.append(agy)
@@ -234,7 +237,7 @@ class WarmPool:
             elif not self._make_room(retired):
                 return
             try:
-                self._add(agy.key, _spare_request(template), spare=True)
+                self._add(agy.key, _spare_request(template), spare=True, offered=agy.offered)
             except OSError as exc:
                 log.info("could not start a spare agy: %s", exc)
         for old in retired:

@@ -4,7 +4,9 @@ threads that read its pipes and await its exit, so it outlives the loop of the t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import logging
@@ -14,8 +16,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import psutil
 
@@ -24,6 +26,7 @@ from agy_provider.agy.argv import TurnRequest, build_warm_argv
 from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.errors import FramingError
 from agy_provider.live.runner import _alive, _descendants, _in_group, _signal, _spawn
+from agy_provider.live.warm_bridge import WarmBridge
 from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
@@ -74,6 +77,10 @@ READ_AFTER_EXIT = 2.0
 class WarmTurnSink(Protocol):
     """What a warm agy hands a turn (`warm_turn.WarmTurn`); called from the agy's threads."""
 
+    #: The turn's host tools (`bridge/host_tools.TurnTools`) and its loop, where agy's calls go.
+    tools: Any
+    loop: asyncio.AbstractEventLoop | None
+
     def deliver(self, data: bytes, ended: bool) -> None:
         """Stdout lines of the turn (each ending in a newline); `ended`: its `result` is in."""
 
@@ -92,10 +99,21 @@ class WarmAgy:
     """One agy process for many turns: its own process group (guarded by the lifeline), stdin a
     pipe we write turns to, stdout read by a thread that hands each turn its lines."""
 
-    def __init__(self, key: str, template: TurnRequest, *, spare: bool = False) -> None:
+    def __init__(
+        self,
+        key: str,
+        template: TurnRequest,
+        *,
+        spare: bool = False,
+        offered: Sequence[object] = (),
+    ) -> None:
         self.key = key
         self.template = template  # the request it was started with (its log file and token)
         self.argv = build_warm_argv(template)
+        # The host tools it serves from a bridge of its own (agy reads MCP servers once).
+        self.offered = list(offered)
+        self.bridge: WarmBridge | None = None
+        self.extra_dirs: tuple[str, ...] = tuple(template.extra_dirs)  # its own bridge's too
         self.state = WarmState.STARTING
         self.spare = spare  # started ahead, for the next new conversation of its settings
         self.conversation_id = template.conversation_id
@@ -130,18 +148,29 @@ class WarmAgy:
 
     def start(self) -> None:
         """Spawn agy (blocking: a fork; call it off the loop) and its reader and exit watcher."""
+        if self.offered:
+            self.bridge = WarmBridge(self.offered)
+            self.extra_dirs = (*self.template.extra_dirs, self.bridge.start())
+            self.argv = build_warm_argv(
+                dataclasses.replace(self.template, extra_dirs=self.extra_dirs)
+            )
         env = {**os.environ, **self.template.env}
         env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
         env["AGY_PROVIDER_TURN"] = "1"
-        self._proc = _spawn(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=self.template.cwd,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            self._proc = _spawn(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.template.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            if self.bridge is not None:
+                self.bridge.close()
+            raise
         name = f"agy-provider-warm-{self._proc.pid}"
         self._reader = threading.Thread(target=self._read, name=name, daemon=True)
         self._reader.start()
@@ -159,10 +188,14 @@ class WarmAgy:
             view = view[os.write(fd, view) :]
 
     def attach(self, turn: WarmTurnSink) -> None:
-        """Hand agy's stdout to `turn` from now on (its `init`, if already said, first)."""
+        """Hand agy's stdout (and its calls to the host's tools) to `turn` from now on (its
+        `init`, if already said, first)."""
         with self._lock:
             self._turn = turn
             init = self._init_line
+        if self.bridge is not None and turn.tools is not None and turn.loop is not None:
+            self.bridge.relay_to(turn.tools, turn.loop)
+            turn.tools.serve_from(self.bridge)
         if init:
             turn.deliver(init, False)
 
@@ -170,6 +203,8 @@ class WarmAgy:
         with self._lock:
             if self._turn is turn:
                 self._turn = None
+        if self.bridge is not None and turn.tools is not None:
+            self.bridge.stop_relaying(turn.tools)
 
     @property
     def stderr_total(self) -> int:
@@ -277,6 +312,8 @@ class WarmAgy:
                 with contextlib.suppress(OSError):
                     pipe.close()
         lifeline.forget(proc.pid)
+        if self.bridge is not None:
+            self.bridge.close()
         self.exited.set()
         self.on_closed(self)
 

@@ -52,7 +52,10 @@ class WarmTurn:
         self._by_result = False
         self._stderr_from = 0
         self._let_go = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the turn's: where its lines go
+        # The turn's host tools (`TurnTools`, prepared by the turn's launch): the warm agy serves
+        # them from its own bridge and relays each call to them.
+        self.tools: Any = None
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
         self._said = ""  # why the fallback failed, as agy's last words
 
@@ -93,7 +96,7 @@ class WarmTurn:
     async def start(self) -> None:
         """Send the turn to a warm agy (one leased from the pool, started if need be); where
         none can be had, or agy refuses to run that way, start `agy -p` for this turn."""
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         line = stdin_turn(self.request.prompt)
         for _ in range(_REPLACEMENTS + 1):
             if self.pool.refuses(self.request):
@@ -112,7 +115,8 @@ class WarmTurn:
         await self._start_oneshot()
 
     async def _lease(self) -> WarmAgy | None:
-        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self.request))
+        offered = self.tools.offered if self.tools is not None else ()
+        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self.request, offered))
         try:
             return await asyncio.shield(leasing)
         except asyncio.CancelledError:
@@ -128,12 +132,14 @@ class WarmTurn:
             _end_elsewhere(self.pool, agy)
 
     def _use(self, agy: WarmAgy) -> None:
-        # The rpc source finds agy's server by the process's own log file and token.
+        # The rpc source finds agy's server by the process's own log file and token; agy's
+        # folders include its own tool bridge's.
         self.agy = agy
         self.request = dataclasses.replace(
             self.request,
             log_file=agy.template.log_file,
             csrf_token=agy.template.csrf_token,
+            extra_dirs=agy.extra_dirs,
         )
         self._stderr_from = agy.stderr_total
         agy.attach(self)
@@ -201,6 +207,8 @@ class WarmTurn:
             )
         else:
             await off_loop(self.pool.discard, agy, interrupt=True, grace=grace)
+            if not self._done.is_set():  # ended before its `result`: agy's exit is the turn's
+                self._finish(agy.exit_code if agy.exit_code is not None else 1)
 
     def tree(self) -> list[psutil.Process]:
         """agy and its live descendants (blocking: a scan of our tree)."""
@@ -234,7 +242,7 @@ class WarmTurn:
         self._call(self._died, code)
 
     def _call(self, fn: Any, *args: Any) -> None:
-        loop = self._loop
+        loop = self.loop
         try:
             if loop is None:
                 raise RuntimeError("no loop")
