@@ -43,6 +43,7 @@ from agy_provider.sim.turn_values import (
     _totals,
     _Turn,
     _TurnFailed,
+    settle_denial,
 )
 from agy_provider.sim.versions import AgyVersion, sim_version
 from agy_provider.sim.writer import ConversationWriter
@@ -286,7 +287,8 @@ class Simulator:
                 if self.version.finish_steps:
                     self._append(turn, factory.finish())
             except _AutoDenied as denied:
-                self._auto_denied(turn, result, denied)
+                turn.response = ""
+                settle_denial(self.version, result, denied)
             except _PrintTimeout:
                 self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
                 turn.response = ""
@@ -320,24 +322,6 @@ class Simulator:
             else:
                 result.usage, result.duration_seconds = usage, duration
             return result
-
-    def _auto_denied(self, turn: _Turn, result: TurnResult, denied: _AutoDenied) -> None:
-        """End a turn whose permission print mode denied, as the imitated version does (§2.2)."""
-        tool = denied.tool
-        target = str(tool.args.get("CommandLine", tool.args.get("AbsolutePath", tool.name)))
-        turn.response = ""
-        shape = self.version.denial
-        if shape == "error":
-            result.status, result.error, result.exit_code = "ERROR", str(denied), 1
-        elif shape == "canceled":
-            result.status = "CANCELED"
-            result.stderr = (
-                f'Error: permission for {denied.action} "{target}" was auto-denied: print mode '
-                "cannot ask (run with --dangerously-skip-permissions to allow it)"
-            )
-        else:
-            display = "".join(part.capitalize() for part in tool.name.split("_"))
-            result.denied_actions = [{"action": denied.action, "display_name": display}]
 
     def _settle_current(self, turn: _Turn, status: str) -> None:
         if turn.current is None:
