@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import queue
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +147,117 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+STREAM_IO = ("--input-format", "stream-json", "--output-format", "stream-json")
+
+
+def user_line(content: Any) -> bytes:
+    """One stream-json input turn (AGY-FORMATS §2.4): `content` is a string or a block list."""
+    return (json.dumps({"event": "user", "message": {"content": content}}) + "\n").encode()
+
+
+class PersistentSim:
+    """One agy-sim run as one agy for many turns (`--input-format stream-json`, no `-p`), driven
+    over real pipes. stdout and stderr are read by threads, so a silent sim fails a wait after
+    `timeout` instead of stalling the test; `AGY_SIM_COLD_START_MS` defaults to 0 here."""
+
+    def __init__(
+        self,
+        app_dir: Path,
+        *args: str,
+        scenario: str = "default",
+        speed: float = 10,
+        timeout: float = STARTUP,
+        **extra: str,
+    ) -> None:
+        extra.setdefault("AGY_SIM_COLD_START_MS", "0")
+        self.timeout = timeout
+        self.proc = subprocess.Popen(
+            sim_argv(*STREAM_IO, *args),
+            env=sim_env(app_dir, scenario, speed, **extra),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=app_dir.parent,
+        )
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        self._stderr: list[bytes] = []
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self._lines.put)),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self._stderr.append)),
+        ]
+        for reader in self._readers:
+            reader.daemon = True
+            reader.start()
+
+    @staticmethod
+    def _pump(stream: Any, put: Any) -> None:
+        for line in iter(stream.readline, b""):
+            put(line)
+        put(b"")  # end of stream
+
+    def next_line(self) -> str:
+        """The next stdout line; "" once stdout has ended."""
+        try:
+            line = self._lines.get(timeout=self.timeout)
+        except queue.Empty:
+            raise AssertionError(f"agy-sim printed nothing for {self.timeout} s") from None
+        if line == b"":
+            self._lines.put(b"")  # stays ended
+        return line.decode()
+
+    def next_event(self) -> dict[str, Any]:
+        line = self.next_line()
+        assert line, f"stdout ended; stderr: {self.stderr()}"
+        event: dict[str, Any] = json.loads(line)
+        return event
+
+    def send(self, raw: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(raw)
+        self.proc.stdin.flush()
+
+    def turn(self, content: Any) -> list[dict[str, Any]]:
+        """Send one user turn and read every event up to its `result` (included)."""
+        self.send(user_line(content))
+        return self.until_result()
+
+    def until_result(self) -> list[dict[str, Any]]:
+        events = [self.next_event()]
+        while events[-1]["event"] != "result":
+            events.append(self.next_event())
+        return events
+
+    def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def wait(self) -> int:
+        """The exit code, once stdout and stderr have ended too."""
+        code = self.proc.wait(timeout=self.timeout)
+        for reader in self._readers:
+            reader.join(timeout=self.timeout)
+        return code
+
+    def rest(self) -> list[str]:
+        """Every stdout line left (after `wait`)."""
+        lines = []
+        while line := self.next_line():
+            lines.append(line)
+        return lines
+
+    def stderr(self) -> str:
+        return b"".join(self._stderr).decode()
+
+    def __enter__(self) -> PersistentSim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()

@@ -1,7 +1,8 @@
 """`agy-sim`: a command line argument-compatible with agy's, driving the simulator.
 
 Owns argument parsing, agy's headless behaviours (stdin hang, cold start, print timeout, exit
-codes, output formats) and wiring the simulator to the language-server child.
+codes, output formats) and wiring the simulator to the language-server child. One agy for many
+turns (`--input-format stream-json`) runs in `sim/persistent.py`.
 """
 
 from __future__ import annotations
@@ -19,16 +20,25 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from agy_provider.errors import UsageError
-from agy_provider.sim.commands import COMMANDS, command_data
+from agy_provider.sim.commands import cli_command, command_data
 from agy_provider.sim.control import ServerLink
 from agy_provider.sim.engine import Clock, Conversation, SimCrash, Simulator, TurnResult
 from agy_provider.sim.output import StreamJsonPrinter, dumps, emit_line
 from agy_provider.sim.payloads import IdSource
-from agy_provider.sim.scenario import CatalogModel, Scenario, load_scenario
+from agy_provider.sim.persistent import run_persistent
+from agy_provider.sim.plays import TurnPlays
+from agy_provider.sim.scenario import CatalogModel, Scenario, TurnPlay, load_scenario
 from agy_provider.sim.state import CONVERSATION_ID, AppState, default_app_dir
 from agy_provider.sim.versions import NEWEST, AgyVersion, sim_version
 
-__all__ = ["VERSION", "main", "parse_go_duration"]
+__all__ = [
+    "COLD_START_ENV",
+    "PERSISTENT_COLD_START_MS",
+    "VERSION",
+    "Session",
+    "main",
+    "parse_go_duration",
+]
 
 # `agy --version` prints the bare version: the one imitated (`AGY_SIM_VERSION`, default NEWEST).
 VERSION = NEWEST
@@ -36,6 +46,11 @@ VERSION = NEWEST
 DETERMINISTIC_START = 1_782_172_656.0
 DETERMINISTIC_SEED = 20260622
 
+# How long agy takes to start before its first line: `AGY_SIM_COLD_START_MS` (scenario
+# milliseconds, divided by AGY_SIM_SPEED like every delay), else 2500 for one agy for many turns
+# (real 1.1.18 printed `init` 2.3–2.8 s after spawn, AGY-FORMATS §2.4), else the scenario's.
+COLD_START_ENV = "AGY_SIM_COLD_START_MS"
+PERSISTENT_COLD_START_MS = 2500
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _TOOLS = [
@@ -104,6 +119,20 @@ def _speed() -> float:
         return 1.0
 
 
+def _cold_start_ms(scenario: Scenario, persistent: bool) -> tuple[int, str]:
+    """The cold start in scenario milliseconds, and where the number came from."""
+    raw = os.environ.get(COLD_START_ENV, "").strip()
+    if raw:
+        if not raw.isdigit():
+            raise UsageError(
+                f"{COLD_START_ENV} must be a whole number of milliseconds, not {raw!r}"
+            )
+        return int(raw), COLD_START_ENV
+    if persistent:
+        return PERSISTENT_COLD_START_MS, "the default for --input-format stream-json"
+    return scenario.cold_start_ms, f"scenario {scenario.name!r}"
+
+
 def _resolve_model(scenario: Scenario, slug: str | None, effort: str | None) -> CatalogModel:
     """`--model`/`--effort` → one catalog entry, with agy's refusals."""
     slug = slug or scenario.model
@@ -149,8 +178,12 @@ def _stdin_blocks() -> bool:
     return sys.stdin.isatty() or stat.S_ISFIFO(mode)
 
 
-class _Session:
-    """One agy-sim process: state, simulator, server link, output."""
+class Session:
+    """One agy-sim process: state, simulator, server link, output.
+
+    Every stdout write holds `out`; while `muted`, lines from a turn still running are dropped
+    (a persistent agy that was signalled prints its `result` and nothing after it).
+    """
 
     def __init__(self, args: argparse.Namespace, scenario: Scenario, version: AgyVersion) -> None:
         self.args = args
@@ -180,6 +213,13 @@ class _Session:
         self.sim.on_commit = self.link.changed
         self.sim.on_conversation = self._opened
         self.stream = args.output_format == "stream-json"
+        # agy drops a `-p` prompt given beside `--input-format stream-json` (§2.4).
+        self.persistent = args.input_format == "stream-json"
+        self.cold_start_ms, self.cold_start_source = _cold_start_ms(scenario, self.persistent)
+        self.plays = TurnPlays(scenario)
+        self.turns_started = 0
+        self.out = threading.RLock()
+        self.muted = False
         self._planned: str | None = None
         self._fresh = True
         self.init_sent = False
@@ -188,7 +228,19 @@ class _Session:
         self.link.conversation(conversation)
 
     def emit(self, event: dict[str, Any]) -> None:
-        emit_line(sys.stdout, event)
+        with self.out:
+            if not self.muted:
+                emit_line(sys.stdout, event)
+
+    def play_for(self, prompt: str) -> TurnPlay | None:
+        """Count a turn of this process and say what it plays (`sim/plays.py`)."""
+        self.turns_started += 1
+        try:
+            return self.plays.for_turn(self.turns_started, prompt)
+        except UsageError as exc:
+            sys.stderr.write(f"warning: agy-sim: {exc}; this turn plays the process's scenario\n")
+            sys.stderr.flush()
+            return None
 
     def planned_id(self) -> str:
         """The conversation this run holds: the one resumed, else a new id.
@@ -211,8 +263,23 @@ class _Session:
         self._planned = cid or self.sim.ids.uuid()
         return self._planned
 
+    def cold_start(self, since: float) -> None:
+        """Sleep what is left of the cold start begun at `since` (monotonic); the log says how
+        long it is and where that came from."""
+        self.state.log(
+            f"agy-sim cold start: {self.cold_start_ms} ms ({self.cold_start_source}), "
+            f"AGY_SIM_SPEED {self.speed:g}"
+        )
+        remaining = since + self.cold_start_ms / 1000 / self.speed - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+
     def conversation(self) -> Conversation:
-        time.sleep(self.scenario.cold_start_ms / 1000 / self.speed)
+        """`-p`: the cold start, then the conversation (1.3.x printed `init` before it)."""
+        self.cold_start(time.monotonic())
+        return self.open_conversation()
+
+    def open_conversation(self) -> Conversation:
         conversation = self.sim.open(self.planned_id())
         if self._fresh:
             self.state.log(f"Created conversation {conversation.id}")
@@ -238,7 +305,13 @@ class _Session:
         sys.stdout.flush()
         return 0
 
-    def run_turn(self, conversation: Conversation, prompt: str, model: CatalogModel) -> TurnResult:
+    def run_turn(
+        self,
+        conversation: Conversation,
+        prompt: str,
+        model: CatalogModel,
+        play: TurnPlay | None = None,
+    ) -> TurnResult:
         args = self.args
         timeout = parse_go_duration(args.print_timeout)
         deadline = time.monotonic() + timeout if timeout > 0 else None
@@ -251,7 +324,9 @@ class _Session:
             self.sim.listeners.append(printer)
         self.link.status(conversation.id, True)
         try:
-            return self.sim.run_turn(conversation, prompt, model=model, deadline=deadline)
+            return self.sim.run_turn(
+                conversation, prompt, model=model, deadline=deadline, play=play
+            )
         finally:
             self.link.status(conversation.id, False)
             if printer is not None:
@@ -264,7 +339,7 @@ class _Session:
         try:
             self.sim.run_turn(self.sim.open(conversation_id), text, model=chosen)
         except SimCrash as crash:
-            self._crash(crash)
+            self.crash(crash)
         finally:
             self.link.status(conversation_id, False)
 
@@ -288,90 +363,33 @@ class _Session:
 
     def report(self, result: TurnResult) -> None:
         fmt = self.args.output_format
-        if fmt == "stream-json":
-            self.emit({"event": "result", "result": result.to_json()})
-        elif fmt == "json":
-            sys.stdout.write(dumps(result.to_json()) + "\n")
-        elif result.response:
-            sys.stdout.write(result.response + "\n")
-        sys.stdout.flush()
+        with self.out:
+            if fmt == "stream-json":
+                self.emit({"event": "result", "result": result.to_json()})
+            elif fmt == "json":
+                sys.stdout.write(dumps(result.to_json()) + "\n")
+            elif result.response:
+                sys.stdout.write(result.response + "\n")
+            sys.stdout.flush()
         if result.stderr:
             sys.stderr.write(result.stderr + "\n")
         elif result.status == "ERROR" and result.exit_code:
             sys.stderr.write(f"Error: {result.error}\n")
         sys.stderr.flush()
 
-    def _crash(self, crash: SimCrash) -> NoReturn:
-        sys.stdout.flush()
-        sys.stderr.write(crash.message + "\n")
-        sys.stderr.flush()
-        self.link.close()
-        os._exit(crash.exit_code)
-
-
-def _stream_turns(session: _Session, model: CatalogModel) -> int:
-    """`--input-format stream-json`: one turn per stdin `user` event, until EOF.
-
-    `message.content` is a string or a list of text blocks. An event of another kind is ignored
-    with agy's warning on stdout; a line without an `event` ends the session with a result ERROR
-    (1.2.x) or is skipped with an error on stderr (older builds).
-    """
-    conversation: Conversation | None = None
-    code = 0
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        kind = event.get("event") if isinstance(event, dict) else None
-        message = event.get("message") if isinstance(event, dict) else None
-        content = message.get("content") if isinstance(message, dict) else None
-        if kind is not None and kind != "user":
-            sys.stdout.write(f"warning: ignoring unsupported stream input message event {kind!r}\n")
+    def crash(self, crash: SimCrash) -> NoReturn:
+        """Die as agy does: its last words on stderr, the language server with it, no cleanup."""
+        with self.out:
             sys.stdout.flush()
-            continue
-        if isinstance(content, str):
-            text = content
-        elif isinstance(content, list):
-            text = "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, dict) and p.get("type") == "text"
-            )
-        else:
-            text = None
-        if kind is None or text is None:
-            if not session.version.stream_input_needs_stream_output:
-                sys.stderr.write("Error: invalid stream-json input line\n")
-                continue
-            cid = conversation.id if conversation is not None else ""
-            missing = "event" if kind is None else "message"
-            failure = TurnResult(
-                cid,
-                status="ERROR",
-                error=f'stream input message is missing the "{missing}" field',
-                exit_code=1,
-                num_turns=conversation.turns if conversation is not None else 0,
-                version=session.version,
-            )
-            session.report(failure)
-            return 1
-        if conversation is None:
-            conversation = session.conversation()
-            if not session.init_sent:
-                session.init_event(conversation.id, model)
-        result = session.run_turn(conversation, text, model)
-        session.report(result)
-        code = result.exit_code
-    return code
+            sys.stderr.write(crash.message + "\n")
+            sys.stderr.flush()
+            self.link.close()
+            os._exit(crash.exit_code)
 
-
-def _slash_command(prompt: str) -> str | None:
-    """`/usage` → "usage" when it is a command agy answers itself in print mode, else None."""
-    match = re.fullmatch(r"\s*/([a-z]+)(?:\s.*)?", prompt, re.DOTALL)
-    return match.group(1) if match and match.group(1) in COMMANDS else None
+    def close(self) -> None:
+        self.link.close()
+        for conversation in self.sim.conversations.values():
+            conversation.writer.close()
 
 
 def _run(args: argparse.Namespace, version: AgyVersion) -> int:
@@ -389,13 +407,13 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
         _fail(f'invalid argument "{args.print_timeout}" for "--print-timeout" flag: {exc}')
     if args.conversation is not None and not CONVERSATION_ID.fullmatch(args.conversation):
         _fail(f'invalid conversation id "{args.conversation}"')
-    session = _Session(args, scenario, version)
+    session = Session(args, scenario, version)
+    if session.persistent:
+        return run_persistent(session, model)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = (
-        _slash_command(args.prompt)
-        if args.prompt is not None
-        and args.input_format != "stream-json"
-        and version.answers_slash_commands
+        cli_command(args.prompt)
+        if args.prompt is not None and version.answers_slash_commands
         else None
     )
     if command is not None:  # agy answers it itself: no turn, no language server needed
@@ -407,14 +425,8 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
     if session.link.start():
         session.link.ready.wait(10.0)
     try:
-        if (
-            session.stream
-            and version.init_at_start
-            and (args.input_format == "stream-json" or args.prompt is not None)
-        ):
+        if session.stream and version.init_at_start and args.prompt is not None:
             session.init_event(session.planned_id(), model)  # 1.3.x: before any input (§2.3)
-        if args.input_format == "stream-json":
-            return _stream_turns(session, model)
         if args.prompt is None:
             # No headless turn: serve the language server (RPC-driven turns) until killed.
             threading.Event().wait()
@@ -424,16 +436,15 @@ def _run(args: argparse.Namespace, version: AgyVersion) -> int:
         conversation = session.conversation()
         if session.stream and not session.init_sent:
             session.init_event(conversation.id, model)
+        play = session.play_for(args.prompt)
         try:
-            result = session.run_turn(conversation, args.prompt, model)
+            result = session.run_turn(conversation, args.prompt, model, play)
         except SimCrash as crash:
-            session._crash(crash)
+            session.crash(crash)
         session.report(result)
         return result.exit_code
     finally:
-        session.link.close()
-        for conversation in session.sim.conversations.values():
-            conversation.writer.close()
+        session.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

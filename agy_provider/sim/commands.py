@@ -18,10 +18,18 @@ from typing import Any
 
 from agy_provider.sim.scenario import Scenario
 
-__all__ = ["COMMANDS", "command_data"]
+__all__ = ["COMMANDS", "cli_command", "command_data"]
 
 COMMANDS = frozenset({"usage", "config", "model", "effort"})
 _RESETS = re.compile(r"Resets in ((?:[0-9]+[hms])+)")
+_SLASH = re.compile(r"\s*/([a-z]+)(?:\s.*)?", re.DOTALL)
+
+
+def cli_command(text: str) -> str | None:
+    """`/usage` → "usage" when the whole text is a command agy answers itself (arguments
+    allowed), else None: any other `/name args` is a skill the model runs."""
+    match = _SLASH.fullmatch(text)
+    return match.group(1) if match and match.group(1) in COMMANDS else None
 
 
 def _go(seconds: int) -> str:

@@ -29,6 +29,7 @@ from agy_provider.sim.scenario import (
     SubagentSpec,
     SystemMessageSpec,
     ToolSpec,
+    TurnPlay,
     Usage,
 )
 from agy_provider.sim.turn_values import (
@@ -43,6 +44,7 @@ from agy_provider.sim.turn_values import (
     _totals,
     _Turn,
     _TurnFailed,
+    settle_denial,
 )
 from agy_provider.sim.versions import AgyVersion, sim_version
 from agy_provider.sim.writer import ConversationWriter
@@ -256,88 +258,84 @@ class Simulator:
         *,
         model: CatalogModel | None = None,
         deadline: float | None = None,
+        play: TurnPlay | None = None,
     ) -> TurnResult:
-        """Play one turn of the scenario. `deadline` (monotonic) is `--print-timeout`.
+        """Play one turn of the scenario. `deadline` (monotonic) is `--print-timeout`; `play`
+        makes this one turn another scenario's (its faults counted from the turn's first row).
 
         Raises `SimCrash` for the crash fault; every other outcome is in the `TurnResult`.
         """
         with self._turn_lock:
-            started = time.monotonic()
-            model = (
-                model or self.scenario.find_model(self.scenario.model) or self.scenario.catalog[0]
-            )
-            factory = StepFactory(self.clock.now, self.ids.uuid(), model)
-            turn = _Turn(conversation, factory, model, deadline)
-            result = TurnResult(
-                conversation.id, num_turns=conversation.turns + 1, version=self.version
-            )
-            spec = self.scenario.turn(conversation.turns)
-            conversation.turns += 1
+            base = self.scenario
+            if play is not None:
+                self.scenario = play.scenario_at(conversation.writer.step_count)
             try:
-                if self.scenario.quota_exhausted:
-                    # agy checks the quota before the turn starts: no step, exit 1 (§2.2); 1.3.x
-                    # exits 3 with its AGY_ERROR line on stderr (§2.3).
-                    words = self.scenario.quota_exhausted
-                    if self.version.agy_error_exit:
-                        agy_error = f"AGY_ERROR: RESOURCE_EXHAUSTED (code 429): {words}"
-                        raise _TurnFailed(words, 3, agy_error)
-                    raise _TurnFailed(words, 1)
-                self._run_steps(turn, prompt, spec.steps)
-                if self.version.finish_steps:
-                    self._append(turn, factory.finish())
-            except _AutoDenied as denied:
-                self._auto_denied(turn, result, denied)
-            except _PrintTimeout:
-                self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
-                turn.response = ""
-            except _Canceled:
-                self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
-                result.status = "CANCELED"
-            except _TurnFailed as failed:
-                result.status, result.error, result.exit_code = (
-                    "ERROR",
-                    str(failed),
-                    failed.exit_code,
-                )
-                result.stderr = failed.stderr or result.stderr
+                return self._play(conversation, prompt, model, deadline)
             finally:
-                for thread in turn.threads:
-                    thread.join()
-                with self._cond:
-                    self._running, self._cancel = None, False
-            conversation.prompts.append(prompt)
-            result.response = turn.response if result.status != "ERROR" else ""
-            usage = turn.usage
-            if self.version.new_stream_shapes:
-                # agy's own side calls (the title) count in the result, on no agent step.
-                usage = _add(usage, turn.title_usage)
-            duration = time.monotonic() - started
-            conversation.usage_total = _add(conversation.usage_total, usage)
-            conversation.duration_total += duration
-            if self.version.new_stream_shapes:
-                result.usage = conversation.usage_total
-                result.duration_seconds = conversation.duration_total
-            else:
-                result.usage, result.duration_seconds = usage, duration
-            return result
+                self.scenario = base
 
-    def _auto_denied(self, turn: _Turn, result: TurnResult, denied: _AutoDenied) -> None:
-        """End a turn whose permission print mode denied, as the imitated version does (§2.2)."""
-        tool = denied.tool
-        target = str(tool.args.get("CommandLine", tool.args.get("AbsolutePath", tool.name)))
-        turn.response = ""
-        shape = self.version.denial
-        if shape == "error":
-            result.status, result.error, result.exit_code = "ERROR", str(denied), 1
-        elif shape == "canceled":
+    def _play(
+        self,
+        conversation: Conversation,
+        prompt: str,
+        model: CatalogModel | None,
+        deadline: float | None,
+    ) -> TurnResult:
+        started = time.monotonic()
+        model = model or self.scenario.find_model(self.scenario.model) or self.scenario.catalog[0]
+        factory = StepFactory(self.clock.now, self.ids.uuid(), model)
+        turn = _Turn(conversation, factory, model, deadline)
+        result = TurnResult(conversation.id, num_turns=conversation.turns + 1, version=self.version)
+        spec = self.scenario.turn(conversation.turns)
+        conversation.turns += 1
+        try:
+            if self.scenario.quota_exhausted:
+                # agy checks the quota before the turn starts: no step, exit 1 (§2.2); 1.3.x
+                # exits 3 with its AGY_ERROR line on stderr (§2.3).
+                words = self.scenario.quota_exhausted
+                if self.version.agy_error_exit:
+                    agy_error = f"AGY_ERROR: RESOURCE_EXHAUSTED (code 429): {words}"
+                    raise _TurnFailed(words, 3, agy_error)
+                raise _TurnFailed(words, 1)
+            self._run_steps(turn, prompt, spec.steps)
+            if self.version.finish_steps:
+                self._append(turn, factory.finish())
+        except _AutoDenied as denied:
+            turn.response = ""
+            settle_denial(self.version, result, denied)
+        except _PrintTimeout:
+            self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
+            turn.response = ""
+        except _Canceled:
+            self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
             result.status = "CANCELED"
-            result.stderr = (
-                f'Error: permission for {denied.action} "{target}" was auto-denied: print mode '
-                "cannot ask (run with --dangerously-skip-permissions to allow it)"
+        except _TurnFailed as failed:
+            result.status, result.error, result.exit_code = (
+                "ERROR",
+                str(failed),
+                failed.exit_code,
             )
+            result.stderr = failed.stderr or result.stderr
+        finally:
+            for thread in turn.threads:
+                thread.join()
+            with self._cond:
+                self._running, self._cancel = None, False
+        conversation.prompts.append(prompt)
+        result.response = turn.response if result.status != "ERROR" else ""
+        usage = turn.usage
+        if self.version.new_stream_shapes:
+            # agy's own side calls (the title) count in the result, on no agent step.
+            usage = _add(usage, turn.title_usage)
+        duration = time.monotonic() - started
+        conversation.usage_total = _add(conversation.usage_total, usage)
+        conversation.duration_total += duration
+        if self.version.new_stream_shapes:
+            result.usage = conversation.usage_total
+            result.duration_seconds = conversation.duration_total
         else:
-            display = "".join(part.capitalize() for part in tool.name.split("_"))
-            result.denied_actions = [{"action": denied.action, "display_name": display}]
+            result.usage, result.duration_seconds = usage, duration
+        return result
 
     def _settle_current(self, turn: _Turn, status: str) -> None:
         if turn.current is None:

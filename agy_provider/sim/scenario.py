@@ -5,7 +5,8 @@ Owns the scenario file format (`sim/scenarios/<name>.json`) and `load_scenario()
 A scenario says what agy does, not how: the steps of a turn with their timing and text chunks, the
 tools the model runs and how their permission prompts and questions resolve, usage per model call,
 the model catalog, and faults keyed by step index. The server's own faults sit under `"server"` and
-are passed through untouched (the language server reads them).
+are passed through untouched (the language server reads them). `process_turns` names, per turn of
+one persistent process, another scenario's turn to play (`TurnPlay`; chosen in `sim/plays.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "SubagentSpec",
     "SystemMessageSpec",
     "ToolSpec",
+    "TurnPlay",
     "TurnSpec",
     "Usage",
     "builtin_scenarios",
@@ -216,7 +218,12 @@ class LockFault:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Faults:
-    """Faults keyed by database step index (the row about to be written)."""
+    """Faults keyed by database step index (the row about to be written).
+
+    `crash_between_turns_ms`: a persistent agy (`--input-format stream-json`) prints this turn's
+    `result`, stays idle that long without reading stdin, then dies with `crash_message` on
+    stderr and `crash_exit_code`.
+    """
 
     crash_at_step: int | None = None
     crash_exit_code: int = 2
@@ -225,6 +232,22 @@ class Faults:
     commit_delay_ms: int = 0
     lock: LockFault | None = None
     corrupt_step: int | None = None
+    crash_between_turns_ms: int | None = None
+
+    def shifted(self, offset: int) -> Faults:
+        """The same faults with every step index moved `offset` rows later."""
+
+        def move(index: int | None) -> int | None:
+            return None if index is None else index + offset
+
+        lock = self.lock
+        return dataclasses.replace(
+            self,
+            crash_at_step=move(self.crash_at_step),
+            hang_at_step=move(self.hang_at_step),
+            corrupt_step=move(self.corrupt_step),
+            lock=None if lock is None else LockFault(lock.at_step + offset, lock.ms),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -248,6 +271,7 @@ class Scenario:
     quota_exhausted: str = ""
     faults: Faults = Faults()
     server: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    process_turns: tuple[str, ...] = ()
 
     def turn(self, number: int) -> TurnSpec:
         """The spec for turn `number` (0-based) of a conversation."""
@@ -255,6 +279,23 @@ class Scenario:
 
     def find_model(self, slug: str) -> CatalogModel | None:
         return next((m for m in self.catalog if m.slug == slug), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnPlay:
+    """One turn played from another scenario: its turn `turn` (0-based) with its faults counted
+    from that turn's first row, so `crash_at_step: 3` means the fourth row of the turn."""
+
+    scenario: Scenario
+    turn: int = 0
+
+    def scenario_at(self, first_row: int) -> Scenario:
+        """A one-turn scenario for a turn whose first row is `first_row`."""
+        return dataclasses.replace(
+            self.scenario,
+            turns=(self.scenario.turn(self.turn),),
+            faults=self.scenario.faults.shifted(first_row),
+        )
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -416,6 +457,7 @@ def _faults(r: _Reader | None) -> Faults:
         commit_delay_ms=r.num("commit_delay_ms"),
         lock=None if lock is None else LockFault(lock.num("at_step"), lock.num("ms", 1000)),
         corrupt_step=optional_int("corrupt_step"),
+        crash_between_turns_ms=optional_int("crash_between_turns_ms"),
     )
 
 
@@ -453,6 +495,7 @@ def parse_scenario(data: Any, name: str = "") -> Scenario:
         quota_exhausted=r.text("quota_exhausted"),
         faults=_faults(r.obj("faults")),
         server=server,
+        process_turns=r.strs("process_turns"),
     )
 
 

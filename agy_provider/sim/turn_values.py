@@ -1,5 +1,6 @@
 """The simulator's turn values: `Clock`, `Conversation` (and its totals read back on resume),
-`TurnResult`, the running `_Turn`, and the exceptions a turn ends by.
+`TurnResult` (and how a print-mode denial settles it), the running `_Turn`, and the exceptions a
+turn ends by.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from agy_provider.sim.scenario import CatalogModel, ToolSpec, Usage
 from agy_provider.sim.versions import AgyVersion, sim_version
 from agy_provider.sim.writer import ConversationWriter
 
-__all__ = ["Clock", "Conversation", "SimCrash", "TurnResult", "usage_json"]
+__all__ = ["Clock", "Conversation", "SimCrash", "TurnResult", "settle_denial", "usage_json"]
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -154,6 +155,24 @@ class TurnResult:
         if self.denied_actions:
             body["denied_actions"] = list(self.denied_actions)
         return body
+
+
+def settle_denial(version: AgyVersion, result: TurnResult, denied: _AutoDenied) -> None:
+    """End a turn whose permission print mode denied, as the imitated version does (§2.2)."""
+    tool = denied.tool
+    target = str(tool.args.get("CommandLine", tool.args.get("AbsolutePath", tool.name)))
+    shape = version.denial
+    if shape == "error":
+        result.status, result.error, result.exit_code = "ERROR", str(denied), 1
+    elif shape == "canceled":
+        result.status = "CANCELED"
+        result.stderr = (
+            f'Error: permission for {denied.action} "{target}" was auto-denied: print mode '
+            "cannot ask (run with --dangerously-skip-permissions to allow it)"
+        )
+    else:
+        display = "".join(part.capitalize() for part in tool.name.split("_"))
+        result.denied_actions = [{"action": denied.action, "display_name": display}]
 
 
 @dataclasses.dataclass
