@@ -12,7 +12,6 @@ from typing import Any, Final
 
 from agy_provider.agy.stdout import MAX_EVENT_BYTES, StdoutEvents
 from agy_provider.agy.step import Step
-from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.errors import DecodeError, SourceError
 from agy_provider.hookspecs import hookimpl
 
@@ -47,6 +46,9 @@ class StreamJsonEventSource:
     def __init__(
         self, events: StdoutEvents | None, *, min_index: int = -1, why_not: str = ""
     ) -> None:
+        # Imported here, not with the plugin: only turns that read stdout pay for the decoder.
+        from agy_provider.agy.streamjson import StreamJsonDecoder
+
         self.events = events
         self._why_not = why_not
         self._decoder = StreamJsonDecoder(coalesce=True, on_skip=self._skipped)
