@@ -142,13 +142,15 @@ async def sqlite(chunks: list[str], pace: float, folder: Path) -> Meter:
 def report(name: str, meter: Meter, total: int) -> float:
     first, last = tenths(meter.per_delta)
     ratio = last / first if first else float("inf")
-    verdict = "flat" if ratio <= FLAT_GOAL else "grows"
-    complete = "" if meter.text == total else f"  (streamed {meter.text} of {total} chars!)"
-    print(
-        f"  {name:<44} {len(meter.per_delta):>6} deltas: first 10% {first * 1e6:8.1f} µs, "
-        f"last 10% {last * 1e6:8.1f} µs per delta -> x{ratio:5.2f} ({verdict}); "
-        f"total CPU {sum(meter.per_delta) * 1000:8.1f} ms{complete}"
-    )
+    parts = [
+        f"{len(meter.per_delta):>6} deltas:",
+        f"first 10% {first * 1e6:8.1f} µs, last 10% {last * 1e6:8.1f} µs per delta",
+        f"-> x{ratio:5.2f} ({'flat' if ratio <= FLAT_GOAL else 'grows'});",
+        f"total CPU {sum(meter.per_delta) * 1000:8.1f} ms",
+    ]
+    if meter.text != total:
+        parts.append(f"(streamed {meter.text} of {total} chars!)")
+    print(f"  {name:<44}", *parts)
     return ratio
 
 

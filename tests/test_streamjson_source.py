@@ -64,16 +64,10 @@ class FakeAgy:
 
 
 def turn_for(process: Any, min_index: int = -1) -> TurnContext:
-    return TurnContext(
-        session_id="",
-        prompt="hi",
-        cwd=".",
-        config=Config(),
-        event_source="stream-json",
-        permissions="ask",
-        min_index=min_index,
-        process=process,
-    )
+    """A stream-json turn of `process` (session, prompt, cwd, config, source, permissions)."""
+    turn = TurnContext("", "hi", ".", Config(), "stream-json", "ask", min_index=min_index)
+    turn.process = process
+    return turn
 
 
 async def opened(agy: FakeAgy, min_index: int = -1) -> StreamJsonEventSource:
