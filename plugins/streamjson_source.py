@@ -107,8 +107,9 @@ class StreamJsonEventSource:
 
     async def poll(self, *, force: bool = False) -> list[Step]:
         """The newest snapshot of each step changed since the last call; `force` also gives what
-        is held back. Raises `SourceError` once the kept lines are used up and agy's stdout
-        passed the bound (`StdoutEvents.incomplete`): the rest of the turn is not here."""
+        is held back. Raises `SourceError` once the kept lines are used up and they are not the
+        whole turn: agy's stdout passed the bound (`StdoutEvents.incomplete`), or it ended
+        without a `result`; the handover then asks the database."""
         events = self.events
         if events is None:
             raise RuntimeError("poll() before open()")
@@ -132,12 +133,22 @@ class StreamJsonEventSource:
             self._take(self._decoder.flush(), newest)
             self._deferred = False
             self._flush_at = now + FLUSH_EVERY
-        if not newest and events.incomplete and self._cursor >= events.line_count:
+        if not newest and self._cursor >= events.line_count:
+            self._check_whole(events)
+        return [newest[index] for index in sorted(newest)]
+
+    @staticmethod
+    def _check_whole(events: StdoutEvents) -> None:
+        """Raise `SourceError` when what was kept (all of it read) is not the whole turn."""
+        if events.incomplete:
             raise SourceError(
                 f"agy's stdout passed {MAX_EVENT_BYTES} bytes of events in this turn (or could "
                 "not be read); the rest of the turn is not in it"
             )
-        return [newest[index] for index in sorted(newest)]
+        if events.ended and events.result is None:
+            # agy died mid-turn, or printed no stream-json at all (older than 1.1.8): what it
+            # wrote elsewhere (its database) may say more.
+            raise SourceError("agy's stdout ended without the turn's result")
 
     @property
     def chars_joined(self) -> int:

@@ -264,6 +264,10 @@ async def test_the_stream_end_releases_what_was_held() -> None:
     assert [s.text for s in await source.poll(force=True)] == ["caf"]
     agy.events.end_of_input()
     assert [s.text for s in await source.poll()] == ["caf\ufffd ok"]
+    # No `result` came: agy died mid-turn, so this is not the whole turn (the database may say
+    # more): the source says so once it has given what it holds.
+    with pytest.raises(SourceError, match="without the turn's result"):
+        await source.poll()
 
 
 # -- the handover and the binding: stdout as the last resort ------------------------------------
@@ -298,10 +302,10 @@ async def test_stdout_reads_when_neither_the_database_nor_rpc_can(tmp_path: Path
     async def feed(steps: list[Any]) -> None:
         fed.extend(steps)
 
-    agy.events.feed(step(1, "agent_response", "DONE"))
+    agy.events.feed(step(1, "agent_response", "DONE") + result("from stdout"))
     agy.events.end_of_input()
     await handover.drain(feed)  # stdout has its own last word: the database is not asked
-    assert [s.status for s in fed] == [StepStatus.DONE]
+    assert [(s.text, s.status) for s in fed] == [("from stdout", StepStatus.DONE)]
     assert handover.state is HandoverState.STDOUT
     await handover.aclose()
     assert all(s.closed for s in script.sources)
@@ -354,3 +358,27 @@ async def test_an_unbound_database_is_no_failure_when_stdout_can_be_read(
     with_stdout = dataclasses.replace(edges, bind=never, sources=lambda: specs)
     binding = await bind_turn(with_stdout, tmp_path, set(), process, plan)
     assert binding.conversation_id == CID and binding.path == tmp_path / f"{CID}.db"
+
+
+async def test_a_stdout_stream_that_ends_without_its_result_is_finished_from_the_database(
+    tmp_path: Path,
+) -> None:
+    script = Script()
+    specs = specs_with_stdout(tmp_path, script)
+    agy = FakeAgy()
+    turn = turn_for(agy)
+    handover = SourceHandover(specs, turn, database=database_source(specs))
+    await handover.open("stream-json")
+    agy.events.feed(init() + step(0, "user_input", "DONE") + delta(1, "cut sh"))
+    agy.events.end_of_input()  # agy died mid-turn: no `result`
+    fed: list[Any] = []
+
+    async def feed(steps: list[Any]) -> None:
+        fed.extend(steps)
+
+    await handover.drain(feed)
+    assert [s.text for s in fed] == ["", "cut sh"]  # what stdout had, then the database's word
+    assert handover.state is HandoverState.DATABASE and turn.source == "sqlite"
+    (database,) = script.sources
+    await handover.aclose()
+    assert database.closed

@@ -276,7 +276,11 @@ class SourceHandover:
             # stdout, read to its end by now, has the turn's last word itself.
             complete = self.specs[self.name].stdout
             try:
-                await feed(await self.source.poll(force=True))
+                changed = await self.source.poll(force=True)
+                await feed(changed)
+                while complete and changed:  # until it says whether that was the whole turn
+                    changed = await self.source.poll(force=True)
+                    await feed(changed)
             except AgyError:
                 complete = False
             if complete:
