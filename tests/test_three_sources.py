@@ -153,3 +153,19 @@ async def test_a_resumed_turn_reads_only_its_own_steps_from_every_source(
     assert resumed is not None and resumed.conversation_id == record.conversation_id
     assert resumed.last_step_index > record.last_step_index
     assert leftovers(live_env) == []
+
+
+async def test_stream_json_streams_while_agy_is_still_running(
+    live_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `slow` leaves 350 ms (at speed 2) between text chunks and agy exits only after the last:
+    # deltas seen while agy runs prove the stdout source streams, not reads the end.
+    use_source(monkeypatch, "stream-json")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "slow")
+    monkeypatch.setenv("AGY_SIM_SPEED", "2")
+    events, message = await run_turn("hello there")
+    assert seen(events, message).streamed == scenario_answer("slow")
+    running = [alive for event, alive in recorder.events if event.type == "text_delta"]
+    assert len(running) >= 2 and any(running)
+    assert recorder.turns[-1].source == "stream-json"
+    assert leftovers(live_env, recorder) == []
