@@ -54,7 +54,7 @@ class StreamJsonEventSource:
         self._decoder = StreamJsonDecoder(coalesce=True, on_skip=self._skipped)
         self._cursor = 0  # lines of `events` decoded so far
         self._max_seen = min_index
-        self._open_steps: set[int] = set()  # indices seen in a non-terminal state
+        self._open_steps: set[int] = set()  # indices seen last in a state that can change
         self._deferred = False  # lines decoded whose text snapshots the decoder still holds
         self._flush_at = 0.0
         self._ended = False  # the decoder was told the stream ended
@@ -165,8 +165,9 @@ class StreamJsonEventSource:
             index = item.index
             newest[index] = item
             self._max_seen = max(self._max_seen, index)
-            # agy prints a terminal state once: a step in it will not change again.
-            if item.status.terminal:
+            # As for the database's rows (`Step.final`): agy may print an empty planner DONE
+            # and fill it in later, so only a terminal step with content is final.
+            if item.final:
                 self._open_steps.discard(index)
             else:
                 self._open_steps.add(index)

@@ -88,8 +88,10 @@ def use_source(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
     monkeypatch.setenv("AGY_EVENT_SOURCE", source)
     if source == "rpc":
         monkeypatch.delenv("AGY_SIM_NO_SERVER", raising=False)
+        monkeypatch.setenv("AGY_SIM_SPEED", "2")  # time to find agy's server, even when busy
     else:
         monkeypatch.setenv("AGY_SIM_NO_SERVER", "1")
+        monkeypatch.setenv("AGY_SIM_SPEED", "4")
 
 
 def expected_tools(scenario: str) -> list[tuple[str, str]]:
@@ -112,7 +114,9 @@ async def test_every_source_gives_the_same_events(
         got = by_source[source] = seen(events, message)
         turn = recorder.turns[-1]
         if source == "rpc":
-            assert turn.endpoint  # agy's server was found and read (agy's exit drains the db)
+            # agy's server was found and read (agy's exit then drains the database), when agy
+            # ran long enough for that: a refusal can end before its server is found.
+            assert turn.endpoint or ENDINGS[scenario] == "error"
         else:
             assert turn.source == source  # read from it to the end, not from a fallback
         assert got.stop_reason == ENDINGS[scenario], got.error
