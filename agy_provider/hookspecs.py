@@ -24,7 +24,8 @@ hookimpl = pluggy.HookimplMarker("agy_provider")
 
 class RegisterEventSource(Protocol):
     """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
-    it reads agy's database (the fallback), `language_server` that it needs agy's server."""
+    it reads agy's database (the fallback), `language_server` that it needs agy's server,
+    `stdout` that it reads agy's stream-json stdout (it needs neither)."""
 
     def __call__(
         self,
@@ -33,6 +34,7 @@ class RegisterEventSource(Protocol):
         *,
         database: bool = False,
         language_server: bool = False,
+        stdout: bool = False,
     ) -> None: ...
 
 
@@ -46,7 +48,7 @@ class RegisterHostTool(Protocol):
 
 @hookspec
 def register_event_sources(register: RegisterEventSource) -> None:
-    """Register event sources: `register(name, factory, database=, language_server=)`;
+    """Register event sources: `register(name, factory, database=, language_server=, stdout=)`;
     `factory(turn)` returns the source."""
 
 

@@ -40,6 +40,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agy_provider.plugins.defaults",
     "agy_provider.plugins.sqlite_source",
     "agy_provider.plugins.rpc_source",
+    "agy_provider.plugins.streamjson_source",
 )
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,17 @@ _loaded = False
 @dataclass(frozen=True, slots=True)
 class EventSourceSpec:
     """A registered event source: its name, the factory that makes one per turn, who gave it,
-    and what it reads: agy's database (the ground truth other sources fall back to) or agy's
-    language server (agy is then asked to log its ports, and given a CSRF token)."""
+    and what it reads: agy's database (the ground truth other sources fall back to), agy's
+    language server (agy is then asked to log its ports, and given a CSRF token), or agy's
+    stream-json stdout (`stdout`: it needs neither, so it serves when they fail, and it is
+    complete once agy's stdout ends, so it has its turn's last word itself)."""
 
     name: str
     factory: Callable[..., Any]
     plugin: str
     database: bool = False
     language_server: bool = False
+    stdout: bool = False
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -130,6 +134,7 @@ def event_sources() -> Mapping[str, EventSourceSpec]:
             *,
             database: bool = False,
             language_server: bool = False,
+            stdout: bool = False,
             _plugin: str = plugin_name,
         ) -> None:
             if not name or not callable(factory):
@@ -144,6 +149,7 @@ def event_sources() -> Mapping[str, EventSourceSpec]:
                 plugin=_plugin,
                 database=database,
                 language_server=language_server,
+                stdout=stdout,
             )
 
         impl.function(register=register)

@@ -12,12 +12,15 @@ from agy_provider.hookspecs import hookimpl
 
 __all__ = ["answer_question", "choose_event_source", "decide_permission"]
 
-# "auto" prefers the RPC source (it can answer agy) and falls back to the database.
-_PREFERENCE = ("rpc", "sqlite")
+# "auto" prefers the RPC source (it can answer agy), then the database (both give thinking text),
+# then agy's stdout (stream-json: text, tools and usage, no thinking). Whatever is chosen, the
+# handover still turns to the stdout source when neither the database nor the chosen one reads.
+_PREFERENCE = ("rpc", "sqlite", "stream-json")
 
 
 @hookimpl(trylast=True)
 def choose_event_source(turn: Any, available: Sequence[str]) -> str | None:
+    # A source asked for by name (`stream-json` included) is used when registered, else none.
     wanted = getattr(turn, "event_source", "auto") or "auto"
     if wanted != "auto":
         return str(wanted) if wanted in available else None

@@ -115,7 +115,7 @@ def test_status_reports_agy_its_sign_in_settings_sessions_and_sources(tmp_path: 
     assert rows["signed in"].startswith("yes (")
     assert "not created: defaults" in rows["config"]
     assert rows["sessions"].startswith("0 in ")
-    assert rows["event sources"] == "rpc, sqlite (configured: auto)"
+    assert rows["event sources"] == "rpc, sqlite, stream-json (configured: auto)"
     as_json = json.loads(run(tmp_path, "status", "--agy-bin", "agy-sim", "--json").stdout)
     assert as_json["problems"] == 0 and as_json["rows"]["agy"] == rows["agy"]
 

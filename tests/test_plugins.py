@@ -48,7 +48,7 @@ def test_builtins_are_ordinary_plugins_and_loading_is_idempotent() -> None:
     pm = get_plugin_manager()
     names = {pm.get_name(p) for p in pm.get_plugins()}
     assert set(DEFAULT_PLUGINS) <= names
-    assert set(event_sources()) == {"sqlite", "rpc"}
+    assert set(event_sources()) == {"sqlite", "rpc", "stream-json"}
 
 
 def test_a_duplicate_event_source_names_both_plugins() -> None:
@@ -224,7 +224,7 @@ def test_plugins_load_once_per_process_and_a_broken_one_is_skipped(
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.splitlines()[-1])
     assert seen["scans"] == 1  # the installed distributions were read once
-    assert seen["sources"] == ["fake", "rpc", "sqlite"]
+    assert seen["sources"] == ["fake", "rpc", "sqlite", "stream-json"]
     # event_sources() was called five times: the hook runs each time, the plugin loads once.
     assert seen["registrations"] == 5
     assert seen["plugins"].count("fake") == 1 and set(DEFAULT_PLUGINS) <= set(seen["plugins"])
@@ -260,5 +260,6 @@ def test_under_tests_entry_points_load_only_when_named(tmp_path: Path, allow: st
     )
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.splitlines()[-1])
-    assert seen["sources"] == (["fake", "rpc", "sqlite"] if allow else ["rpc", "sqlite"])
+    builtins = ["rpc", "sqlite", "stream-json"]
+    assert seen["sources"] == (["fake", *builtins] if allow else builtins)
     assert sys._called_from_test is True  # type: ignore[attr-defined]  # and this process is one

@@ -23,7 +23,7 @@ from agy_provider.assembly.outcome import EMPTY_ANSWER
 from agy_provider.errors import SourceError, TurnError
 from agy_provider.live.discovery import Binding
 from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.live.runner import TurnRequest
+from agy_provider.live.runner import StdoutEvents, TurnRequest
 from agy_provider.live.turn import TurnDriver, TurnEdges, history_digest
 from agy_provider.offline.replay import load_recording, replay
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
@@ -67,6 +67,7 @@ class FakeProcess:
         self.returncode: int | None = None
         self.result: Mapping[str, Any] | None = None
         self.stated_conversation_id = ""
+        self.events = StdoutEvents()
         self._exited = asyncio.Event()
         self.terminations: list[float] = []
         script.processes.append(self)

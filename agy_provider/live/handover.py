@@ -1,5 +1,6 @@
 """The source handover of one turn: which event source it reads, and every legal move between
-them (a preferred source opened beside the database, moving to it, falling back) in one table.
+them (a preferred source opened beside the database, moving to it, falling back to the database
+or, when neither it nor the preferred source can be read, to agy's stdout) in one table.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import TurnContext, TurnProcess
 from agy_provider.plugin_manager import EventSourceSpec
 
-__all__ = ["TRANSITIONS", "HandoverState", "SourceHandover", "database_source"]
+__all__ = ["TRANSITIONS", "HandoverState", "SourceHandover", "database_source", "stdout_source"]
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +35,22 @@ class HandoverState(enum.Enum):
     BESIDE = "beside"  # the database reads while the preferred source opens beside it
     PREFERRED = "preferred"  # the preferred source reads; the database is the fallback
     DATABASE = "database"  # fell back (or drained after agy exited): the database finishes
+    STDOUT = "stdout"  # neither the database nor the preferred source reads: agy's stdout does
     CLOSED = "closed"
 
 
 S = HandoverState
-# The legal moves. DIRECT moves to the database only for the final drain of a source that is
-# not the database; a turn in BESIDE drains the database it already reads.
+# The legal moves. DIRECT moves to the database for the final drain of a source that is not
+# the database (nor stdout, which has its own last word), or when it fails; a turn in BESIDE
+# drains the database it already reads. STDOUT is the last resort, taken once per turn: the
+# database cannot be read and the preferred source is not up (or failed).
 TRANSITIONS: Mapping[HandoverState, frozenset[HandoverState]] = {
-    S.OPENING: frozenset({S.DIRECT, S.BESIDE, S.PREFERRED, S.CLOSED}),
-    S.DIRECT: frozenset({S.DATABASE, S.CLOSED}),
+    S.OPENING: frozenset({S.DIRECT, S.BESIDE, S.PREFERRED, S.STDOUT, S.CLOSED}),
+    S.DIRECT: frozenset({S.DATABASE, S.STDOUT, S.CLOSED}),
     S.BESIDE: frozenset({S.PREFERRED, S.DATABASE, S.CLOSED}),
-    S.PREFERRED: frozenset({S.DATABASE, S.CLOSED}),
-    S.DATABASE: frozenset({S.CLOSED}),
+    S.PREFERRED: frozenset({S.DATABASE, S.STDOUT, S.CLOSED}),
+    S.DATABASE: frozenset({S.STDOUT, S.CLOSED}),
+    S.STDOUT: frozenset({S.DATABASE, S.CLOSED}),
     S.CLOSED: frozenset({S.CLOSED}),
 }
 
@@ -55,12 +60,20 @@ def database_source(specs: Mapping[str, EventSourceSpec]) -> str | None:
     return next((name for name, spec in specs.items() if spec.database), None)
 
 
+def stdout_source(specs: Mapping[str, EventSourceSpec]) -> str | None:
+    """The name of the registered source that reads agy's stdout (None: none does)."""
+    return next((name for name, spec in specs.items() if spec.stdout), None)
+
+
 class SourceHandover:
     """The sources of one turn and the one it reads now (`source`, named `name`).
 
     `specs` are the registered sources, `database` the name of the one that reads agy's database
     (the ground truth every other source falls back to; None when none is registered). The
-    turn's context says which source it reads (`turn.source`), kept up to date on every move.
+    source that reads agy's stdout (`EventSourceSpec.stdout`), when one is registered, serves
+    the turn when it is chosen, and once when neither the database nor the chosen source can
+    be read. The turn's context says which source it reads (`turn.source`), kept up to date on
+    every move.
     """
 
     def __init__(
@@ -69,6 +82,8 @@ class SourceHandover:
         self.specs = specs
         self.turn = turn
         self.database = database
+        self.stdout = stdout_source(specs)
+        self._stdout_tried = False  # the last resort is tried once per turn
         self.state = HandoverState.OPENING
         self.source: EventSource | None = None
         self.name = ""
@@ -100,17 +115,32 @@ class SourceHandover:
     async def open(self, name: str) -> None:
         """Open the chosen source. A source other than the database (rpc) is opened beside it:
         the database streams from the first instant, and the turn moves to the other source
-        once it is up (`take_upgrade`). If it never comes up the database finishes the turn."""
+        once it is up (`take_upgrade`). If it never comes up the database finishes the turn.
+        The stdout source reads alone (it needs nothing else); if it cannot read this turn (agy
+        printed no stream-json), the database does. When neither the database nor the chosen
+        source opens, agy's stdout is the last resort."""
         self.name = self.turn.source = name  # what the turn says it uses, even if this fails
-        source: EventSource = self.specs[name].factory(self.turn)
+        self._stdout_tried = self.specs[name].stdout
+        if self.specs[name].stdout and name != self.database and self.database in self.specs:
+            try:
+                await self._open_direct(name)
+            except AgyError as exc:
+                log.warning(
+                    "the %s event source cannot read this turn (%s); reading the database",
+                    name,
+                    exc,
+                )
+                self.name = self.turn.source = self._database_name
+                await self._open_direct(self._database_name)
+            return
         if name == self.database or self.database not in self.specs:
             try:
-                await source.open()
-            except BaseException:
-                await source.aclose()
-                raise
-            self._move(S.DIRECT, source, name)
+                await self._open_direct(name)
+            except AgyError as exc:
+                if not await self._open_stdout(exc):
+                    raise
             return
+        source: EventSource = self.specs[name].factory(self.turn)
         opening = asyncio.ensure_future(source.open())
         try:
             backup = await self._open_backup()
@@ -118,6 +148,11 @@ class SourceHandover:
             log.info("the database cannot be read yet (%s); waiting for the %s source", exc, name)
             try:
                 await opening
+            except AgyError as failure:
+                await source.aclose()
+                if not await self._open_stdout(failure):
+                    raise
+                return
             except BaseException:
                 await source.aclose()
                 raise
@@ -129,6 +164,38 @@ class SourceHandover:
             raise
         self._move(S.BESIDE, backup, self._database_name)
         self._upgrade = (name, source, opening)
+
+    async def _open_direct(self, name: str) -> None:
+        source: EventSource = self.specs[name].factory(self.turn)
+        try:
+            await source.open()
+        except BaseException:
+            await source.aclose()
+            raise
+        self._move(S.DIRECT, source, name)
+
+    async def _open_stdout(self, why: AgyError) -> bool:
+        """The last resort, once per turn: read agy's stdout, since `why` left nothing else.
+        False when no stdout source is registered, it was tried already, or it cannot read."""
+        name = self.stdout
+        if name is None or self._stdout_tried:
+            return False
+        self._stdout_tried = True
+        source: EventSource = self.specs[name].factory(self.turn)
+        try:
+            await source.open()
+        except AgyError as exc:
+            await source.aclose()
+            log.info("agy's stdout cannot be read either (%s)", exc)
+            return False
+        except BaseException:
+            await source.aclose()
+            raise
+        log.warning("%s; reading agy's stdout instead (%s: no thinking text)", why, name)
+        if self.source is not None:
+            self._retired.append(self.source)
+        self._move(S.STDOUT, source, name)
+        return True
 
     async def take_upgrade(self, *, finished: bool) -> None:
         """Move to the preferred source once it opened; log and stay on the database if not.
@@ -179,12 +246,20 @@ class SourceHandover:
             if exited and not self.reads_database:
                 return []  # the drain reads the database
             if self.reads_database or self.database not in self.specs:
+                if await self._open_stdout(exc):
+                    return await self.poll(process)
                 raise
             log.warning(
                 "the %s event source failed (%s); finishing from the database", self.name, exc
             )
         old = self.source
-        self._move(S.DATABASE, await self._open_backup(), self._database_name)
+        try:
+            backup = await self._open_backup()
+        except AgyError as exc:
+            if not await self._open_stdout(exc):
+                raise
+            return await self.poll(process)
+        self._move(S.DATABASE, backup, self._database_name)
         await old.aclose()
         return await self.poll(process)
 
@@ -197,9 +272,19 @@ class SourceHandover:
         assert self.source is not None
         if not self.reads_database:
             # What the stream delivered before agy exited; its server went with it, so a
-            # failure to reach it now is expected and the database below has the rest.
-            with contextlib.suppress(AgyError):
-                await feed(await self.source.poll())
+            # failure to reach it now is expected and the database below has the rest. agy's
+            # stdout, read to its end by now, has the turn's last word itself.
+            complete = self.specs[self.name].stdout
+            try:
+                changed = await self.source.poll(force=True)
+                await feed(changed)
+                while complete and changed:  # until it says whether that was the whole turn
+                    changed = await self.source.poll(force=True)
+                    await feed(changed)
+            except AgyError:
+                complete = False
+            if complete:
+                return
             try:
                 backup = await self._open_backup()
             except AgyError as exc:

@@ -40,7 +40,10 @@ async def bind_turn(
     """The database `process` writes for `plan` (`folder` held the stems `before` it started).
 
     Raises `Forked` when agy started another conversation than the one it was to resume, a
-    `TurnError` in agy's own words when it exited failing before it wrote anything.
+    `TurnError` in agy's own words when it exited failing before it wrote anything. A database
+    that never appeared for the id agy stated is no failure when a source reads agy's stdout
+    (`EventSourceSpec.stdout`): the binding then names it unproven, and the handover, finding it
+    unreadable, reads the turn from stdout.
     """
     config = plan.config
     try:
@@ -62,6 +65,9 @@ async def bind_turn(
         code = process.returncode if code is None else code
         if code:  # agy failed before it wrote anything: its own words say why
             raise TurnError(exit_outcome(process, code).error) from exc
+        if stated and any(spec.stdout for spec in edges.sources().values()):
+            log.warning("%s; this turn is read from agy's stdout", exc)
+            return Binding(path=folder / f"{stated}.db", conversation_id=stated)
         raise
 
 

@@ -311,6 +311,7 @@ class AgyProcess:
         while chunk := await stream.read(65536):
             if self.events.feed(chunk):
                 self.id_stated.set()
+        self.events.end_of_input()  # a stdout source's stream is complete
 
     async def finish_stdout(self, timeout: float) -> None:
         """Wait until agy's stdout is read to its end or has stated the conversation id, at most

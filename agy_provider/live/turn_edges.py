@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
+from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.live.discovery import Binding, bind_database
 from agy_provider.live.runner import TurnRequest, agy_version, find_agy
 from agy_provider.live.warm_turn import spawn_turn
@@ -52,6 +53,9 @@ class TurnProcess(Protocol):
 
     request: TurnRequest
     id_stated: asyncio.Event
+    # What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
+    # stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative).
+    events: StdoutEvents
 
     @property
     def returncode(self) -> int | None: ...

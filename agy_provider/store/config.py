@@ -35,7 +35,7 @@ _CHOICES: Mapping[str, tuple[str, ...]] = {
     "mode": ("default", "accept-edits", "plan"),
     "permissions": ("ask", "skip"),
     "thinking": ("", "low", "medium", "high"),
-    "event_source": ("auto", "rpc", "sqlite"),
+    "event_source": ("auto", "rpc", "sqlite", "stream-json"),
 }
 
 # Timeouts in seconds must be finite and positive; the bound keeps agy's --print-timeout (a Go
