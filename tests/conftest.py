@@ -48,6 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# agy-sim as one process for many turns starts in 2.5 s like real agy (AGY_SIM_COLD_START_MS);
+# here it starts as fast as its one-turn form unless a test or a scenario says otherwise.
+os.environ.setdefault("AGY_SIM_COLD_START_MS", "150")
+
+
 @pytest.fixture(autouse=True)
 def _no_warm_agy_left() -> Iterator[None]:
     """Each test ends the warm agys its turns left idle in this process's pool (a host's would

@@ -53,9 +53,11 @@ class TurnProcess(Protocol):
 
     request: TurnRequest
     id_stated: asyncio.Event
-    # What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
-    # stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative).
-    events: StdoutEvents
+
+    @property
+    def events(self) -> StdoutEvents:
+        """What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
+        stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative)."""
 
     @property
     def returncode(self) -> int | None: ...

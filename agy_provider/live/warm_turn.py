@@ -43,7 +43,7 @@ class WarmTurn:
     def __init__(self, request: TurnRequest, pool: WarmPool = POOL) -> None:
         self.request = request
         self.pool = pool
-        self.events = StdoutEvents()  # this turn's stdout lines only
+        self._events = StdoutEvents()  # this turn's stdout lines only
         self.id_stated = asyncio.Event()
         self.oneshot: AgyProcess | None = None  # agy refused to stay: the turn runs `agy -p`
         self.agy: WarmAgy | None = None
@@ -66,6 +66,11 @@ class WarmTurn:
         if self._done.is_set():
             return self._code
         return self.oneshot.returncode if self.oneshot is not None else None
+
+    @property
+    def events(self) -> StdoutEvents:
+        """What agy's stdout said in this turn (the stream-json source reads it)."""
+        return self.oneshot.events if self.oneshot is not None else self._events
 
     @property
     def argv(self) -> list[str]:
@@ -147,7 +152,7 @@ class WarmTurn:
     def _drop(self, agy: WarmAgy) -> None:
         agy.detach(self)
         self.agy = None
-        self.events = StdoutEvents()
+        self._events = StdoutEvents()
         self.id_stated.clear()
 
     async def _start_oneshot(self) -> None:
@@ -274,7 +279,9 @@ class WarmTurn:
             self._falling_back = asyncio.ensure_future(self._start_oneshot())
             self._falling_back.add_done_callback(self._fell_back)
             return
-        # Mid-turn, even an exit 0 without a `result` is a failure: say agy's last words.
+        # Mid-turn, even an exit 0 without a `result` is a failure: say agy's last words. Its
+        # stdout ended without the turn's `result` (the stream-json source then hands over).
+        self.events.end_of_input()
         self._finish(code or 1)
 
     def _finish(self, code: int) -> None:

@@ -46,9 +46,10 @@ VERSION = NEWEST
 DETERMINISTIC_START = 1_782_172_656.0
 DETERMINISTIC_SEED = 20260622
 
-# How long agy takes to start before its first line: `AGY_SIM_COLD_START_MS` (scenario
-# milliseconds, divided by AGY_SIM_SPEED like every delay), else 2500 for one agy for many turns
-# (real 1.1.18 printed `init` 2.3–2.8 s after spawn, AGY-FORMATS §2.4), else the scenario's.
+# How long agy takes to start before its first line (scenario milliseconds, divided by
+# AGY_SIM_SPEED like every delay): a scenario file's own `cold_start_ms`, else
+# `AGY_SIM_COLD_START_MS`, else 2500 for one agy for many turns (real 1.1.18 printed `init`
+# 2.3–2.8 s after spawn, AGY-FORMATS §2.4), else the scenario's default.
 COLD_START_ENV = "AGY_SIM_COLD_START_MS"
 PERSISTENT_COLD_START_MS = 2500
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -121,6 +122,8 @@ def _speed() -> float:
 
 def _cold_start_ms(scenario: Scenario, persistent: bool) -> tuple[int, str]:
     """The cold start in scenario milliseconds, and where the number came from."""
+    if scenario.cold_start_stated:
+        return scenario.cold_start_ms, f"scenario {scenario.name!r}"
     raw = os.environ.get(COLD_START_ENV, "").strip()
     if raw:
         if not raw.isdigit():

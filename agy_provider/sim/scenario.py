@@ -266,6 +266,8 @@ class Scenario:
     model: str = "gemini-3.8-flash-medium"
     catalog: tuple[CatalogModel, ...] = DEFAULT_CATALOG
     cold_start_ms: int = 150
+    # The scenario file states its cold start: what a test says agy does wins over the defaults.
+    cold_start_stated: bool = False
     placeholder_done: bool = False
     permission_mode: str = "request-review"
     quota_exhausted: str = ""
@@ -490,6 +492,7 @@ def parse_scenario(data: Any, name: str = "") -> Scenario:
         model=r.text("model", "gemini-3.8-flash-medium"),
         catalog=catalog,
         cold_start_ms=r.num("cold_start_ms", 150),
+        cold_start_stated="cold_start_ms" in r.data,
         placeholder_done=r.flag("placeholder_done"),
         permission_mode=r.choice("permission_mode", ["request-review", "strict"], "request-review"),
         quota_exhausted=r.text("quota_exhausted"),
