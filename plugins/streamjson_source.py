@@ -71,7 +71,11 @@ class StreamJsonEventSource:
             # agy older than 1.1.8 has no stream-json; an agy run for text or json prints none.
             why = f"agy was run with --output-format {output or 'text'}, which has no step events"
             return cls(None, min_index=turn.min_index, why_not=why)
-        return cls(events, min_index=turn.min_index, why_not="agy's stdout is not read")
+        source = cls(events, min_index=turn.min_index, why_not="agy's stdout is not read")
+        # A warm agy's `result` totals run over its process's turns: the total before this turn
+        # makes this turn's usage result(N) − result(N−1) (AGY-FORMATS §2.2).
+        source._decoder.set_previous_total(getattr(process, "previous_total", None))
+        return source
 
     # -- lifecycle ---------------------------------------------------------------------------
 

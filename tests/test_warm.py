@@ -332,3 +332,25 @@ async def test_a_warm_agy_serves_the_host_tools_from_a_bridge_that_lives_with_it
     assert new.pid != agy.pid and new.conversation_id == agy.conversation_id
     assert not alive(agy.pid) and not os.path.exists(folder)
     assert leftovers(live_env) == []
+
+
+async def test_a_warm_turns_usage_is_its_own_share_of_agys_running_totals(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A warm agy's `result` totals run over its turns (AGY-FORMATS §2.2): turn 2's usage read
+    # from stdout (result(2) − result(1)) is turn 2's alone, as the database counts it.
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
+    usages = {}
+    for source in ("sqlite", "stream-json"):
+        monkeypatch.setenv("AGY_EVENT_SOURCE", source)
+        _, first = await run_turn("count with me", session=source)
+        history = [UserMessage(content="count with me", timestamp=0), first]
+        _, second = await run_turn("next", session=source, history=history)
+        assert second.stop_reason == "stop", second.error_message
+        (agy,) = [a for a in agys() if a.turns == 2]
+        assert agy.last_total is not None  # the running total agy stated
+        u = second.usage
+        usages[source] = (u.input, u.output, u.cache_read, u.total_tokens)
+        POOL.shutdown()
+    assert usages["stream-json"] == usages["sqlite"]
+    assert usages["sqlite"][2] > 0  # turn 2 read from cache, as the scenario says

@@ -24,6 +24,8 @@ import psutil
 from agy_provider import lifeline
 from agy_provider.agy.argv import TurnRequest, build_warm_argv
 from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
 from agy_provider.live.runner import _alive, _descendants, _in_group, _signal, _spawn
 from agy_provider.live.warm_bridge import WarmBridge
@@ -121,6 +123,9 @@ class WarmAgy:
         self.started_at = time.time()
         self.last_used = time.monotonic()
         self.exit_code: int | None = None
+        # Usage totals in agy's `result` run over this process's turns (AGY-FORMATS §2.2): the
+        # newest, so that the next turn's share is the difference (None before any result).
+        self.last_total: StepUsage | None = None
         self.exited = threading.Event()
         self.said_anything = False  # any stdout line at all: agy took the flags
         self._lock = threading.Lock()
@@ -257,6 +262,7 @@ class WarmAgy:
             if _is_event(line, b"init"):
                 self._init(line)
             elif _is_event(line, b"result"):
+                self._total(line)
                 self._hand(b"".join(batch), ended=True)
                 batch = []
         if batch:
@@ -273,6 +279,15 @@ class WarmAgy:
                 self.conversation_id = stated
             if self.state is WarmState.STARTING and self._turn is None:
                 self.move(WarmState.READY)
+
+    def _total(self, line: bytes) -> None:
+        """The conversation's running usage total as of this `result` (the next turn's base)."""
+        try:
+            body = json.loads(line).get("result")
+        except (ValueError, AttributeError, RecursionError):
+            body = None
+        if isinstance(body, dict):
+            self.last_total = stream_json_usage(body.get("usage"))
 
     def _hand(self, data: bytes, *, ended: bool) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ import psutil
 from agy_provider.agy.argv import TurnRequest, stdin_turn
 from agy_provider.agy.result import read_result
 from agy_provider.agy.stdout import StdoutEvents
+from agy_provider.agy.step import StepUsage
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.warm import POOL, WarmPool
 from agy_provider.live.warm_agy import WarmAgy
@@ -56,6 +57,8 @@ class WarmTurn:
         # The turn's host tools (`TurnTools`, prepared by the turn's launch): the warm agy serves
         # them from its own bridge and relays each call to them.
         self.tools: Any = None
+        # agy's running usage total before this turn (its `result` totals run over the process).
+        self.previous_total: StepUsage | None = None
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
         self._said = ""  # why the fallback failed, as agy's last words
 
@@ -147,6 +150,7 @@ class WarmTurn:
             extra_dirs=agy.extra_dirs,
         )
         self._stderr_from = agy.stderr_total
+        self.previous_total = agy.last_total
         agy.attach(self)
 
     def _drop(self, agy: WarmAgy) -> None:
