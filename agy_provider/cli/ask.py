@@ -5,8 +5,7 @@ Progress goes to stderr; the live path loads only when the turn runs.
 
 from __future__ import annotations
 
-import os
-
+from agy_provider.cli.conventions import one_turn_alone
 from agy_provider.cli.options import (
     add_agy_bin,
     add_command,
@@ -68,10 +67,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from agy_provider.hosts.ask_command import ask_command
     from agy_provider.store.config import load_config
 
-    # One turn, then the process ends: a warm agy (and a spare) would be started only to be ended.
-    os.environ.setdefault("AGY_WARM", "0")
     agy_bin = args.agy_bin or load_config().agy_bin
-    with simulator_state(agy_bin, err):
+    with simulator_state(agy_bin, err), one_turn_alone():
         return asyncio.run(
             ask_command(
                 args.prompt,

@@ -6,10 +6,9 @@ The live path (cli/chat_turn.py, asyncio, the provider) loads only when the turn
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
+from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK, one_turn_alone
 from agy_provider.cli.options import add_agy_bin, add_command, add_cwd, add_model, add_thinking
 from agy_provider.cli.simulator_state import simulator_state
 from agy_provider.errors import UsageError
@@ -97,10 +96,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print("agy-provider: --system applies to a new conversation; not sent", file=err)
         args.system = ""
     _verbosity(getattr(args, "verbose", 0), err)
-    # One turn, then the process ends: a warm agy (and a spare) would be started only to be ended.
-    os.environ.setdefault("AGY_WARM", "0")
     agy_bin = args.agy_bin or load_config().agy_bin
-    with simulator_state(agy_bin, err):
+    with simulator_state(agy_bin, err), one_turn_alone():
         result = asyncio.run(
             run_chat(
                 prompt,
