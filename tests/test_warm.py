@@ -241,7 +241,7 @@ async def test_an_agy_that_died_between_turns_is_replaced(live_env: Path) -> Non
 
 
 async def test_an_agy_that_dies_mid_turn_ends_that_turn_with_its_last_words(
-    live_env: Path, monkeypatch: pytest.MonkeyPatch
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", "crash")
     events, message = await run_turn("hello", session="s")
@@ -250,6 +250,15 @@ async def test_an_agy_that_dies_mid_turn_ends_that_turn_with_its_last_words(
     assert "panic" in (message.error_message or "").lower()
     assert text_of(events) == scenario_planners("crash")[0]
     assert [a for a in agys() if not a.spare] == []
+    crashed = recorder.turns[-1]
+    # The next turn continues the conversation in a new warm agy (this one answers: agy-sim's
+    # prompt marker plays the default scenario's turn).
+    history = [UserMessage(content="hello", timestamp=0), message]
+    events, again = await run_turn("[agy-sim:default] go on", session="s", history=history)
+    expect_done(events, again, scenario_answer("default"))
+    resumed = recorder.turns[-1]
+    assert resumed.binding.conversation_id == crashed.binding.conversation_id
+    assert resumed.process.pid != crashed.process.pid
     assert leftovers(live_env) == []
 
 
