@@ -119,3 +119,34 @@ async def test_corrupt_rows_are_skipped_with_a_reason(tmp_path: Path) -> None:
     assert [index for index, _ in source.skipped] == [STEPS_PER_TURN]
     source.close()
     writer.close()
+
+
+def test_a_database_that_fails_to_open_leaves_no_descriptor_behind(tmp_path: Path) -> None:
+    """A connection that opened but could not read (here: not SQLite, a `-wal` beside it) is
+    closed at once: a sqlite3 connection sits in a reference cycle, so one merely dropped keeps
+    the file open until the garbage collector happens to run (a turn retries its open)."""
+    import gc
+    import os
+
+    from agy_provider.agy.database import open_conversation_db
+    from agy_provider.errors import DatabaseError
+
+    path = tmp_path / "c.db"
+    path.write_bytes(b"not a database at all" * 100)
+    (tmp_path / "c.db-wal").write_bytes(b"")
+
+    def open_here() -> int:
+        return sum(
+            os.readlink(f"/proc/self/fd/{fd}") == str(path)
+            for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")
+        )
+
+    gc.disable()
+    try:
+        for _ in range(3):
+            with pytest.raises(DatabaseError):
+                open_conversation_db(path)
+        assert open_here() == 0
+    finally:
+        gc.enable()

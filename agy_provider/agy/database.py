@@ -69,6 +69,7 @@ def open_conversation_db(
         raise DatabaseError("no such database file", path=path)
     if snapshot and not os.path.exists(path + "-wal"):
         return _checked(_open_immutable(path), path)
+    conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(
             _uri(path, "mode=ro"), uri=True, timeout=timeout, check_same_thread=False
@@ -76,6 +77,10 @@ def open_conversation_db(
         _configure(conn)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: a schema not in UTF-8
+        if conn is not None:
+            # Closed now: a connection is in a reference cycle (its statement cache), so one
+            # dropped open keeps the file open until the garbage collector runs.
+            conn.close()
         if os.path.exists(path + "-wal"):
             raise DatabaseError(f"cannot open read-only: {exc}", path=path) from exc
         conn = _open_immutable(path)
@@ -83,11 +88,14 @@ def open_conversation_db(
 
 
 def _open_immutable(path: str) -> sqlite3.Connection:
+    conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(_uri(path, "immutable=1"), uri=True, check_same_thread=False)
         _configure(conn)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except (sqlite3.DatabaseError, ValueError) as exc:
+        if conn is not None:
+            conn.close()
         raise DatabaseError(f"not a readable SQLite database: {exc}", path=path) from exc
     return conn
 
