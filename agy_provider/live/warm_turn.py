@@ -53,6 +53,7 @@ class WarmTurn:
         self._by_result = False
         self._stderr_from = 0
         self._let_go = False
+        self._letting_go: asyncio.Future[None] | None = None  # release or discard, once
         self.loop: asyncio.AbstractEventLoop | None = None  # the turn's: where its lines go
         # The turn's host tools (`TurnTools`, prepared by the turn's launch): the warm agy serves
         # them from its own bridge and relays each call to them.
@@ -203,10 +204,18 @@ class WarmTurn:
             await self.oneshot.terminate(grace)
             return
         agy = self.agy
-        if agy is None or self._let_go:
-            return
-        self._let_go = True
-        agy.detach(self)
+        if self._letting_go is None:
+            if agy is None or self._let_go:
+                return
+            self._let_go = True
+            agy.detach(self)
+            self._letting_go = asyncio.ensure_future(self._let_go_of(agy, grace))
+        # Shielded: a cleanup cut short by the loop's end runs this again and waits for the
+        # same letting go, so what the turn closes next (its sources) closes after it, as
+        # after a one-shot agy's end.
+        await asyncio.shield(self._letting_go)
+
+    async def _let_go_of(self, agy: WarmAgy, grace: float) -> None:
         if self._by_result and not agy.exited.is_set():
             await off_loop(
                 self.pool.release,
@@ -214,10 +223,10 @@ class WarmTurn:
                 new_conversation=not self.request.conversation_id,
                 template=self.request,
             )
-        else:
-            await off_loop(self.pool.discard, agy, interrupt=True, grace=grace)
-            if not self._done.is_set():  # ended before its `result`: agy's exit is the turn's
-                self._finish(agy.exit_code if agy.exit_code is not None else 1)
+            return
+        await off_loop(self.pool.discard, agy, interrupt=True, grace=grace)
+        if not self._done.is_set():  # ended before its `result`: agy's exit is the turn's
+            self._finish(agy.exit_code if agy.exit_code is not None else 1)
 
     def tree(self) -> list[psutil.Process]:
         """agy and its live descendants (blocking: a scan of our tree)."""
