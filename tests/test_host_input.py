@@ -22,6 +22,7 @@ from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_a
 
 from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.warm import POOL
 from agy_provider.pi.abort_bridge import bridge_signal
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import normalise_turn
@@ -458,7 +459,9 @@ async def test_host_tools_in_pi_json_are_offered_and_a_turn_that_calls_none_is_u
     assert caplog.records == [], [r.getMessage() for r in caplog.records]
     (turn,) = recorder.turns
     (folder,) = turn.process.request.extra_dirs
-    assert not Path(folder).exists()  # the bridge's folder went with the turn
+    # The bridge's folder goes with its agy: the turn's, or a warm agy kept for the next turn.
+    POOL.shutdown()
+    assert not Path(folder).exists()
     assert leftovers(live_env, recorder) == []
 
 

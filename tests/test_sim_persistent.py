@@ -86,7 +86,7 @@ def test_the_cold_start_comes_from_the_environment(tmp_path: Path) -> None:
         assert sim.wait() == 0
     # `-p` keeps the scenario's cold start unless the variable is set, which then wins.
     one_shot = tmp_path / "p.log"
-    done = run_sim(tmp_path / "app", "-p", "hi", "--log-file", str(one_shot))
+    done = run_sim(tmp_path / "app", "-p", "hi", "--log-file", str(one_shot), AGY_SIM_COLD_START_MS="")
     assert done.returncode == 0
     assert "agy-sim cold start: 150 ms (scenario 'default')" in one_shot.read_text()
     run_sim(tmp_path / "app", "-p", "hi", "--log-file", str(one_shot), AGY_SIM_COLD_START_MS="9")
