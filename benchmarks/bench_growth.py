@@ -264,6 +264,110 @@ def measure_main(source: str, size: int, deltas: int, ascii_only: bool) -> None:
     print(json.dumps(cpu))
 
 
+# -- what remains: one late delta's parts, timed alone (this tree only) --------------------------
+
+
+def _best(run: Any, repeat: int = 15) -> float:
+    """Least thread CPU time of `run()` over `repeat` calls, in ms (thread_time: no other thread
+    is timed, and it never counts time spent waiting for the CPU on a loaded machine)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.thread_time()
+        run()
+        best = min(best, time.thread_time() - start)
+    return best * 1000
+
+
+def parts_main(size: int, deltas: int, ascii_only: bool) -> None:
+    """The last delta's work, part by part: what each source still does over the whole text."""
+    import sqlite3
+
+    from agy_provider.agy.growing_text import GrowingTexts
+    from agy_provider.agy.rows import decode_step_row
+    from agy_provider.agy.rpcjson import CheckedTexts, decode_json_step
+    from agy_provider.agy.step import Step, StepKind, StepStatus
+    from agy_provider.assembly.assembler import StepAssembler
+    from agy_provider.sim.bulk import planner_step
+    from agy_provider.wire import jsontext
+
+    text = answer_text(size, ascii_only=ascii_only)
+    old_end, end = cuts(size, deltas)[-2:]
+    payloads = [
+        planner_step(text[:n], "", status=GENERATING).SerializeToString() for n in (old_end, end)
+    ]
+    frames = [rpc_frame(1, text[:n], GENERATING)[5:] for n in (old_end, end)]
+    rows: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="agy-bench-growth-") as tmp:
+        # As the source reads it: a WAL database another connection has just rewritten the
+        # row in, read through a connection of its own (SQLite reads every page of it again).
+        writer = sqlite3.connect(Path(tmp) / "row.db", isolation_level=None)
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("CREATE TABLE steps(idx INTEGER PRIMARY KEY, step_payload BLOB)")
+        writer.execute("INSERT INTO steps VALUES (1, ?)", (payloads[0],))
+        reader = sqlite3.connect(f"file:{Path(tmp) / 'row.db'}?mode=ro", uri=True)
+        timed: list[float] = []
+        for n in range(15):
+            writer.execute("UPDATE steps SET step_payload = ? WHERE idx = 1", (payloads[n % 2],))
+            start = time.thread_time()
+            reader.execute("SELECT step_payload FROM steps WHERE idx = 1").fetchone()
+            timed.append(time.thread_time() - start)
+        rows.append(
+            (f"sqlite: SELECT the rewritten row ({len(payloads[1]):,} B)", min(timed) * 1000)
+        )
+        reader.close()
+        writer.close()
+
+    def grown_row() -> None:
+        texts = GrowingTexts()
+        decode_step_row(1, 15, 8, payloads[0], texts=texts)
+        start = time.thread_time()
+        decode_step_row(1, 15, 8, payloads[1], texts=texts)
+        timed.append(time.thread_time() - start)
+
+    timed: list[float] = []
+    rows.append(
+        ("sqlite: decode the row afresh", _best(lambda: decode_step_row(1, 15, 8, payloads[1])))
+    )
+    for _ in range(15):
+        grown_row()
+    rows.append(("sqlite: decode the row, GrowingTexts", min(timed) * 1000))
+    rows.append(
+        (
+            f"rpc: jsontext.loads of the frame ({len(frames[1]):,} B)",
+            _best(lambda: jsontext.loads(frames[1])),
+        )
+    )
+    raws = [
+        jsontext.loads(f)["update"]["mainTrajectoryUpdate"]["stepsUpdate"]["steps"][0]
+        for f in frames
+    ]
+    rows.append(("rpc: decode_json_step afresh", _best(lambda: decode_json_step(raws[1], index=1))))
+    timed = []
+    for _ in range(15):
+        checked = CheckedTexts()
+        decode_json_step(raws[0], index=1, texts=checked)
+        start = time.thread_time()
+        decode_json_step(raws[1], index=1, texts=checked)
+        timed.append(time.thread_time() - start)
+    rows.append(("rpc: decode_json_step, CheckedTexts", min(timed) * 1000))
+    steps = [
+        Step(index=1, kind=StepKind.ASSISTANT, status=StepStatus.GENERATING, text=text[:n])
+        for n in (old_end, end)
+    ]
+    user = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE)
+    timed = []
+    for _ in range(15):
+        assembler = StepAssembler(model="bench")
+        assembler.feed([user, steps[0]])
+        start = time.thread_time()
+        assembler.feed([steps[1]])
+        timed.append(time.thread_time() - start)
+    rows.append(("both: StepAssembler.feed of the delta", min(timed) * 1000))
+    print("\nthe last delta's parts, this tree alone (ms of thread CPU, best of 15):")
+    for name, value in rows:
+        print(f"  {name:<52} {value:6.2f}")
+
+
 # -- the comparison -------------------------------------------------------------------------------
 
 
@@ -314,6 +418,10 @@ def main() -> int:
         size, deltas, ascii_only = sys.argv[2:5]
         rpc_server_main(int(size), int(deltas), ascii_only == "1")
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--parts":
+        size, deltas, ascii_only = sys.argv[2:5]
+        parts_main(int(size), int(deltas), ascii_only == "1")
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--measure":
         source, size, deltas, ascii_only = sys.argv[2:6]
         measure_main(source, int(size), int(deltas), ascii_only == "1")
@@ -351,6 +459,11 @@ def main() -> int:
                     f"  {source:<6} {name:<4}  first {first:6.2f}  last {last:6.2f}  "
                     f"last/first {last / first:5.2f}x  whole answer {total:6.2f} s CPU"
                 )
+    # What is still proportional to the whole text, in this tree: one late delta's parts.
+    argv = [sys.executable, __file__, "--parts", str(args.size), str(args.deltas)]
+    argv.append(str(int(args.ascii)))
+    env = dict(os.environ, PYTHONPATH=str(ours))
+    subprocess.run(argv, env=env, check=True, cwd=ours)
     return 0
 
 
