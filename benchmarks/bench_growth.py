@@ -102,43 +102,28 @@ def rpc_frame(index: int, text: str, status: str) -> bytes:
 
 
 def rpc_server_main(size: int, deltas: int, ascii_only: bool) -> None:
-    from agy_provider.wire.connect import encode_json_envelope
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_rpc  # its loopback Connect server, which sends what its queue is given
 
     text = answer_text(size, ascii_only=ascii_only)
-    index = 1
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        await reader.readexactly(length)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/connect+json\r\n"
-            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-        )
+    async def serve() -> None:
+        frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+        server, port = await bench_rpc.serve(frames)
+        print(f"ready {port}", flush=True)
         loop = asyncio.get_running_loop()
         for k, end in enumerate(cuts(size, deltas)):
             # Built before the reader asks for it: only the send is in the reader's window.
-            frame = rpc_frame(index, text[:end], DONE if k == deltas - 1 else GENERATING)
+            frame = rpc_frame(1, text[:end], DONE if k == deltas - 1 else GENERATING)
             if (await loop.run_in_executor(None, sys.stdin.readline)).strip() != "go":
                 break
-            writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-            await writer.drain()
-        end_frame = encode_json_envelope({}, end_stream=True)
-        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end_frame), end_frame))
-        await writer.drain()
-        writer.close()
-        done.set()
-
-    async def serve() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        print(f"ready {server.sockets[0].getsockname()[1]}", flush=True)
-        await done.wait()
+            frames.put_nowait(frame)
+        frames.put_nowait(None)  # the clean end of the stream
+        # The reader closes our stdin once it has read that end.
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            pass
         server.close()
 
-    done = asyncio.Event()
     asyncio.run(serve())
 
 
