@@ -11,6 +11,8 @@ import types
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
@@ -311,3 +313,47 @@ def test_the_rpc_sources_stream_path_checks_only_the_growth() -> None:
         source._take_update(update_frame(1, text))
         assert source._latest[1].text == text
     assert source._texts[1].checked == len(text)  # each character looked at once
+
+
+# -- any sequence of rewrites: the cache never changes an outcome ----------------------------------
+
+_PIECES = st.one_of(
+    st.text(max_size=6).map(str.encode),  # valid UTF-8 of any character
+    st.sampled_from([b"\r", b"\n", b"\xe2", b"\x98", b"\x95", b"\xf0\x9d", b"\x80", b"\xff"]),
+)
+
+
+def _outcome(payload: bytes, texts: GrowingTexts | None) -> object:
+    try:
+        return decode_step_row(1, 15, 8, payload, texts=texts)
+    except DecodeError as exc:
+        return (str(exc), exc.offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["grow", "grow", "grow", "cut", "flip"]),
+            st.lists(_PIECES, max_size=4),
+            st.integers(min_value=0, max_value=64),
+        ),
+        max_size=12,
+    )
+)
+def test_any_rewrites_decode_as_afresh_with_the_cache(
+    script: list[tuple[str, list[bytes], int]],
+) -> None:
+    texts = GrowingTexts()
+    text, thinking = b"", b""
+    for action, pieces, at in script:
+        if action == "grow":
+            text += b"".join(pieces)
+        elif action == "cut":
+            text = text[: at % (len(text) + 1)]
+        elif text:
+            flipped = text[at % len(text)] ^ 0x01
+            text = text[: at % len(text)] + bytes([flipped]) + text[at % len(text) + 1 :]
+        thinking += pieces[0] if pieces else b""
+        payload = planner_payload(text, thinking)
+        assert _outcome(payload, texts) == _outcome(payload, None)
