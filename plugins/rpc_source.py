@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agy_provider.agy.rpcjson import decode_json_step
+from agy_provider.agy.rpcjson import CheckedTexts, decode_json_step
 from agy_provider.agy.step import InteractionKind, Step, StepStatus
 from agy_provider.errors import DecodeError, RpcError, SourceError
 from agy_provider.hookspecs import hookimpl
@@ -114,6 +114,9 @@ class RpcEventSource:
         self.client: ConnectClient | None = None
         self._latest: dict[int, Step] = {}
         self._seen: dict[int, Step] = {}
+        # Streamed steps still growing: their texts as last checked, so a frame that carries a
+        # longer answer costs what grew past JSON parsing (the frame itself still comes whole).
+        self._texts: dict[int, CheckedTexts] = {}
         self._arrived = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: SourceError | None = None
@@ -260,8 +263,12 @@ class RpcEventSource:
                 index = None  # the step names its own index too
             if index is not None and index <= self.min_index:
                 continue  # a resumed conversation's earlier steps, replayed by the first frame
+            texts = None if index is None else self._texts.setdefault(index, CheckedTexts())
             try:
-                self._put(decode_json_step(raw, index=index))
+                step = decode_json_step(raw, index=index, texts=texts)
+                if index is not None and step.final:
+                    del self._texts[index]  # it cannot grow any more
+                self._put(step)
             except (DecodeError, ValueError, TypeError) as exc:
                 log.warning("a streamed step was skipped: %s", exc)
 

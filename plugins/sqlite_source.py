@@ -21,6 +21,7 @@ from agy_provider.agy.database import (
     read_step_rows,
     scan_step_signatures,
 )
+from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
 from agy_provider.errors import DatabaseError, DecodeError
@@ -85,6 +86,9 @@ class SqliteEventSource:
         self._data_version: int | None = None
         self._max_seen = min_index
         self._pending: dict[int, tuple[int, int, int]] = {}  # non-final idx -> light signature
+        # Non-final rows' strings as last decoded: a row rewritten with a longer answer decodes
+        # only what grew (the blob itself still comes whole from SQLite).
+        self._texts: dict[int, GrowingTexts] = {}
         self._inflight: asyncio.Future[list[Step]] | None = None
         self._seen_files: tuple[int, ...] | None = None  # file signature at the last read
         self._read_at = 0.0  # when the last real read ran (monotonic)
@@ -93,9 +97,10 @@ class SqliteEventSource:
         self._idle_ticks = 0
         self._settle_until = 0.0
         self.skipped: list[tuple[int, str]] = []
-        # (rows the light scan returned, payloads fetched) by the last read: tests hold the
-        # reader to "cost follows what changed" with these.
+        # (rows the light scan returned, payloads fetched) by the last read, and the UTF-8 bytes
+        # of growing texts decoded so far: tests hold the reader to "cost follows what changed".
         self.last_read = (0, 0)
+        self.text_bytes_decoded = 0
 
     @classmethod
     def for_turn(cls, turn: Any) -> SqliteEventSource:
@@ -247,6 +252,8 @@ class SqliteEventSource:
             idx, status = row.index, row.status
             self._max_seen = max(self._max_seen, idx)
             signature = (row.step_type, status, len(row.payload) if row.payload else 0)
+            texts = self._texts.get(idx) or self._texts.setdefault(idx, GrowingTexts())
+            decoded = texts.decoded
             try:
                 step = decode_step_row(
                     idx,
@@ -255,6 +262,7 @@ class SqliteEventSource:
                     row.payload,
                     metadata=row.metadata,
                     error_details=row.error_details,
+                    texts=texts,
                 )
             except DecodeError as exc:
                 reason = str(exc)
@@ -264,11 +272,15 @@ class SqliteEventSource:
                 # A corrupt row in a terminal state will not be rewritten: stop re-reading it.
                 if STATUS_BY_NUMBER.get(status, StepStatus.UNSPECIFIED).terminal:
                     self._pending.pop(idx, None)
+                    self._texts.pop(idx, None)
                 else:
                     self._pending[idx] = signature
                 continue
+            finally:
+                self.text_bytes_decoded += texts.decoded - decoded
             if step.final:
                 self._pending.pop(idx, None)
+                self._texts.pop(idx, None)
             else:
                 self._pending[idx] = signature
             steps.append(step)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.row_tools import (
     GENERIC_FIELD,
     LEGACY_TOOL_FIELDS,
@@ -118,9 +119,12 @@ def decode_step_row(
     *,
     metadata: bytes | None = None,
     error_details: bytes | None = None,
+    texts: GrowingTexts | None = None,
 ) -> Step:
     """Decode a `steps` row. The payload decides; the `step_type`/`status` columns fill gaps.
 
+    `texts`, kept by the caller for this row from one read to the next, makes the answer and
+    thinking of a row rewritten with more text cost what grew (see `GrowingTexts`).
     Raises `DecodeError` when the payload (or a blob it needs) does not decode.
     """
     if not payload:
@@ -135,16 +139,24 @@ def decode_step_row(
     meta = msg.message(METADATA_FIELD)
     if meta is None and metadata:
         meta = Message(metadata)
-    step = decode_step_payload(msg, index=index, meta=meta)
+    bound = texts.bind(payload) if texts is not None else None
+    step = decode_step_payload(msg, index=index, meta=meta, texts=bound)
     if not step.error and error_details:
         step = _with_error(step, _error_text(Message(error_details)))
     return step
 
 
 def decode_step_payload(
-    msg: Message, *, index: int | None = None, meta: Message | None = None
+    msg: Message,
+    *,
+    index: int | None = None,
+    meta: Message | None = None,
+    texts: GrowingTexts | None = None,
 ) -> Step:
-    """Decode a `gemini_coder.Step` message (a row payload, or a legacy step inside an Any)."""
+    """Decode a `gemini_coder.Step` message (a row payload, or a legacy step inside an Any).
+
+    `texts` must be bound to the buffer `msg` was built from (`decode_step_row` does that).
+    """
     if meta is None:
         meta = msg.message(METADATA_FIELD)
     step_type = msg.uint(1)
@@ -202,8 +214,8 @@ def decode_step_payload(
         # (20.6 message id at least). Usage without field 20 means the payload was cut short.
         raise DecodeError("planner step has usage but no response (field 20): payload is truncated")
     if planner is not None:
-        fields["text"] = planner.string(8) or planner.string(1)
-        fields["thinking"] = planner.string(3)
+        fields["text"] = _string(planner, 8, texts) or _string(planner, 1, texts)
+        fields["thinking"] = _string(planner, 3, texts)
         fields["stop_reason"] = STOP_REASONS.get(planner.uint(12), "other")
         fields["requested_tool_calls"] = requested_calls(planner)
 
@@ -315,6 +327,13 @@ def model_of_turn(records: Iterable[GeneratorRecord], after: int, before: int | 
         ):
             model = record.model
     return model
+
+
+def _string(planner: Message, number: int, texts: GrowingTexts | None) -> str:
+    """A planner string (20.1, 20.3, 20.8): the ones that grow while the model writes."""
+    if texts is None:
+        return planner.string(number)
+    return texts.string(planner, number, (_PLANNER, number))
 
 
 def _kind_from_type(step_type: int) -> StepKind:

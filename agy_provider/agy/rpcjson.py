@@ -26,7 +26,7 @@ from agy_provider.agy.step import (
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
 
-__all__ = ["decode_json_step", "step_type_number"]
+__all__ = ["CheckedTexts", "decode_json_step", "step_type_number"]
 
 # CortexStepType names we rely on -> numbers (the rest map to 0 and are decided by content).
 _TYPE_NUMBERS: Mapping[str, int] = {
@@ -70,13 +70,55 @@ def step_type_number(name: str) -> int:
     return _TYPE_NUMBERS.get(name.removeprefix("CORTEX_STEP_TYPE_"), 0)
 
 
-def decode_json_step(raw: Any, *, index: int | None = None, position: int | None = None) -> Step:
+class CheckedTexts:
+    """The answer and thinking of one step as this module last returned them, so a text that
+    only grew is checked for lone surrogates from where it grew, not from its start.
+
+    agy's stream sends a growing planner step whole in every frame. A text that starts with the
+    one returned last time (a `memcmp`) holds that checked text as its prefix, so only the rest
+    is looked at; anything else (shorter, rewritten) is checked whole. Filled only by
+    `decode_json_step`, so what it holds is always checked text. `checked` counts the
+    characters looked at over its life (tests hold the decoder to "cost follows the growth").
+    """
+
+    __slots__ = ("_texts", "checked")
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self.checked = 0
+
+    def text(self, key: str, value: Any) -> str:
+        """`_str(value)` for the text `key` ("text", "thinking") of this step."""
+        before = self._texts.get(key, "")
+        text: str
+        if isinstance(value, str) and value.isascii():
+            text = value  # str knows this without a scan: no surrogate can be in it
+        elif before and isinstance(value, str) and value.startswith(before):
+            tail = value[len(before) :]
+            self.checked += len(tail)
+            clean = jsontext.clean_text(tail)
+            text = value if clean is tail else before + clean
+        else:
+            text = _str(value)
+            self.checked += len(text)
+        self._texts[key] = text
+        return text
+
+
+def decode_json_step(
+    raw: Any,
+    *,
+    index: int | None = None,
+    position: int | None = None,
+    texts: CheckedTexts | None = None,
+) -> Step:
     """Decode one step object. The index comes from `index`, else the step's own
     `metadata.sourceTrajectoryStepInfo.stepIndex` (omitted when 0), else `position`.
 
     `raw` may come from any JSON parser (httpx's included): whatever its shape or values, this
     returns a Step whose text is valid Unicode and whose numbers fit 64 bits, or raises
-    `DecodeError` — never another exception.
+    `DecodeError` — never another exception. `texts`, kept by the caller for this step from one
+    frame to the next, makes a growing answer cost what grew (see `CheckedTexts`).
     """
     if not isinstance(raw, dict):
         raise DecodeError(f"step is a {type(raw).__name__}, not an object")
@@ -124,8 +166,12 @@ def decode_json_step(raw: Any, *, index: int | None = None, position: int | None
 
     planner = raw.get("plannerResponse")
     if isinstance(planner, dict):
-        fields["text"] = _str(planner.get("modifiedResponse") or planner.get("response") or "")
-        fields["thinking"] = _str(planner.get("thinking", ""))
+        text = planner.get("modifiedResponse") or planner.get("response") or ""
+        thinking = planner.get("thinking", "")
+        fields["text"] = texts.text("text", text) if texts is not None else _str(text)
+        fields["thinking"] = (
+            texts.text("thinking", thinking) if texts is not None else _str(thinking)
+        )
         fields["stop_reason"] = _stop_reason(planner.get("stopReason"))
         fields["requested_tool_calls"] = tuple(
             c for c in (_tool_call(_obj(x)) for x in _list(planner.get("toolCalls"))) if c

@@ -48,11 +48,21 @@ _BlockKind = Literal["text", "thinking", "toolCall"]
 
 @dataclasses.dataclass(slots=True)
 class _Block:
+    """One content block. Its text is `source[start:]`: `source` is its step part's whole text
+    as last emitted, `start` where the block began in it (0 unless a message was parked and
+    resumed mid-step). Holding the step's own string, not a copy grown by `+=`, keeps a delta's
+    cost to the delta: a 1 MB answer is never copied once per delta."""
+
     kind: _BlockKind
     key: tuple[int, str]
-    text: str = ""
+    source: str = ""
+    start: int = 0
     call: ToolCall | None = None  # a toolCall block's call
     run: ToolRun | None = None  # a tool run's value, as far as it is known
+
+    @property
+    def text(self) -> str:
+        return self.source[self.start :] if self.start else self.source
 
 
 @dataclasses.dataclass(slots=True)
@@ -355,6 +365,8 @@ class StepAssembler:
         before = emitted.parts.get(part, "")
         if len(text) <= len(before):
             return  # nothing new, or a shorter rewrite: never retract what was emitted
+        # The whole old text is compared (a memcmp: a rewrite anywhere in it is caught), but
+        # only the delta is copied.
         if not text.startswith(before):
             # A rewrite we cannot retract: keep what was streamed, emit nothing that would not
             # follow from it. Growth that extends the streamed text is still taken later.
@@ -365,7 +377,7 @@ class StepAssembler:
         key = (index, part)
         if self._open is None or self._blocks[self._open].key != key:
             self._close(events)
-            self._blocks.append(_Block(kind=kind, key=key))
+            self._blocks.append(_Block(kind=kind, key=key, source=before, start=len(before)))
             self._open = len(self._blocks) - 1
             self._content_changed()
             self._blocks[self._open].run = run
@@ -378,7 +390,7 @@ class StepAssembler:
                     )
                 )
         block = self._blocks[self._open]
-        block.text += delta
+        block.source = text
         block.run = run
         self._content_changed()
         partial = self._snapshot()
