@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,3 +190,74 @@ def test_rss_of_a_live_and_a_gone_process(sleeper: subprocess.Popen[bytes]) -> N
 
 def test_key_summary_leaves_out_empty_parts() -> None:
     assert key_summary("agy", "", " pro ", "/w") == "agy · pro · /w"
+
+
+# -- `agy-provider status` lists them ----------------------------------------------------------
+
+AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")
+
+
+def _status(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGY_", "ANTIGRAVITY_", "XDG_")) and k != "PYTEST_CURRENT_TEST"
+    }
+    env.update(
+        HOME=str(tmp_path),
+        PATH="/usr/bin:/bin",
+        AGY_PROVIDER_SESSIONS=os.environ["AGY_PROVIDER_SESSIONS"],
+    )
+    return subprocess.run(
+        [AGY_PROVIDER, "status", "--agy-bin", "agy-sim", *args],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_status_lists_the_warm_agys_of_live_hosts(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    none = _status(tmp_path)
+    assert none.returncode == 0, none.stderr
+    assert _rows(none.stdout)["warm agy"] == "none running"
+    assert json.loads(_status(tmp_path, "--json").stdout)["warm"] == []
+    spare = subprocess.Popen(["sleep", "600"])
+    try:
+        now = time.time()
+        # This test process is the host; the sleeps are its warm agy and its spare.
+        record(_entry(os.getpid(), sleeper.pid, state="ready", last_used=now - 192))
+        record(_entry(os.getpid(), spare.pid, state="spare", conversation_id="", last_used=now))
+        record(_entry(os.getpid(), _dead_pid()))  # gone: never shown
+        shown = _status(tmp_path)
+        as_json = json.loads(_status(tmp_path, "--json").stdout)
+    finally:
+        spare.kill()
+        spare.wait()
+    assert shown.returncode == 0, shown.stderr
+    rows = _rows(shown.stdout)
+    assert rows["warm agy"] == "2 running"
+    ready = rows[f"warm pid {sleeper.pid}"].split(" · ")
+    assert ready[:2] == ["ready", "idle 3m12s"]  # idle since 192 s ago
+    assert ready[2].endswith(" MiB")
+    assert ready[3] == "conversation c0ffee00-0000-4000-8000-000000000001"
+    assert ready[4:] == [
+        "agy-sim", "gemini-3.8-flash-medium", "accept-edits", "/tmp/p", f"host pid {os.getpid()}"
+    ]  # fmt: skip
+    assert rows[f"warm pid {spare.pid}"].startswith("spare · idle 0s · ")
+    assert "no conversation (spare)" in rows[f"warm pid {spare.pid}"]
+    assert len([label for label in rows if label.startswith("warm pid")]) == 2
+    warm = {entry["pid"]: entry for entry in as_json["warm"]}
+    assert set(warm) == {sleeper.pid, spare.pid}
+    assert warm[sleeper.pid]["state"] == "ready" and warm[sleeper.pid]["idle_seconds"] >= 192
+    assert warm[sleeper.pid]["rss_bytes"] == pytest.approx(rss_of(sleeper.pid), rel=0.5)
+    assert warm[spare.pid]["conversation_id"] == "" and warm[spare.pid]["host_pid"] == os.getpid()
+    assert as_json["rows"]["warm agy"] == "2 running"
+
+
+def _rows(text: str) -> dict[str, str]:
+    return dict(re.split(r"\s{2,}", line, maxsplit=1) for line in text.splitlines())
