@@ -41,6 +41,8 @@ HISTORY_LENGTH = 1000
 # How long leaving waits for the turns' epilogue (agy's tree ended, the session saved) before the
 # loop ends and cancels what is left (the provider still ends agy's tree on its way out).
 CLOSE_WAIT = 15.0
+# And how long the loop's own end (cancelling what is left, as `asyncio.run` does) may take.
+_END_WAIT = 15.0
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("/help", "this list"),
@@ -134,7 +136,9 @@ class TurnLoop:
     def close(self) -> None:
         if self._stop is not None:
             self.call(self._stop.set)
-        self._thread.join()
+        # Bounded: a loop that cannot end is left to the process's exit (a daemon thread), and
+        # agy's groups to the lifeline.
+        self._thread.join(CLOSE_WAIT + _END_WAIT)
 
 
 class _Leave(Exception):
