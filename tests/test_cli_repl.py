@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,9 +110,13 @@ class Terminal:
             if not chunk:
                 break
             self.screen += chunk
-        _, status = os.waitpid(self.pid, 0)
+        try:
+            code = self.process.wait(TIMEOUT)
+        except psutil.TimeoutExpired:
+            raise AssertionError(f"the REPL never ended; the screen:\n{self.text()}") from None
         os.close(self.fd)
-        return os.waitstatus_to_exitcode(status)
+        assert code is not None
+        return code
 
     def text(self) -> str:
         return self.screen.decode("utf-8", "replace")
@@ -255,3 +260,51 @@ def test_without_a_terminal_and_a_prompt_it_is_a_usage_error_as_before(tmp_path:
         )
         assert done.returncode == 2, done.stderr
         assert "pipe it in with -" in done.stderr and done.stdout == ""
+
+
+def test_the_relay_wakes_the_main_thread_for_a_signal_another_thread_took() -> None:
+    # Python runs handlers on the main thread only once a call there is interrupted: a SIGINT
+    # the kernel gave another thread would leave the main thread's read waiting for a key.
+    from agy_provider.cli.repl import SignalRelay
+
+    relay = SignalRelay()
+    ran: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        relay.handled += 1
+        ran.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    read, write = os.pipe()
+    main_tid = threading.get_native_id()
+
+    def other_thread() -> None:
+        # Once the main thread sleeps in its read, the signal goes to this thread alone.
+        stat = Path(f"/proc/self/task/{main_tid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "S":
+            os.sched_yield()
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    # Were the relay broken, the read must still end (and the test fail) rather than hang.
+    rescued: list[bool] = []
+
+    def rescue_read() -> None:
+        rescued.append(True)
+        os.write(write, b"x")
+
+    rescue = threading.Timer(30.0, rescue_read)
+    relay.start()
+    try:
+        rescue.start()
+        threading.Thread(target=other_thread, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            os.read(read, 1)
+    finally:
+        rescue.cancel()
+        relay.close()
+        signal.signal(signal.SIGINT, previous)
+        os.close(read)
+        os.close(write)
+    assert not rescued, "the main thread slept through the signal"
+    assert ran == [signal.SIGINT] and relay.handled == 1

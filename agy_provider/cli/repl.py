@@ -20,6 +20,7 @@ import dataclasses
 import os
 import signal as signals
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -31,7 +32,15 @@ from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.errors import AgyError, UsageError
 from agy_provider.pi.options import AbortSignal
 
-__all__ = ["COMMANDS", "HISTORY_FILE", "PROMPT", "ReplSettings", "TurnLoop", "run_repl"]
+__all__ = [
+    "COMMANDS",
+    "HISTORY_FILE",
+    "PROMPT",
+    "ReplSettings",
+    "SignalRelay",
+    "TurnLoop",
+    "run_repl",
+]
 
 PROMPT = "agy> "
 # The history file's name, beside the session store (`store/sessions.default_store_path`).
@@ -141,6 +150,70 @@ class TurnLoop:
         self._thread.join(CLOSE_WAIT + _END_WAIT)
 
 
+# Signals the REPL acts on, as the bytes Python's C-level handler writes to the wakeup fd.
+_WATCHED = frozenset(int(s) for s in ABORT_SIGNALS)
+# The signal that wakes the main thread out of a blocking call; its handler does nothing.
+_POKE = signals.SIGUSR2
+# The main thread is poked this often until its handler has run, for at most _POKE_FOR seconds
+# (two signals in a burst run the handler once: the pokes then stop there).
+_POKE_EVERY = 0.05
+_POKE_FOR = 5.0
+
+
+class SignalRelay:
+    """Makes the main thread act on SIGINT/SIGTERM/SIGHUP at once, wherever it waits.
+
+    Python runs a signal's handler on the main thread, once a system call there is interrupted.
+    readline waits in select() and checks for signals only when select() is interrupted: a
+    signal that lands just before it enters select(), or on another thread, would wait for the
+    next key. Python's C handler writes every signal to the wakeup fd, from any thread; this
+    thread reads it and pokes the main thread (`_POKE`) until the REPL's handler says it ran.
+    """
+
+    def __init__(self) -> None:
+        self.handled = 0  # counted by the REPL's handlers, on the main thread
+        self._received = 0
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._main = threading.main_thread().ident or 0
+        self._stopped = threading.Event()
+        self._previous_fd = -1
+        self._previous_poke: Any = None
+        self._thread = threading.Thread(target=self._relay, name="agy-provider-repl-signals")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        self._previous_poke = signals.signal(_POKE, _ignore)
+        self._previous_fd = signals.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._thread.start()
+
+    def close(self) -> None:
+        signals.set_wakeup_fd(self._previous_fd)
+        self._stopped.set()
+        os.write(self._write, b"\0")  # no signal is 0: the relay's end
+        self._thread.join(_POKE_FOR + 1)
+        signals.signal(_POKE, self._previous_poke)
+        os.close(self._read)
+        os.close(self._write)
+
+    def _relay(self) -> None:
+        while not self._stopped.is_set():
+            data = os.read(self._read, 64)
+            if not data or 0 in data:
+                return
+            self._received += sum(1 for byte in data if byte in _WATCHED)
+            deadline = time.monotonic() + _POKE_FOR
+            while self.handled < self._received and time.monotonic() < deadline:
+                signals.pthread_kill(self._main, _POKE)
+                if self._stopped.wait(_POKE_EVERY):
+                    return
+            self._received = min(self._received, self.handled)  # a burst its handler ran once for
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """`_POKE`'s handler: the interrupted call is all it is for."""
+
+
 class _Leave(Exception):
     """SIGTERM or SIGHUP at the prompt: leave."""
 
@@ -205,23 +278,31 @@ def run_repl(settings: ReplSettings, out: TextIO, err: TextIO) -> int:
     if not settings.session and not settings.continue_last:
         settings.session = new_session_id()
     history = _History.open(err)
+    relay = SignalRelay()
+    relay.start()
     turns = TurnLoop()
-    turns.start()
     try:
+        turns.start()
         _welcome(settings, err)
-        return _read_eval_loop(settings, turns, history, out, err)
+        return _read_eval_loop(settings, turns, relay, history, out, err)
     finally:
         turns.close()
+        relay.close()
         history.save(err)
 
 
 def _read_eval_loop(
-    settings: ReplSettings, turns: TurnLoop, history: _History, out: TextIO, err: TextIO
+    settings: ReplSettings,
+    turns: TurnLoop,
+    relay: SignalRelay,
+    history: _History,
+    out: TextIO,
+    err: TextIO,
 ) -> int:
     interrupted = False  # the last thing at the prompt was a Ctrl-C
     while True:
         try:
-            line = _read_line(out)
+            line = _read_line(out, relay)
         except KeyboardInterrupt:
             if interrupted:
                 err.write("\n")
@@ -244,23 +325,23 @@ def _read_eval_loop(
             if not _command(text, settings, err):
                 return EXIT_OK
             continue
-        left = _run_turn(text, settings, turns, out, err)
+        left = _run_turn(text, settings, turns, relay, out, err)
         if left is not None:
             return 128 + left
 
 
-def _read_line(out: TextIO) -> str:
+def _read_line(out: TextIO, relay: SignalRelay) -> str:
     """One line from the person: Ctrl-C is KeyboardInterrupt (readline drops the line), Ctrl-D
     EOFError, SIGTERM/SIGHUP `_Leave`."""
 
     def leave(signum: int, frame: FrameType | None) -> None:
+        relay.handled += 1
+        if signum == signals.SIGINT:
+            raise KeyboardInterrupt
         raise _Leave(signum)
 
     out.flush()
-    previous: dict[signals.Signals, Any] = {
-        s: signals.signal(s, leave) for s in ABORT_SIGNALS if s != signals.SIGINT
-    }
-    previous[signals.SIGINT] = signals.signal(signals.SIGINT, signals.default_int_handler)
+    previous = {s: signals.signal(s, leave) for s in ABORT_SIGNALS}
     try:
         return input(PROMPT)
     finally:
@@ -312,7 +393,12 @@ def _welcome(settings: ReplSettings, err: TextIO) -> None:
 
 
 def _run_turn(
-    text: str, settings: ReplSettings, turns: TurnLoop, out: TextIO, err: TextIO
+    text: str,
+    settings: ReplSettings,
+    turns: TurnLoop,
+    relay: SignalRelay,
+    out: TextIO,
+    err: TextIO,
 ) -> int | None:
     """Run `text` as the conversation's next turn; the signal that asks to leave, if any."""
     abort = AbortSignal()
@@ -335,7 +421,7 @@ def _run_turn(
             err=err,
         )
     )
-    with _signals_abort(turns, abort, future, err) as received:
+    with _signals_abort(turns, relay, abort, future, err) as received:
         result = _wait(future, err)
     if result is not None and result.message is not None:
         settings.fresh = False  # agy has the conversation now: the system prompt went with it
@@ -358,6 +444,7 @@ def _wait(future: concurrent.futures.Future[ChatResult], err: TextIO) -> ChatRes
 @contextlib.contextmanager
 def _signals_abort(
     turns: TurnLoop,
+    relay: SignalRelay,
     abort: AbortSignal,
     future: concurrent.futures.Future[ChatResult],
     err: TextIO,
@@ -367,6 +454,7 @@ def _signals_abort(
     received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        relay.handled += 1
         received.append(signum)
         if len(received) == 1:
             name = signals.Signals(signum).name
