@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from live_helpers import scenario_answer
+from sim_support import cli_env
 
 from agy_provider.sim.scenario import load_scenario
 
@@ -32,19 +33,8 @@ PROMPT = b"agy> "
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGY_", "ANTIGRAVITY_", "XDG_", "NO_COLOR"))
-        and k != "PYTEST_CURRENT_TEST"
-    }
     # The warm pool's agy-sim starts in 2.5 s by default: not the point here.
-    env.update(
-        HOME=str(home), PATH="/usr/bin:/bin", TERM="xterm", AGY_SIM_SPEED="4",
-        AGY_SIM_COLD_START_MS="100",
-    )  # fmt: skip
-    env.update(extra)
-    return env
+    return cli_env(home, TERM="xterm", AGY_SIM_COLD_START_MS="100", **extra)
 
 
 class Terminal:

@@ -93,6 +93,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from agy_provider.cli.chat_turn import run_chat
     from agy_provider.store.config import load_config
 
+    if args.continue_last and args.session:
+        raise UsageError("use either -c/--continue or --session, not both")
     prompt = args.prompt
     if prompt is None:
         return _interactive(args, out, err)
@@ -100,12 +102,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty: pass it as an argument, or pipe it in with -")
-    if args.continue_last and args.session:
-        raise UsageError("use either -c/--continue or --session, not both")
-    if args.system and (args.continue_last or args.session):
-        # A continued conversation already has its start: agy would see the text as a message.
-        print("agy-provider: --system applies to a new conversation; not sent", file=err)
-        args.system = ""
+    _system_for_a_new_conversation(args, err)
     _verbosity(getattr(args, "verbose", 0), err)
     agy_bin = args.agy_bin or load_config().agy_bin
     with simulator_state(agy_bin, err):
@@ -143,29 +140,33 @@ def _interactive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     if args.format != "text":
         raise UsageError("--format events needs a PROMPT: the interactive chat is for people")
-    if args.continue_last and args.session:
-        raise UsageError("use either -c/--continue or --session, not both")
     from agy_provider.cli.repl import ReplSettings, run_repl
     from agy_provider.store.config import load_config
 
+    _system_for_a_new_conversation(args, err)
     settings = ReplSettings(
         model=args.model,
         thinking=args.thinking,
         backend=args.backend,
         cwd=args.cwd,
         agy_bin=args.agy_bin,
-        # A continued conversation already has its start (as with a prompt: said, not sent).
-        system="" if args.continue_last or args.session else args.system,
+        system=args.system,
         session=args.session,
         continue_last=args.continue_last,
         verbose=bool(args.verbose),
         fresh=not (args.continue_last or args.session),
     )
-    if args.system and not settings.system:
-        print("agy-provider: --system applies to a new conversation; not sent", file=err)
     _verbosity(args.verbose, err)
     with simulator_state(args.agy_bin or load_config().agy_bin, err):
         return run_repl(settings, out, err)
+
+
+def _system_for_a_new_conversation(args: argparse.Namespace, err: TextIO) -> None:
+    """`--system` with -c or --session is said, not sent: a continued conversation already has
+    its start, and agy would see the text as a message."""
+    if args.system and (args.continue_last or args.session):
+        print("agy-provider: --system applies to a new conversation; not sent", file=err)
+        args.system = ""
 
 
 def _verbosity(level: int, err: TextIO) -> None:
