@@ -33,6 +33,7 @@ def add_parser(commands: SubParsers) -> None:
             "agy-provider chat -c 'Now add a test for it'",
             "git diff | agy-provider chat - --system 'You review patches tersely.'",
             "agy-provider chat 'hi' --agy-bin agy-sim --format events",
+            "agy-provider chat            # on a terminal: an interactive chat (/help inside)",
         ],
         run,
         help="run one turn with agy and stream the answer",
@@ -41,10 +42,18 @@ def add_parser(commands: SubParsers) -> None:
             "agy and its language server and end the turn as aborted. When agy asks for a "
             "permission or asks a question, you are asked on the terminal. With agy-sim as the "
             "binary, the simulator's state lives in a folder of its own (said on stderr). "
-            "NO_COLOR turns colour off."
+            "NO_COLOR turns colour off. Without a PROMPT on a terminal, an interactive chat: "
+            "every line a turn of one conversation, /help lists its commands (/model, /new), "
+            "Ctrl-C aborts a turn, Ctrl-D leaves."
         ),
     )
-    ch.add_argument("prompt", metavar="PROMPT", help="what to ask; - reads it from stdin")
+    ch.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        default=None,
+        help="what to ask; - reads it from stdin; none on a terminal: an interactive chat",
+    )
     ch.add_argument(
         "-c",
         "--continue",
@@ -84,17 +93,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from agy_provider.cli.chat_turn import run_chat
     from agy_provider.store.config import load_config
 
+    if args.continue_last and args.session:
+        raise UsageError("use either -c/--continue or --session, not both")
     prompt = args.prompt
+    if prompt is None:
+        return _interactive(args, out, err)
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty: pass it as an argument, or pipe it in with -")
-    if args.continue_last and args.session:
-        raise UsageError("use either -c/--continue or --session, not both")
-    if args.system and (args.continue_last or args.session):
-        # A continued conversation already has its start: agy would see the text as a message.
-        print("agy-provider: --system applies to a new conversation; not sent", file=err)
-        args.system = ""
+    _system_for_a_new_conversation(args, err)
     _verbosity(getattr(args, "verbose", 0), err)
     agy_bin = args.agy_bin or load_config().agy_bin
     with simulator_state(agy_bin, err), one_turn_alone():
@@ -120,6 +128,45 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if result.message is None or result.message.stop_reason in ("error", "aborted"):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _interactive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """No PROMPT: an interactive chat on a terminal (cli/repl.py); a usage error otherwise,
+    as before there was one (a prompt piped in needs `-`)."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "no PROMPT: pass it as an argument, or pipe it in with - "
+            "(on a terminal, chat without a prompt opens an interactive chat)"
+        )
+    if args.format != "text":
+        raise UsageError("--format events needs a PROMPT: the interactive chat is for people")
+    from agy_provider.cli.repl import ReplSettings, run_repl
+    from agy_provider.store.config import load_config
+
+    _system_for_a_new_conversation(args, err)
+    settings = ReplSettings(
+        model=args.model,
+        thinking=args.thinking,
+        backend=args.backend,
+        cwd=args.cwd,
+        agy_bin=args.agy_bin,
+        system=args.system,
+        session=args.session,
+        continue_last=args.continue_last,
+        verbose=bool(args.verbose),
+        fresh=not (args.continue_last or args.session),
+    )
+    _verbosity(args.verbose, err)
+    with simulator_state(args.agy_bin or load_config().agy_bin, err):
+        return run_repl(settings, out, err)
+
+
+def _system_for_a_new_conversation(args: argparse.Namespace, err: TextIO) -> None:
+    """`--system` with -c or --session is said, not sent: a continued conversation already has
+    its start, and agy would see the text as a message."""
+    if args.system and (args.continue_last or args.session):
+        print("agy-provider: --system applies to a new conversation; not sent", file=err)
+        args.system = ""
 
 
 def _verbosity(level: int, err: TextIO) -> None:

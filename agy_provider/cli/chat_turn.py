@@ -315,6 +315,8 @@ async def run_chat(
     agy_bin: str | None = None,
     events: bool = False,
     verbose: bool = False,
+    abort: AbortSignal | None = None,
+    epilogue: bool = True,
     out: TextIO,
     err: TextIO,
 ) -> ChatResult:
@@ -325,12 +327,14 @@ async def run_chat(
     continues. `system` is sent before the prompt of a new conversation. Errors go to `err`
     with what to do (in `events` mode the `error` event is also on `out`). Colour only on a
     terminal and never with NO_COLOR. Raises `UsageError` for bad settings before anything
-    starts.
+    starts. `abort` is the caller's own signal (the REPL aborts with it from its main thread);
+    `epilogue=False` returns after the final event without waiting for the turn's epilogue,
+    for a caller whose loop goes on running (the REPL's), where that work simply finishes.
     """
     config = load_config()
     chosen = model or config.model or "agy"
     pi_model = agy_model(chosen)
-    abort = AbortSignal()
+    abort = abort or AbortSignal()
     # Every plain chat is remembered as this folder's last one; -c continues it.
     folder_session = _folder_session(cwd)
     options = SimpleStreamOptions(
@@ -375,7 +379,8 @@ async def run_chat(
             message = dataclasses.replace(await stream.result())
             if spinner is not None:
                 await spinner.finish()
-            await _let_the_turn_finish()
+            if epilogue:
+                await _let_the_turn_finish()
         except asyncio.CancelledError:
             if not received:
                 raise

@@ -26,6 +26,8 @@ __all__ = [
     "doctor_checks",
     "gather_status",
     "probe_language_server",
+    "warm_rows",
+    "warm_status",
 ]
 
 # The simulator's binary name: it gets a state folder of its own, and a language-server probe.
@@ -56,12 +58,66 @@ class Status:
     rows: tuple[tuple[str, str], ...]
     problems: int = 0
     quota: tuple[dict[str, object], ...] | None = None  # agy's /usage windows, when it answered
+    warm: tuple[dict[str, object], ...] = ()  # the warm agys of every host (`warm_status`)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"rows": dict(self.rows), "problems": self.problems}
         if self.quota is not None:
             out["quota"] = [dict(bucket) for bucket in self.quota]
+        out["warm"] = [dict(entry) for entry in self.warm]
         return out
+
+
+def warm_status(now: float | None = None) -> tuple[dict[str, object], ...]:
+    """Every warm agy of every live host (`live/warm_registry`), with its idle time and RSS:
+    `Status.warm` (and `--json`'s `warm`)."""
+    import time
+
+    from agy_provider.live.warm_registry import list_warm, rss_of
+
+    now = time.time() if now is None else now
+    return tuple(
+        {
+            **entry.to_json(),
+            "idle_seconds": round(entry.idle_seconds(now), 1),
+            "rss_bytes": rss_of(entry.pid),
+        }
+        for entry in list_warm()
+    )
+
+
+def warm_rows(warm: tuple[dict[str, object], ...]) -> list[tuple[str, str]]:
+    """`status` rows for the warm agys: how many, then one per agy (state, idle time, RSS,
+    conversation, key, host); "none running" when there is none."""
+    if not warm:
+        return [("warm agy", "none running")]
+    rows = [("warm agy", f"{len(warm)} running")]
+    for entry in warm:
+        conversation = entry["conversation_id"]
+        parts = [
+            str(entry["state"]),
+            f"idle {_duration(entry['idle_seconds'])}",
+            _mebibytes(entry["rss_bytes"]),
+            f"conversation {conversation}" if conversation else "no conversation (spare)",
+            str(entry["key"]),
+            f"host pid {entry['host_pid']}",
+        ]
+        rows.append((f"warm pid {entry['pid']}", " · ".join(p for p in parts if p)))
+    return rows
+
+
+def _duration(seconds: object) -> str:
+    """`4s`, `3m12s`, `2h05m`: an idle time at a glance."""
+    whole = int(seconds) if isinstance(seconds, int | float) else 0
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _mebibytes(size: object) -> str:
+    return f"{size / 2**20:.1f} MiB" if isinstance(size, int) else "?"
 
 
 def agy_state_folder(binary: str, app_data_dir: str = "") -> Path:
@@ -187,7 +243,9 @@ def gather_status(agy_bin: str = "") -> Status:
     rows.append(("conversations", f"{len(_databases(conversations))} in {conversations}"))
     names = sorted(event_sources())
     rows.append(("event sources", f"{', '.join(names)} (configured: {config.event_source})"))
-    return Status(tuple(rows), problems, quota)
+    warm = warm_status()
+    rows.extend(warm_rows(warm))
+    return Status(tuple(rows), problems, quota, warm)
 
 
 def probe_language_server(binary: str, *, timeout: float = PROBE_TIMEOUT) -> tuple[bool, str]:

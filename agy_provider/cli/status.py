@@ -1,4 +1,5 @@
-"""The `status` subcommand: agy (found, version, signed in), settings, sessions, conversations.
+"""The `status` subcommand: agy (found, version, signed in), settings, sessions, conversations,
+the warm agys of every host.
 
 The facts come from cli/health.py; exit 1 when any of them is a problem.
 """
@@ -25,7 +26,10 @@ def add_parser(commands: SubParsers) -> None:
         "status",
         ["agy-provider status", "agy-provider status --json"],
         run,
-        help="agy (found, version, signed in), settings, sessions, conversations, event sources",
+        help=(
+            "agy (found, version, signed in), settings, sessions, conversations, event sources, "
+            "warm agys"
+        ),
     )
     add_agy_bin(st)
     add_json(st, "one JSON object")

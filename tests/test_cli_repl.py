@@ -1,0 +1,300 @@
+"""The interactive chat (`agy-provider chat` with no prompt, `cli/repl.py`) driven as a person
+drives it: a real pseudo-terminal, keys sent as bytes, agy-sim as agy.
+
+Expectations come from the scenario files, never from an earlier run. HOME is a temporary folder
+in every test; the REPL's processes are followed through psutil by its pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from live_helpers import scenario_answer
+from sim_support import cli_env
+
+from agy_provider.sim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+# Generous: a busy 2-core machine can take seconds to start Python, agy-sim and its server.
+TIMEOUT = 180.0
+PROMPT = b"agy> "
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    # The warm pool's agy-sim starts in 2.5 s by default: not the point here.
+    return cli_env(home, TERM="xterm", AGY_SIM_COLD_START_MS="100", **extra)
+
+
+class Terminal:
+    """`agy-provider chat` on a pseudo-terminal: `send` keys, `expect` what the screen gets."""
+
+    def __init__(self, home: Path, *args: str, **extra: str) -> None:
+        argv = [sys.executable, "-m", "agy_provider.cli", "chat", "--agy-bin", "agy-sim", *args]
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: exec at once
+            os.chdir(home)
+            os.execve(sys.executable, argv, _env(home, **extra))
+        self.pid, self.fd = pid, fd
+        self.process = psutil.Process(pid)
+        self.screen = b""
+        self._seen = 0  # `expect` looks only past what it matched last
+
+    def expect(self, text: bytes) -> bytes:
+        """Read until `text` arrives after the last match; what came up to its end."""
+        deadline = time.monotonic() + TIMEOUT
+        while (found := self.screen.find(text, self._seen)) < 0:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, left))
+            if not ready:
+                raise AssertionError(f"{text!r} never came; the screen:\n{self.text()}")
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # the other end closed
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"{text!r} never came before the end:\n{self.text()}")
+            self.screen += chunk
+        start, self._seen = self._seen, found + len(text)
+        return self.screen[start : self._seen]
+
+    def send(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def turn(self, line: str) -> bytes:
+        """Type `line`, Enter; what the turn showed up to the next prompt."""
+        self.send(line.encode() + b"\r")
+        return self.expect(PROMPT)
+
+    def agys(self) -> list[psutil.Process]:
+        """The agy-sim processes under the REPL now."""
+        found = []
+        for child in self.process.children(recursive=True):
+            try:
+                if any("agy-sim" in part for part in child.cmdline()):
+                    found.append(child)
+            except psutil.Error:
+                continue
+        return found
+
+    def exit_code(self) -> int:
+        """Read to the end, then the REPL's exit status."""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], deadline - time.monotonic())
+            try:
+                chunk = os.read(self.fd, 4096) if ready else b""
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            self.screen += chunk
+        try:
+            code = self.process.wait(TIMEOUT)
+        except psutil.TimeoutExpired:
+            raise AssertionError(f"the REPL never ended; the screen:\n{self.text()}") from None
+        os.close(self.fd)
+        assert code is not None
+        return code
+
+    def text(self) -> str:
+        return self.screen.decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _conversations(home: Path) -> list[dict[str, object]]:
+    state = home / ".local" / "state" / "agy-provider" / "sim-state" / "conversations"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agy_provider.cli",
+            "conversations",
+            "--folder",
+            str(state),
+            "--json",
+        ],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _gone(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Which of `procs` are still alive after they had time to end (waited on, not slept)."""
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    return alive
+
+
+@pytest.mark.slow
+def test_turns_continue_one_conversation_then_model_new_history_and_ctrl_d(tmp_path: Path) -> None:
+    answer = scenario_answer("default").encode()
+    term = Terminal(tmp_path)
+    try:
+        term.expect(b"/help lists commands")
+        term.expect(PROMPT)
+        assert answer in term.turn("hello there")
+        second = term.turn("and again")
+        assert answer in second and b"[gemini-3.8-flash-medium" in second
+        shown = term.turn("/help")
+        assert all(c in shown for c in (b"/model [NAME]", b"/new", b"/exit", b"Ctrl-D"))
+        assert b"the next turns use gemini-3.7-flash-low" in term.turn(
+            "/model gemini-3.7-flash-low"
+        )
+        assert b"not a model id agy accepts" in term.turn("/model --oops")  # refused, kept
+        third = term.turn("third")
+        assert answer in third and b"[gemini-3.7-flash-low" in third  # the model switched
+        assert b"starts a new conversation" in term.turn("/new")
+        assert answer in term.turn("a new one")
+        # Up walks the history: the last line comes back on the prompt, ready to edit.
+        term.send(b"\x1b[A")
+        term.expect(b"a new one")
+        term.send(b"\x15")  # Ctrl-U: the line is empty again
+        children = term.process.children(recursive=True)
+        term.send(b"\x04")  # Ctrl-D
+        assert term.exit_code() == 0, term.text()
+    finally:
+        term.kill()
+    assert _gone(children) == []  # nothing the REPL started outlives it
+    turns = sorted(int(c["turns"]) for c in _conversations(tmp_path))  # type: ignore[call-overload]
+    assert turns == [1, 3]  # three turns of one conversation, then /new's
+    history = tmp_path / ".local" / "state" / "agy-provider" / "chat_history"
+    assert history.read_text().splitlines()[-3:] == ["third", "/new", "a new one"]
+    assert history.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.slow
+def test_ctrl_c_aborts_a_slow_turn_and_keeps_the_repl(tmp_path: Path) -> None:
+    # slow.json with minutes between chunks: the abort, not the answer, must end the turn.
+    scenario = json.loads((ROOT / "agy_provider/sim/scenarios/slow.json").read_text())
+    scenario["turns"][0]["steps"][0]["chunk_ms"] = 60_000
+    (tmp_path / "slower.json").write_text(json.dumps(scenario))
+    step = load_scenario("slow").turns[0].steps[0]
+    thinking, late = step.thinking[0].encode(), step.text[-2].encode()  # type: ignore[union-attr]
+    term = Terminal(tmp_path, AGY_SIM_SCENARIO="slower.json", AGY_SIM_SPEED="1")
+    try:
+        term.expect(PROMPT)
+        term.send(b"take your time\r")
+        term.expect(thinking)
+        running = term.agys()
+        assert running, term.text()
+        term.send(b"\x03")  # Ctrl-C
+        term.expect(b"SIGINT received: stopping agy")
+        term.expect(b"aborted")
+        term.expect(PROMPT)  # the REPL goes on
+        assert _gone(running) == []  # that turn's agy is gone
+        assert late not in term.screen  # the answer's later chunks never came
+        term.send(b"half typed")
+        term.send(b"\x03")  # at the prompt: the line is dropped
+        term.expect(b"Ctrl-C again or Ctrl-D to leave")
+        term.expect(PROMPT)
+        term.send(b"\x03")  # a second one in a row leaves
+        assert term.exit_code() == 0, term.text()
+    finally:
+        term.kill()
+    assert b"half typed\r\n" not in term.screen.split(b"Ctrl-C again")[1]  # never sent as a turn
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_turn_aborts_it_and_leaves(tmp_path: Path) -> None:
+    scenario = json.loads((ROOT / "agy_provider/sim/scenarios/slow.json").read_text())
+    scenario["turns"][0]["steps"][0]["chunk_ms"] = 60_000
+    (tmp_path / "slower.json").write_text(json.dumps(scenario))
+    term = Terminal(tmp_path, AGY_SIM_SCENARIO="slower.json", AGY_SIM_SPEED="1")
+    try:
+        term.expect(PROMPT)
+        term.send(b"take your time\r")
+        term.expect(b"Thinking")
+        children = term.process.children(recursive=True)
+        term.process.send_signal(signal.SIGTERM)
+        term.expect(b"SIGTERM received: stopping agy")
+        assert term.exit_code() == 128 + signal.SIGTERM, term.text()
+    finally:
+        term.kill()
+    assert _gone(children) == []
+
+
+def test_without_a_terminal_and_a_prompt_it_is_a_usage_error_as_before(tmp_path: Path) -> None:
+    for stdin in (subprocess.DEVNULL, None):
+        done = subprocess.run(
+            [sys.executable, "-m", "agy_provider.cli", "chat", "--agy-bin", "agy-sim"],
+            env=_env(tmp_path),
+            cwd=tmp_path,
+            stdin=stdin,
+            input="piped words\n" if stdin is None else None,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "pipe it in with -" in done.stderr and done.stdout == ""
+
+
+def test_the_relay_wakes_the_main_thread_for_a_signal_another_thread_took() -> None:
+    # Python runs handlers on the main thread only once a call there is interrupted: a SIGINT
+    # the kernel gave another thread would leave the main thread's read waiting for a key.
+    from agy_provider.cli.repl import SignalRelay
+
+    relay = SignalRelay()
+    ran: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        relay.handled += 1
+        ran.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    read, write = os.pipe()
+    main_tid = threading.get_native_id()
+
+    def other_thread() -> None:
+        # Once the main thread sleeps in its read, the signal goes to this thread alone.
+        stat = Path(f"/proc/self/task/{main_tid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "S":
+            os.sched_yield()
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    # Were the relay broken, the read must still end (and the test fail) rather than hang.
+    rescued: list[bool] = []
+
+    def rescue_read() -> None:
+        rescued.append(True)
+        os.write(write, b"x")
+
+    rescue = threading.Timer(30.0, rescue_read)
+    relay.start()
+    try:
+        rescue.start()
+        threading.Thread(target=other_thread, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            os.read(read, 1)
+    finally:
+        rescue.cancel()
+        relay.close()
+        signal.signal(signal.SIGINT, previous)
+        os.close(read)
+        os.close(write)
+    assert not rescued, "the main thread slept through the signal"
+    assert ran == [signal.SIGINT] and relay.handled == 1
