@@ -37,6 +37,9 @@ Shape = Literal["openai", "anthropic"]
 # A request body larger than this is refused (413) as it arrives: a long transcript with a few
 # images is well under it; agy itself takes 20 MiB images only as files (live/images).
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# A body over the cap is still read (and dropped) up to this many times the cap, so the client
+# gets its 413 instead of a connection reset mid-upload.
+_DISCARD_FACTOR = 4
 
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -214,10 +217,18 @@ class Guard:
         return hmac.compare_digest(presented, self._token) and bool(presented)
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None once it passes the cap (declared or counted)."""
+        """The whole body, or None once it passes the cap (declared or counted as it arrives).
+
+        Past the cap nothing more is kept, but up to `_DISCARD_FACTOR` times the cap is still
+        read and dropped, so a client that is still sending sees the 413 rather than a reset
+        connection; beyond that the connection is closed under it.
+        """
+        declared = 0
         for name, value in scope.get("headers") or ():
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                return None
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+        if declared > self.max_body * _DISCARD_FACTOR:
+            return None
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -226,11 +237,14 @@ class Guard:
                 return b""
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:
-                return None
-            chunks.append(chunk)
+            if size <= self.max_body and declared <= self.max_body:
+                chunks.append(chunk)
+            else:
+                chunks = []
             if not message.get("more_body"):
-                return b"".join(chunks)
+                return b"".join(chunks) if size <= self.max_body else None
+            if size > self.max_body * _DISCARD_FACTOR:
+                return None
 
     @staticmethod
     async def _refuse(scope: Scope, send: Send, shape: Shape, status: int, message: str) -> None:
