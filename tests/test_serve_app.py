@@ -95,8 +95,9 @@ async def start_server(
     return Served(f"http://127.0.0.1:{ready.result()}", token, server, app), stop, task
 
 
-@pytest.fixture
-async def served(live_env: Path) -> AsyncIterator[Served]:
+@pytest.fixture(name="served")
+async def served_fixture(live_env: Path) -> AsyncIterator[Served]:
+    """The server on a free port of 127.0.0.1; afterwards no agy of the test may be left."""
     running, stop, task = await start_server(live_env)
     try:
         yield running

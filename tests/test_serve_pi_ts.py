@@ -13,14 +13,13 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO, conversations, tool_answer, tool_output
-from live_helpers import leftovers, scenario_answer
-from test_serve_app import Served, start_server
+from live_helpers import scenario_answer
+from test_serve_app import Served, served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -96,17 +95,6 @@ def _install() -> Path:
 @pytest.fixture(scope="module")
 def pi_ai() -> Path:
     return _install()
-
-
-@pytest.fixture
-async def served(live_env: Path) -> AsyncIterator[Served]:
-    running, stop, task = await start_server(live_env)
-    try:
-        yield running
-    finally:
-        stop.set()
-        await task
-    assert not leftovers(live_env)
 
 
 async def pi_turn(pi_ai: Path, served: Served, api: str, mode: str) -> dict[str, Any]:

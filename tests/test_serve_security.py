@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from live_helpers import agy_processes, leftovers, scenario_answer
-from test_serve_app import Served, start_server
+from test_serve_app import Served, served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.cli import main
 
@@ -28,17 +28,6 @@ TEN_MB = 10 * 1024 * 1024
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 BODY = {"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
-
-
-@pytest.fixture
-async def door(live_env: Path) -> AsyncIterator[Served]:
-    running, stop, task = await start_server(live_env)
-    try:
-        yield running
-    finally:
-        stop.set()
-        await task
-    assert not leftovers(live_env)  # no request here ever reached agy
 
 
 def openai_shaped(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -54,35 +43,37 @@ def anthropic_shaped(response: httpx.Response, status: int, kind: str) -> None:
     assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"]
 
 
-async def test_no_token_a_wrong_one_or_one_in_the_url_is_401(door: Served) -> None:
-    async with httpx.AsyncClient(base_url=door.base) as http:
+async def test_no_token_a_wrong_one_or_one_in_the_url_is_401(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base) as http:
         error = openai_shaped(await http.post(CHAT, json=BODY), 401)
         assert error["code"] == "invalid_api_key"
         anthropic_shaped(await http.post(MESSAGES, json=BODY), 401, "authentication_error")
-        wrong = "x" * len(door.token)
+        wrong = "x" * len(served.token)
         for headers in ({"authorization": f"Bearer {wrong}"}, {"x-api-key": wrong}):
             openai_shaped(await http.post(CHAT, json=BODY, headers=headers), 401)
             anthropic_shaped(
                 await http.post(MESSAGES, json=BODY, headers=headers), 401, "authentication_error"
             )
         # In the URL it would reach logs and histories: refused even beside the right header.
-        for query in (f"?api_key={door.token}", f"?key=x&token={door.token}"):
-            response = await http.post(CHAT + query, json=BODY, headers=door.headers())
+        for query in (f"?api_key={served.token}", f"?key=x&token={served.token}"):
+            response = await http.post(CHAT + query, json=BODY, headers=served.headers())
             assert "URL" in openai_shaped(response, 401)["message"]
-        response = await http.get(f"/v1/models?api_key={door.token}")
+        response = await http.get(f"/v1/models?api_key={served.token}")
         openai_shaped(response, 401)
-        assert (await http.get("/v1/models", headers={"x-api-key": door.token})).status_code == 200
-    assert not await asyncio.to_thread(agy_processes, door.app)
+        assert (
+            await http.get("/v1/models", headers={"x-api-key": served.token})
+        ).status_code == 200
+    assert not await asyncio.to_thread(agy_processes, served.app)
 
 
-async def test_a_ten_megabyte_body_is_413_declared_or_not(door: Served) -> None:
+async def test_a_ten_megabyte_body_is_413_declared_or_not(served: Served) -> None:
     big = b'{"model": "default", "messages": [], "pad": "' + b"x" * TEN_MB + b'"}'
 
     async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
         for start in range(0, len(big), 65536):
             yield big[start : start + 65536]
 
-    async with httpx.AsyncClient(base_url=door.base, headers=door.headers()) as http:
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
         openai_shaped(await http.post(CHAT, content=big), 413)
         anthropic_shaped(await http.post(MESSAGES, content=big), 413, "request_too_large")
         try:
@@ -95,8 +86,8 @@ async def test_a_ten_megabyte_body_is_413_declared_or_not(door: Served) -> None:
         assert (await http.get("/v1/models")).status_code == 200
 
 
-async def test_headers_are_capped_and_no_cors_is_offered(door: Served) -> None:
-    async with httpx.AsyncClient(base_url=door.base, headers=door.headers()) as http:
+async def test_headers_are_capped_and_no_cors_is_offered(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
         try:
             huge = await http.get("/v1/models", headers={"x-pad": "y" * 200_000})
         except httpx.TransportError:
@@ -111,8 +102,8 @@ async def test_headers_are_capped_and_no_cors_is_offered(door: Served) -> None:
             assert not [h for h in response.headers if h.startswith("access-control-")]
 
 
-async def test_bad_requests_are_answered_in_the_apis_shape(door: Served) -> None:
-    async with httpx.AsyncClient(base_url=door.base, headers=door.headers()) as http:
+async def test_bad_requests_are_answered_in_the_apis_shape(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
         openai_shaped(await http.post(CHAT, content=b"{not json"), 400)
         anthropic_shaped(
             await http.post(MESSAGES, json={"model": "m"}), 400, "invalid_request_error"

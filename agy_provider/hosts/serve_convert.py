@@ -12,7 +12,7 @@ import binascii
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agy_provider.pi.options import ThinkingLevel
@@ -226,19 +226,13 @@ def _openai_assistant(item: Mapping[str, Any], where: str) -> AssistantMessage:
 
 
 def _openai_tools(value: object) -> list[Tool] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise RequestError("tools: expected a list", param="tools")
-    tools = []
-    for i, tool in enumerate(value):
+    def one(i: int, tool: Any) -> Tool:
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if not isinstance(tool, Mapping) or tool.get("type") != "function" or not function:
             raise RequestError(f"tools[{i}]: only function tools are supported", param="tools")
-        tools.append(
-            _tool(function.get("name"), function.get("description"), function.get("parameters"))
-        )
-    return tools or None
+        return _tool(function.get("name"), function.get("description"), function.get("parameters"))
+
+    return _tool_list(value, one)
 
 
 def _response_format(value: object) -> Mapping[str, Any] | None:
@@ -396,20 +390,16 @@ def _anthropic_user(blocks: list[Any], where: str, calls: Mapping[str, str]) -> 
 
 
 def _anthropic_tools(value: object) -> list[Tool] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise RequestError("tools: expected a list", param="tools")
-    tools = []
-    for i, tool in enumerate(value):
+    def one(i: int, tool: Any) -> Tool:
         if not isinstance(tool, Mapping) or tool.get("type") not in (None, "custom"):
             raise RequestError(
                 f"tools.{i}: only client tools (name, input_schema) are supported; agy brings "
                 "its own server tools",
                 param="tools",
             )
-        tools.append(_tool(tool.get("name"), tool.get("description"), tool.get("input_schema")))
-    return tools or None
+        return _tool(tool.get("name"), tool.get("description"), tool.get("input_schema"))
+
+    return _tool_list(value, one)
 
 
 def _choice(body: Mapping[str, Any]) -> str:
@@ -439,6 +429,15 @@ def _anthropic_structured(
 
 
 # --- shared pieces -------------------------------------------------------------------------------
+
+
+def _tool_list(value: object, one: Callable[[int, Any], Tool]) -> list[Tool] | None:
+    """Either API's `tools`: None, or a list whose items `one` reads (None when empty)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise RequestError("tools: expected a list", param="tools")
+    return [one(i, tool) for i, tool in enumerate(value)] or None
 
 
 def _str(value: object, field: str) -> str:
