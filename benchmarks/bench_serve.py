@@ -10,6 +10,8 @@
    with the scenario's text; the server's loop lag meanwhile (a 5 ms sleeper recording how late
    it wakes), goal p99 ≤ 20 ms. Baseline in the same run: 20 concurrent `stream_simple` turns in
    process, no server, with the same probe.
+3. A client closing its stream after the first delta (5 times, the slow scenario): ms until its
+   turn's `aborted` event and until no agy-sim process is left (goal ≤ 200 ms).
 
 Run: `.venv/bin/python benchmarks/bench_serve.py [--rounds 10] [--clients 20]`.
 """
@@ -77,10 +79,13 @@ class FirstDeltas:
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.aborted: list[float] = []  # when a turn's `error` (reason aborted) was produced
         self._seen: list[Any] = []  # the turns themselves: an id() may be reused once one is gone
 
     @hookimpl
     def observe_event(self, event: Any, turn: Any) -> None:
+        if event.type == "error" and event.reason == "aborted":
+            self.aborted.append(time.monotonic())
         if event.type in ("thinking_delta", "text_delta") and not any(
             t is turn for t in self._seen
         ):
@@ -103,6 +108,8 @@ async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[f
     await live.timed_turn("sqlite")  # imports, plugins, agy's version: once, before measuring
     observer.times.clear()
     probe = live.LagProbe()
+    leaving = await clients_leaving(port, token, observer)
+    observer.times.clear()  # the sequential rounds' first deltas only, from here
     client = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
@@ -124,7 +131,59 @@ async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[f
     stop.set()
     await serving
     get_plugin_manager().unregister(name="bench-first-deltas")
-    return json.loads(out), observer.times[:rounds], probe
+    return {**json.loads(out), "leaving": leaving}, observer.times[:rounds], probe
+
+
+async def clients_leaving(port: int, token: str, observer: FirstDeltas, trials: int = 5) -> Any:
+    """A client that closes its stream after the first delta: ms until its turn's `aborted`
+    event, and until no agy process is left (polled every 5 ms)."""
+    import httpx
+
+    from agy_provider.live.runner import find_agy
+
+    body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    os.environ["AGY_SIM_SCENARIO"] = "slow"  # a turn that surely still runs when the client goes
+    os.environ["AGY_SIM_SPEED"] = "1"
+    sim = find_agy("agy-sim")
+    to_abort, to_gone = [], []
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=60,
+        ) as http:
+            for _ in range(trials):
+                before = len(observer.aborted)
+                async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+                    async for line in response.aiter_lines():
+                        if "reasoning_content" in line:
+                            break
+                    left = time.monotonic()
+                while not await asyncio.to_thread(_no_sim_left, sim):
+                    await asyncio.sleep(0.005)
+                to_gone.append((time.monotonic() - left) * 1000)
+                while len(observer.aborted) == before:
+                    await asyncio.sleep(0.005)
+                to_abort.append((observer.aborted[-1] - left) * 1000)
+    finally:
+        os.environ.pop("AGY_SIM_SCENARIO", None)
+        os.environ["AGY_SIM_SPEED"] = live.SIM_SPEED
+    return {"abort": to_abort, "gone": to_gone}
+
+
+def _no_sim_left(sim: str) -> bool:
+    import psutil
+
+    state = os.environ["ANTIGRAVITY_APP_DATA_DIR"]
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if sim in " ".join(proc.info["cmdline"] or []) and (
+                (proc.info["environ"] or {}).get("ANTIGRAVITY_APP_DATA_DIR") == state
+            ):
+                return False
+        except psutil.Error:
+            continue
+    return True
 
 
 async def baseline(clients: int) -> tuple[int, Any]:
@@ -169,6 +228,15 @@ async def run(rounds: int, clients: int) -> list[str]:
         f"{clients} clients: {right}/{clients} right, server loop lag p99 {p99:.2f} ms "
         f"(baseline {base_p99:.2f} ms; goal ≤ {LAG_P99_GOAL_MS} ms): "
         f"{'PASS' if right == clients and p99 <= LAG_P99_GOAL_MS else 'FAIL'}"
+    )
+    leaving = result["leaving"]
+    worst_gone = max(leaving["gone"])
+    print("\n3. a client leaving after the first delta, 5 times (slow scenario, speed 1):")
+    print(f"   to the turn's aborted event: {', '.join(f'{x:.0f}' for x in leaving['abort'])} ms")
+    print(f"   until no agy-sim is left:    {', '.join(f'{x:.0f}' for x in leaving['gone'])} ms")
+    verdicts.append(
+        f"client leaving: agy gone within {worst_gone:.0f} ms at worst (goal ≤ 200 ms): "
+        f"{'PASS' if worst_gone <= 200 else 'FAIL'}"
     )
     return verdicts
 
