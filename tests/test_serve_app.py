@@ -339,6 +339,15 @@ async def test_structured_output_is_validated_before_it_is_returned(
                 "json_schema": {"name": "c", "schema": stricter},
             },
         )
+    stream = await client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Paris?"}],
+        stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": stricter}},
+    )
+    with pytest.raises(openai.APIError, match="does not match the JSON schema"):
+        async for _ in stream:
+            pass
     forced = await served.anthropic().messages.create(
         model="default",
         max_tokens=256,

@@ -113,6 +113,10 @@ async def test_bad_requests_are_answered_in_the_apis_shape(served: Served) -> No
         assert openai_shaped(response, 400)["param"] == "user"
         response = await http.post(CHAT, json=BODY, headers={"x-agy-session": "-bad"})
         openai_shaped(response, 400)
+        # Shapes no field check foresaw are a 400 too, never a 500 or a traceback.
+        for odd in ({"tool_calls": 5}, {"content": {"a": 1}}, {"tool_calls": [{"function": 1}]}):
+            messages = [{"role": "user", "content": "x"}, {"role": "assistant", **odd}]
+            openai_shaped(await http.post(CHAT, json={**BODY, "messages": messages}), 400)
 
 
 # --- the command -------------------------------------------------------------------------------

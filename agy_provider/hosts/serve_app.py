@@ -30,7 +30,13 @@ from starlette.routing import Route
 from agy_provider.errors import AgyError
 from agy_provider.hosts import serve_anthropic, serve_openai
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID, agy_catalog
-from agy_provider.hosts.serve_convert import RequestError, ServeAsk, anthropic_ask, openai_ask
+from agy_provider.hosts.serve_convert import (
+    RequestError,
+    ServeAsk,
+    anthropic_ask,
+    openai_ask,
+    session_key,
+)
 from agy_provider.hosts.serve_http import (
     MAX_BODY_BYTES,
     Guard,
@@ -198,12 +204,13 @@ class ServeServer:
             ask = convert(body)
             pinned = request.headers.get("x-agy-session")
             if pinned is not None:
-                from agy_provider.hosts.serve_convert import session_key
-
                 ask = dataclasses.replace(ask, session_key=session_key(pinned, "x-agy-session"))
             await self.turns.check(ask)
         except RequestError as exc:
             return error_response(shape, exc.status, str(exc), exc.param)
+        except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
+            log.info("a malformed %s request: %r", shape, exc)
+            return error_response(shape, 400, "the request is malformed: check its fields' types")
         turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
         model = ask.model
         if ask.stream:
@@ -221,7 +228,8 @@ class ServeServer:
 
     async def _frames(self, turn: RunningTurn, shape: Shape, model: str) -> AsyncIterator[bytes]:
         def failed(message: AssistantMessage) -> Any:
-            return error_body(shape, _failure(message)[0], _failure(message)[1])
+            status, text = _failure(message)
+            return error_body(shape, status, text)
 
         if shape == "anthropic":
             async for name, data in serve_anthropic.message_events(turn, model, failed):
