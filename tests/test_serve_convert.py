@@ -267,3 +267,13 @@ def test_structured_answers_are_parsed_and_checked() -> None:
         parse_structured("three", schema)
     with pytest.raises(StructuredOutputError, match="n"):
         parse_structured('{"n": "three"}', schema)
+
+
+def test_a_structured_answer_after_words_is_read_from_its_last_block() -> None:
+    from agy_provider.hosts.serve_turn import _structured
+
+    schema = {"type": "object", "required": ["n"]}
+    assert _structured(['{"n": ', "1}"], schema) == ({"n": 1}, '{"n": 1}')
+    assert _structured(["Let me check. ", '{"n": 2}'], schema) == ({"n": 2}, '{"n": 2}')
+    with pytest.raises(StructuredOutputError):
+        _structured(["no JSON ", "at all"], schema)

@@ -7,6 +7,7 @@ agy's thinking (its own tool runs included) is `thinking` blocks; a host tool ag
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -52,6 +53,14 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 def _blocks(turn: RunningTurn, message: AssistantMessage) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    if turn.ask.json_schema is not None and turn.forced_call is None:  # structured output
+        message = dataclasses.replace(
+            message,
+            content=[
+                *(b for b in message.content if not isinstance(b, TextContent)),
+                TextContent(text=turn.structured_text),
+            ],
+        )
     for block in message.content:
         if isinstance(block, ThinkingContent):
             # The signature carries the provider's mark: clients send thinking back with it.

@@ -61,6 +61,8 @@ def _tool_call(call: ToolCall, index: int) -> dict[str, Any]:
 def completion(turn: RunningTurn, message: AssistantMessage, model: str) -> dict[str, Any]:
     """The whole `chat.completion` object for a turn that ended `done`."""
     text = "".join(b.text for b in message.content if isinstance(b, TextContent))
+    if turn.ask.json_schema is not None:
+        text = turn.structured_text
     thinking = "\n\n".join(b.thinking for b in message.content if isinstance(b, ThinkingContent))
     calls = [b for b in message.content if isinstance(b, ToolCall)]
     body: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}

@@ -83,6 +83,18 @@ def parse_structured(text: str, schema: Mapping[str, Any]) -> Any:
     return value
 
 
+def _structured(texts: list[str], schema: Mapping[str, Any]) -> tuple[Any, str]:
+    """The answer's JSON and the text it came from: all the answer's text, else its last text
+    block alone (agy may have said something before a tool run and answered after it)."""
+    whole = "".join(texts)
+    try:
+        return parse_structured(whole, schema), whole
+    except StructuredOutputError:
+        if len(texts) < 2:
+            raise
+        return parse_structured(texts[-1], schema), texts[-1]
+
+
 def check_schema(schema: Mapping[str, Any]) -> None:
     """Raises `RequestError` for a schema that is not a valid JSON Schema."""
     import jsonschema
@@ -102,6 +114,7 @@ class RunningTurn:
     stop: AbortSignal
     turns: ServeTurns
     structured: Any = None  # the validated value, for structured output
+    structured_text: str = ""  # the text it was read from (what the client gets)
     forced_call: ToolCall | None = None  # the tool-forcing pattern's answer
 
     def abort(self, reason: str) -> None:
@@ -120,24 +133,33 @@ class RunningTurn:
                 ):
                     continue
                 if isinstance(event, DoneEvent):
-                    for final in self._finish(event):
+                    for final in await self._finish(event):
                         yield final
                     return
                 yield event
         finally:
             self.abort("the client went away")
 
-    def _finish(self, done: DoneEvent) -> list[AssistantMessageEvent]:
+    async def _finish(self, done: DoneEvent) -> list[AssistantMessageEvent]:
         message = done.message
         self.turns.delivered.remember(self.ask.context.messages, message)
         schema = self.ask.json_schema
         if schema is None:
             return [done]
-        text = "".join(b.text for b in message.content if isinstance(b, TextContent))
+        texts = [b.text for b in message.content if isinstance(b, TextContent)]
         try:
-            self.structured = parse_structured(text, schema)
+            # Parsing and validating a long answer takes milliseconds: off the loop.
+            self.structured, text = await off_loop(_structured, texts, schema)
+            self.structured_text = text
         except StructuredOutputError as exc:
             failed = dataclasses.replace(message, stop_reason="error", error_message=str(exc))
+            return [ErrorEvent(reason="error", error=failed)]
+        if self.ask.forced_tool and not isinstance(self.structured, dict):
+            failed = dataclasses.replace(
+                message,
+                stop_reason="error",
+                error_message="agy's answer is not a JSON object, which a tool's input must be",
+            )
             return [ErrorEvent(reason="error", error=failed)]
         if self.ask.forced_tool:
             self.forced_call = ToolCall(
