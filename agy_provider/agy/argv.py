@@ -15,10 +15,12 @@ from collections.abc import Mapping, Sequence
 from agy_provider.errors import UsageError
 
 __all__ = [
+    "JSON_SCHEMA_OPTION",
     "MAX_ARG_BYTES",
     "TurnRequest",
     "build_argv",
     "build_warm_argv",
+    "checked_json_schema",
     "go_duration",
     "prompt_fits_argv",
     "stdin_turn",
@@ -27,6 +29,10 @@ __all__ = [
 
 # Linux caps one argv element at 128 KiB (MAX_ARG_STRLEN); keep a margin below it.
 MAX_ARG_BYTES = 120 * 1024
+
+# The key of a turn's options' `metadata` whose JSON Schema (a mapping) becomes `--json-schema`:
+# structured output, agy ≥ 1.2 (AGY-FORMATS §2.3; the caller checks agy's version).
+JSON_SCHEMA_OPTION = "agy_json_schema"
 
 # agy's conversation ids are UUIDs; anything that could become a flag is refused (AGY-FORMATS §2).
 _CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
@@ -65,6 +71,10 @@ class TurnRequest:
     # The host tools agy is offered over MCP, as one value (`bridge/host_tools.tools_signature`):
     # a warm agy serves them from a bridge of its own, so they are part of what it is.
     mcp_tools: str = ""
+    # `--json-schema` (agy ≥ 1.2): a JSON Schema object as compact JSON text; "" for none. agy
+    # silently coerces a schema that is not valid JSON to `{"type":"string"}` (AGY-FORMATS §2.3),
+    # so `build_argv` refuses anything but a JSON object.
+    json_schema: str = ""
 
 
 def go_duration(seconds: float) -> str:
@@ -95,6 +105,23 @@ def stdin_turn(prompt: str) -> bytes:
         "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
     }
     return (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def checked_json_schema(text: str) -> str:
+    """`text` as the compact JSON of a schema object, fit for one argv element.
+
+    Raises `UsageError` for text that is not a JSON object, holds a NUL or is too large.
+    """
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the JSON schema is not valid JSON: {exc}") from exc
+    if not isinstance(schema, dict):
+        raise UsageError(f"a JSON schema must be a JSON object, not {type(schema).__name__}")
+    compact = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    if "\x00" in compact or len(compact.encode("utf-8")) > MAX_ARG_BYTES:
+        raise UsageError("the JSON schema holds a NUL character or is too large for a command line")
+    return compact
 
 
 def build_argv(request: TurnRequest) -> list[str]:
@@ -162,6 +189,8 @@ def _flags(request: TurnRequest) -> list[str]:
             f"print timeout must be a positive number of seconds, not {request.print_timeout!r}"
         )
     argv += ["--print-timeout", go_duration(request.print_timeout)]
+    if request.json_schema:
+        argv += ["--json-schema", checked_json_schema(request.json_schema)]
     if request.log_file:
         if not os.path.isabs(request.log_file) or "\x00" in request.log_file:
             raise UsageError(f"the log file must be an absolute path, not {request.log_file!r}")

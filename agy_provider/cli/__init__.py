@@ -22,6 +22,7 @@ from agy_provider.cli import (
     export,
     models,
     replay,
+    serve,
     sessions,
     status,
     usage,
@@ -67,6 +68,7 @@ _NOUNS = (
     sessions,
     conversations,
     export,
+    serve,
 )
 
 

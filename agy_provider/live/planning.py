@@ -5,10 +5,12 @@ the prompt, the event source and agy's argv — pure decisions, before any proce
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import secrets
 from typing import Any
 
+from agy_provider.agy.argv import JSON_SCHEMA_OPTION
 from agy_provider.agy.database import last_step_index
 from agy_provider.agy.models import model_arguments
 from agy_provider.bridge.host_tools import plugin_tools_registered
@@ -134,6 +136,7 @@ class TurnPlanner:
             csrf_token=secrets.token_hex(16) if config.csrf and rpc_capable else "",
             env={"ANTIGRAVITY_APP_DATA_DIR": state_dir} if state_dir else {},
             log_file=log_file,
+            json_schema=_json_schema(options),
         )
         plugin_tools = plugin_tools_registered(self.pm)
         offers_tools = bool(context.tools) or plugin_tools
@@ -252,3 +255,13 @@ class TurnPlanner:
                 f"(available: {', '.join(available) or 'none'})"
             )
         return str(name)
+
+
+def _json_schema(options: SimpleStreamOptions) -> str:
+    """The structured output's schema a host asked for (`metadata[JSON_SCHEMA_OPTION]`), as JSON."""
+    schema = (options.metadata or {}).get(JSON_SCHEMA_OPTION)
+    if schema is None:
+        return ""
+    if not isinstance(schema, dict):
+        raise UsageError(f"{JSON_SCHEMA_OPTION}: a JSON Schema must be an object")
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))

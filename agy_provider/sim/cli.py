@@ -99,6 +99,10 @@ def _parser(version: AgyVersion) -> argparse.ArgumentParser:
         p.add_argument("--input-format", choices=["text", "stream-json"], default="text")
     else:
         p.set_defaults(output_format="text", input_format="text")
+    if version.at_least("1.2.0"):  # structured output (AGY-FORMATS §2.3)
+        p.add_argument("--json-schema", metavar="SCHEMA")
+    else:
+        p.set_defaults(json_schema=None)
     p.add_argument("--csrf_token", help=argparse.SUPPRESS)
     p.add_argument("--gemini_dir", help=argparse.SUPPRESS)
     p.add_argument("--log-file")
@@ -368,9 +372,9 @@ class Session:
         fmt = self.args.output_format
         with self.out:
             if fmt == "stream-json":
-                self.emit({"event": "result", "result": result.to_json()})
+                self.emit({"event": "result", "result": self._result_json(result)})
             elif fmt == "json":
-                sys.stdout.write(dumps(result.to_json()) + "\n")
+                sys.stdout.write(dumps(self._result_json(result)) + "\n")
             elif result.response:
                 sys.stdout.write(result.response + "\n")
             sys.stdout.flush()
@@ -379,6 +383,17 @@ class Session:
         elif result.status == "ERROR" and result.exit_code:
             sys.stderr.write(f"Error: {result.error}\n")
         sys.stderr.flush()
+
+    def _result_json(self, result: TurnResult) -> dict[str, Any]:
+        """The `result` object; with `--json-schema`, its `structured_output`: the answer as
+        JSON (the scenario's text; as a string when it is not JSON)."""
+        body = result.to_json()
+        if self.args.json_schema is not None and result.status == "SUCCESS":
+            try:
+                body["structured_output"] = json.loads(result.response)
+            except ValueError:
+                body["structured_output"] = result.response
+        return body
 
     def crash(self, crash: SimCrash) -> NoReturn:
         """Die as agy does: its last words on stderr, the language server with it, no cleanup."""

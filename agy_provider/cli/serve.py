@@ -1,0 +1,138 @@
+"""The `serve` subcommand: agy behind OpenAI- and Anthropic-compatible endpoints on loopback.
+
+Parses the address and token, refuses a non-loopback bind without a token of the user's own,
+prints the base URL (and a token it made) once on stderr, and serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+from agy_provider.cli.conventions import EXIT_OK, EXIT_USAGE
+from agy_provider.cli.options import add_agy_bin, add_command, add_cwd
+
+TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from agy_provider.cli.options import SubParsers
+
+__all__ = ["add_parser", "run"]
+
+TOKEN_VARIABLE = "AGY_PROVIDER_SERVE_TOKEN"
+_MIN_TOKEN = 16  # a token shorter than this is refused: the server is a door to agy's account
+
+
+def add_parser(commands: SubParsers) -> None:
+    """Add the `serve` subcommand to `commands`."""
+    serve = add_command(
+        commands,
+        "serve",
+        [
+            "agy-provider serve",
+            "AGY_PROVIDER_SERVE_TOKEN=$(openssl rand -hex 24) agy-provider serve --port 8642",
+        ],
+        run,
+        help="serve agy as OpenAI- and Anthropic-compatible endpoints on 127.0.0.1",
+        description=(
+            "Serve agy at http://HOST:PORT/v1: OpenAI Chat Completions (/v1/chat/completions, "
+            "/v1/models) and Anthropic Messages (/v1/messages), for the openai and anthropic "
+            "SDKs, the TypeScript pi, opencode, Aider and other clients. Every request needs the "
+            "token (Authorization: Bearer or x-api-key). Without --token or "
+            f"{TOKEN_VARIABLE} a token is made and printed once. Serving other people through "
+            "one agy sign-in may break agy's terms."
+        ),
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=None, help="port (default: 8642; 0: any free port)"
+    )
+    serve.add_argument(
+        "--token",
+        default=None,
+        help=f"the token clients must send (default: {TOKEN_VARIABLE}, else one is made); "
+        "prefer the variable: a flag is visible to other users in the process list",
+    )
+    add_cwd(serve)
+    add_agy_bin(serve)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Serve until SIGTERM or SIGINT; exit 0 after a clean stop, 2 for a refused setting."""
+    import os
+    import secrets
+
+    from agy_provider.hosts.serve_app import DEFAULT_PORT, is_loopback
+
+    token = args.token or os.environ.get(TOKEN_VARIABLE, "")
+    port = DEFAULT_PORT if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        print(f"agy-provider: --port must be 0-65535, not {port}", file=err)
+        return EXIT_USAGE
+    if not is_loopback(args.host) and not token:
+        print(
+            f"agy-provider: refusing to listen on {args.host} without a token: anyone who "
+            f"reaches it could use your agy. Pass --token or set {TOKEN_VARIABLE}, or listen "
+            "on 127.0.0.1",
+            file=err,
+        )
+        return EXIT_USAGE
+    if token and (len(token) < _MIN_TOKEN or not token.isprintable() or " " in token):
+        print(
+            f"agy-provider: the token must be at least {_MIN_TOKEN} printable characters "
+            "without spaces",
+            file=err,
+        )
+        return EXIT_USAGE
+    made = not token
+    token = token or secrets.token_urlsafe(24)
+    return _serve(args, token, port, made, err)
+
+
+def _serve(args: argparse.Namespace, token: str, port: int, made: bool, err: TextIO) -> int:
+    import asyncio
+    import signal
+
+    from agy_provider.cli.simulator_state import simulator_state
+    from agy_provider.hosts.serve_app import ServeServer, ServeSettings
+    from agy_provider.pi.host_input import checked_cwd
+    from agy_provider.store.config import load_config
+
+    settings = ServeSettings(
+        token=token,
+        host=args.host,
+        port=port,
+        agy_bin=args.agy_bin,
+        cwd=checked_cwd(args.cwd),
+    )
+
+    def ready(bound: int) -> None:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        base = f"http://{host}:{bound}/v1"
+        print(f"agy-provider serve: listening on {base}", file=err)
+        if made:
+            # Printed once, here, and never logged: the user's copy is the only one.
+            print(f"agy-provider serve: token {token}", file=err)
+        print(
+            f"agy-provider serve: OPENAI_BASE_URL={base} OPENAI_API_KEY=<token>  |  "
+            f"ANTHROPIC_BASE_URL={base[:-3]} ANTHROPIC_API_KEY=<token>",
+            file=err,
+        )
+        err.flush()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await ServeServer(settings).run(stop, ready)
+        print("agy-provider serve: stopped", file=err)
+
+    with simulator_state(args.agy_bin or load_config().agy_bin, err):
+        try:
+            asyncio.run(main())
+        except OSError as exc:
+            print(f"agy-provider: cannot listen on {args.host}:{port}: {exc}", file=err)
+            return EXIT_USAGE
+    return EXIT_OK

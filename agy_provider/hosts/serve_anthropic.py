@@ -1,0 +1,184 @@
+"""serve's Anthropic side: `POST /v1/messages`, streamed (`message_start`, `ping`,
+`content_block_*`, `message_delta`, `message_stop`) or whole, from a turn's pi events.
+
+agy's thinking (its own tool runs included) is `thinking` blocks; a host tool agy called is a
+`tool_use` block with stop reason `tool_use`; so is the answer of the tool-forcing pattern.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.pi.events import (
+    DoneEvent,
+    ErrorEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ThinkingDeltaEvent,
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    ToolCallEndEvent,
+)
+from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
+
+__all__ = ["anthropic_usage", "message", "message_events", "model_list", "stop_reason"]
+
+_STOP = {"stop": "end_turn", "length": "max_tokens", "toolUse": "tool_use"}
+
+
+def stop_reason(turn: RunningTurn, message: AssistantMessage) -> str:
+    if turn.forced_call is not None:
+        return "tool_use"
+    return _STOP.get(message.stop_reason, "end_turn")
+
+
+def anthropic_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input,
+        "output_tokens": usage.output,
+        "cache_read_input_tokens": usage.cache_read,
+        "cache_creation_input_tokens": usage.cache_write,
+    }
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
+
+
+def _blocks(turn: RunningTurn, message: AssistantMessage) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if turn.ask.json_schema is not None and turn.forced_call is None:  # structured output
+        message = dataclasses.replace(
+            message,
+            content=[
+                *(b for b in message.content if not isinstance(b, TextContent)),
+                TextContent(text=turn.structured_text),
+            ],
+        )
+    for block in message.content:
+        if isinstance(block, ThinkingContent):
+            # The signature carries the provider's mark: clients send thinking back with it.
+            signature = block.thinking_signature or ""
+            out.append({"type": "thinking", "thinking": block.thinking, "signature": signature})
+        elif isinstance(block, TextContent) and turn.forced_call is None:
+            out.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolCall):
+            out.append(_tool_use(block))
+    if turn.forced_call is not None:
+        out.append(_tool_use(turn.forced_call))
+    return out
+
+
+def _envelope(model: str, content: list[dict[str, Any]], usage: Usage) -> dict[str, Any]:
+    return {
+        "id": f"msg_{secrets.token_hex(12)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": anthropic_usage(usage),
+    }
+
+
+def message(turn: RunningTurn, final: AssistantMessage, model: str) -> dict[str, Any]:
+    """The whole `message` object for a turn that ended `done`."""
+    body = _envelope(model, _blocks(turn, final), final.usage)
+    body["stop_reason"] = stop_reason(turn, final)
+    return body
+
+
+async def message_events(
+    turn: RunningTurn, model: str, on_error: Any
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """(event name, data) pairs of a streamed message; a failed turn ends with an `error`
+    event (`on_error(message)`), which Anthropic's SDKs raise."""
+    yield "message_start", {"type": "message_start", "message": _envelope(model, [], Usage())}
+    yield "ping", {"type": "ping"}
+    index = -1
+    async for event in turn.events():
+        if isinstance(event, ThinkingStartEvent | TextStartEvent):
+            index += 1
+            block: dict[str, Any] = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if isinstance(event, ThinkingStartEvent)
+                else {"type": "text", "text": ""}
+            )
+            yield (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": block,
+                },
+            )
+        elif isinstance(event, ThinkingDeltaEvent):
+            delta = {"type": "thinking_delta", "thinking": event.delta}
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        elif isinstance(event, TextDeltaEvent):
+            delta = {"type": "text_delta", "text": event.delta}
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        elif isinstance(event, ThinkingEndEvent | TextEndEvent):
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        elif isinstance(event, ToolCallEndEvent):
+            for frame in _tool_frames(index := index + 1, event.tool_call):
+                yield frame
+        elif isinstance(event, DoneEvent):
+            if turn.forced_call is not None:
+                for frame in _tool_frames(index := index + 1, turn.forced_call):
+                    yield frame
+            yield (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": stop_reason(turn, event.message),
+                        "stop_sequence": None,
+                    },
+                    "usage": anthropic_usage(event.message.usage),
+                },
+            )
+            yield "message_stop", {"type": "message_stop"}
+        elif isinstance(event, ErrorEvent):
+            yield "error", on_error(event.error)
+            return
+
+
+def _tool_frames(index: int, call: ToolCall) -> list[tuple[str, dict[str, Any]]]:
+    start = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+    partial = {"type": "input_json_delta", "partial_json": json.dumps(dict(call.arguments))}
+    return [
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        ),
+        ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": partial}),
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def model_list(ids: list[str]) -> dict[str, Any]:
+    """`GET /v1/models` for Anthropic's clients (they send `anthropic-version`)."""
+    data = [
+        {"type": "model", "id": i, "display_name": i, "created_at": "1970-01-01T00:00:00Z"}
+        for i in ids
+    ]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": ids[0] if ids else None,
+        "last_id": ids[-1] if ids else None,
+    }

@@ -1,0 +1,501 @@
+"""serve's request side: OpenAI Chat Completions and Anthropic Messages requests made into pi's
+`Context` and a turn's settings (`ServeAsk`).
+
+Pure: JSON in, values out; `RequestError` (an HTTP status and a message) for what a client got
+wrong, naming the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agy_provider.pi.options import ThinkingLevel
+from agy_provider.pi.types import (
+    AssistantContent,
+    AssistantMessage,
+    Context,
+    ImageContent,
+    Message,
+    TextContent,
+    ThinkingContent,
+    Tool,
+    ToolCall,
+    ToolResultMessage,
+    UserContent,
+    UserMessage,
+)
+
+__all__ = [
+    "RequestError",
+    "ServeAsk",
+    "anthropic_ask",
+    "openai_ask",
+    "session_key",
+]
+
+# A client's conversation key (`user`, `metadata.user_id`, `x-agy-session`): what can be a
+# session id in our store — no spaces, no control characters, bounded.
+_SESSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
+_DATA_URL = re.compile(r"data:(image/[a-z0-9.+-]+);base64,(.*)", re.DOTALL)
+_EFFORTS: dict[str, ThinkingLevel | None] = {
+    "none": None,
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+    "max": "xhigh",
+}
+_SERVE_API = "agy"
+
+
+class RequestError(Exception):
+    """A request serve refuses: the HTTP `status` and what to fix (`param`: the field)."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServeAsk:
+    """One request as a turn: the model id, pi's context, the settings, and how to answer.
+
+    `forced_tool`: Anthropic's tool-forcing pattern — the answer (JSON of `json_schema`) is
+    returned as a `tool_use` of that name, not as text.
+    """
+
+    model: str
+    context: Context
+    stream: bool = False
+    reasoning: ThinkingLevel | None = None
+    session_key: str = ""
+    json_schema: Mapping[str, Any] | None = None
+    include_usage: bool = False
+    forced_tool: str = ""
+
+
+def session_key(value: object, field: str) -> str:
+    """A client's conversation key, checked; "" for none. Raises `RequestError`."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or not _SESSION_KEY.fullmatch(value):
+        raise RequestError(
+            f"{field}: a conversation key is 1-128 letters, digits or ._:@/+=- "
+            "(starting with a letter or digit)",
+            param=field,
+        )
+    return value
+
+
+# --- OpenAI Chat Completions ---------------------------------------------------------------------
+
+
+def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
+    """A Chat Completions request as a turn. Raises `RequestError` naming the field at fault."""
+    model = _model(body.get("model"))
+    if body.get("n") not in (None, 1):
+        raise RequestError("n: agy gives one answer per request; send n=1", param="n")
+    system: list[str] = []
+    messages: list[Message] = []
+    calls: dict[str, str] = {}  # tool call id -> tool name, for the `tool` messages
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("messages: a non-empty list is required", param="messages")
+    for i, item in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(item, Mapping):
+            raise RequestError(f"{where}: expected an object", param=where)
+        role = item.get("role")
+        if role in ("system", "developer"):
+            system.append(_openai_text(item.get("content"), where))
+        elif role == "user":
+            messages.append(
+                UserMessage(content=_openai_user(item.get("content"), where), timestamp=0)
+            )
+        elif role == "assistant":
+            message = _openai_assistant(item, where)
+            calls.update((c.id, c.name) for c in message.content if isinstance(c, ToolCall))
+            messages.append(message)
+        elif role == "tool":
+            call_id = item.get("tool_call_id")
+            if not isinstance(call_id, str) or call_id not in calls:
+                raise RequestError(
+                    f"{where}.tool_call_id: no earlier assistant tool call has this id",
+                    param=f"{where}.tool_call_id",
+                )
+            text = _openai_text(item.get("content"), where)
+            messages.append(_tool_result(call_id, calls[call_id], text, is_error=False))
+        else:
+            raise RequestError(f"{where}.role: unsupported role {role!r}", param=f"{where}.role")
+    tools = None if body.get("tool_choice") == "none" else _openai_tools(body.get("tools"))
+    stream_options = body.get("stream_options")
+    include_usage = isinstance(stream_options, Mapping) and bool(
+        stream_options.get("include_usage")
+    )
+    return ServeAsk(
+        model=model,
+        context=Context(system_prompt="\n\n".join(system) or None, messages=messages, tools=tools),
+        stream=body.get("stream") is True,
+        reasoning=_effort(body.get("reasoning_effort"), "reasoning_effort"),
+        session_key=session_key(body.get("user"), "user"),
+        json_schema=_response_format(body.get("response_format")),
+        include_usage=include_usage,
+    )
+
+
+def _model(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError("model: required (`default` runs agy's configured model)", param="model")
+    # Clients that prefix a provider (`agy/gemini-3.7-flash`) mean the same model.
+    return value.removeprefix("agy/")
+
+
+def _effort(value: object, field: str) -> ThinkingLevel | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in _EFFORTS:
+        raise RequestError(f"{field}: one of {', '.join(_EFFORTS)}", param=field)
+    return _EFFORTS[value]
+
+
+def _openai_text(content: object, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                raise RequestError(f"{where}.content: only text parts are allowed here")
+            parts.append(_str(part.get("text"), f"{where}.content"))
+        return "".join(parts)
+    raise RequestError(f"{where}.content: expected a string or a list of parts", param=where)
+
+
+def _openai_user(content: object, where: str) -> str | list[UserContent]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError(f"{where}.content: expected a string or a list of parts", param=where)
+    blocks: list[UserContent] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text":
+            blocks.append(TextContent(text=_str(part.get("text"), f"{where}.content")))
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            match = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+            if match is None:
+                raise RequestError(
+                    f"{where}.content: images must be data: URLs (base64); agy cannot fetch URLs",
+                    param=where,
+                )
+            blocks.append(_image(match[2], match[1], where))
+        else:
+            raise RequestError(f"{where}.content: unsupported part type {kind!r}", param=where)
+    return blocks
+
+
+def _openai_assistant(item: Mapping[str, Any], where: str) -> AssistantMessage:
+    content: list[AssistantContent] = []
+    text = _openai_text(item.get("content"), where)
+    if text:
+        content.append(TextContent(text=text))
+    for j, call in enumerate(item.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            raise RequestError(f"{where}.tool_calls[{j}]: expected a function call", param=where)
+        content.append(
+            ToolCall(
+                id=_str(call.get("id"), f"{where}.tool_calls[{j}].id"),
+                name=_str(function.get("name"), f"{where}.tool_calls[{j}].function.name"),
+                arguments=_arguments(function.get("arguments"), f"{where}.tool_calls[{j}]"),
+            )
+        )
+    return _assistant(content)
+
+
+def _openai_tools(value: object) -> list[Tool] | None:
+    def one(i: int, tool: Any) -> Tool:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping) or tool.get("type") != "function" or not function:
+            raise RequestError(f"tools[{i}]: only function tools are supported", param="tools")
+        return _tool(function.get("name"), function.get("description"), function.get("parameters"))
+
+    return _tool_list(value, one)
+
+
+def _response_format(value: object) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema" and isinstance(value, Mapping):
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise RequestError(
+                "response_format.json_schema.schema: a JSON Schema object is required",
+                param="response_format",
+            )
+        return schema
+    raise RequestError(
+        "response_format: type must be text, json_object or json_schema", param="response_format"
+    )
+
+
+# --- Anthropic Messages --------------------------------------------------------------------------
+
+
+def anthropic_ask(body: Mapping[str, Any]) -> ServeAsk:
+    """A Messages request as a turn. Raises `RequestError` naming the field at fault."""
+    model = _model(body.get("model"))
+    system = _anthropic_system(body.get("system"))
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("messages: a non-empty list is required", param="messages")
+    messages: list[Message] = []
+    calls: dict[str, str] = {}
+    for i, item in enumerate(raw):
+        where = f"messages.{i}"
+        if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
+            raise RequestError(f"{where}: role must be user or assistant", param=where)
+        blocks = item.get("content")
+        if isinstance(blocks, str):
+            blocks = [{"type": "text", "text": blocks}]
+        if not isinstance(blocks, list):
+            raise RequestError(f"{where}.content: a string or a list of blocks", param=where)
+        if item["role"] == "assistant":
+            message = _anthropic_assistant(blocks, where)
+            calls.update((c.id, c.name) for c in message.content if isinstance(c, ToolCall))
+            messages.append(message)
+        else:
+            messages.extend(_anthropic_user(blocks, where, calls))
+    tools = _anthropic_tools(body.get("tools"))
+    schema, forced = _anthropic_structured(body, tools)
+    if forced or _choice(body) == "none":
+        tools = None  # the forced tool is the answer's shape, not a tool agy may call
+    thinking = body.get("thinking")
+    reasoning: ThinkingLevel | None = None
+    if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        budget = budget if isinstance(budget, int) else 0
+        reasoning = "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+    metadata = body.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    return ServeAsk(
+        model=model,
+        context=Context(system_prompt=system, messages=messages, tools=tools),
+        stream=body.get("stream") is True,
+        reasoning=reasoning,
+        session_key=session_key(user, "metadata.user_id"),
+        json_schema=schema,
+        forced_tool=forced,
+    )
+
+
+def _anthropic_system(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list):
+        texts = []
+        for block in value:
+            if not isinstance(block, Mapping) or block.get("type") != "text":
+                raise RequestError("system: only text blocks are allowed", param="system")
+            texts.append(_str(block.get("text"), "system"))
+        return "\n\n".join(texts) or None
+    raise RequestError("system: a string or a list of text blocks", param="system")
+
+
+def _anthropic_assistant(blocks: list[Any], where: str) -> AssistantMessage:
+    content: list[AssistantContent] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            content.append(TextContent(text=_str(block.get("text"), where)))
+        elif kind == "thinking":
+            signature = block.get("signature")
+            content.append(
+                ThinkingContent(
+                    thinking=_str(block.get("thinking"), where),
+                    thinking_signature=signature if isinstance(signature, str) else None,
+                )
+            )
+        elif kind == "tool_use":
+            arguments = block.get("input")
+            if not isinstance(arguments, Mapping):
+                raise RequestError(f"{where}: tool_use.input must be an object", param=where)
+            content.append(
+                ToolCall(
+                    id=_str(block.get("id"), f"{where}.id"),
+                    name=_str(block.get("name"), f"{where}.name"),
+                    arguments=dict(arguments),
+                )
+            )
+        elif kind != "redacted_thinking":
+            raise RequestError(f"{where}: unsupported assistant block {kind!r}", param=where)
+    return _assistant(content)
+
+
+def _anthropic_user(blocks: list[Any], where: str, calls: Mapping[str, str]) -> list[Message]:
+    """A user turn: its tool results first (each a `ToolResultMessage`), then its text."""
+    results: list[Message] = []
+    content: list[UserContent] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            content.append(TextContent(text=_str(block.get("text"), where)))
+        elif kind == "image":
+            source = block.get("source")
+            if not isinstance(source, Mapping) or source.get("type") != "base64":
+                raise RequestError(f"{where}: images must be base64 sources", param=where)
+            content.append(_image(source.get("data"), _str(source.get("media_type"), where), where))
+        elif kind == "tool_result":
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or call_id not in calls:
+                raise RequestError(
+                    f"{where}: tool_result.tool_use_id names no earlier tool_use", param=where
+                )
+            inner = block.get("content")
+            text = (
+                inner
+                if isinstance(inner, str)
+                else _openai_text(inner, where)
+                if inner is not None
+                else ""
+            )
+            results.append(
+                _tool_result(call_id, calls[call_id], text, is_error=block.get("is_error") is True)
+            )
+        else:
+            raise RequestError(f"{where}: unsupported user block {kind!r}", param=where)
+    if content:
+        results.append(UserMessage(content=content, timestamp=0))
+    return results
+
+
+def _anthropic_tools(value: object) -> list[Tool] | None:
+    def one(i: int, tool: Any) -> Tool:
+        if not isinstance(tool, Mapping) or tool.get("type") not in (None, "custom"):
+            raise RequestError(
+                f"tools.{i}: only client tools (name, input_schema) are supported; agy brings "
+                "its own server tools",
+                param="tools",
+            )
+        return _tool(tool.get("name"), tool.get("description"), tool.get("input_schema"))
+
+    return _tool_list(value, one)
+
+
+def _choice(body: Mapping[str, Any]) -> str:
+    choice = body.get("tool_choice")
+    return str(choice.get("type", "")) if isinstance(choice, Mapping) else ""
+
+
+def _anthropic_structured(
+    body: Mapping[str, Any], tools: list[Tool] | None
+) -> tuple[Mapping[str, Any] | None, str]:
+    """(the answer's schema, the forced tool's name): `output_format` (json_schema), or the
+    tool-forcing pattern — `tool_choice: {type: tool, name}` — whose tool's schema shapes it."""
+    output = body.get("output_format")
+    if isinstance(output, Mapping) and output.get("type") == "json_schema":
+        schema = output.get("schema")
+        if not isinstance(schema, Mapping):
+            raise RequestError("output_format.schema: a JSON Schema object", param="output_format")
+        return schema, ""
+    choice = body.get("tool_choice")
+    if _choice(body) == "tool" and isinstance(choice, Mapping):
+        name = choice.get("name")
+        for tool in tools or ():
+            if tool.name == name:
+                return tool.parameters, tool.name
+        raise RequestError(f"tool_choice.name: no tool named {name!r}", param="tool_choice")
+    return None, ""
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+
+def _tool_list(value: object, one: Callable[[int, Any], Tool]) -> list[Tool] | None:
+    """Either API's `tools`: None, or a list whose items `one` reads (None when empty)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise RequestError("tools: expected a list", param="tools")
+    return [one(i, tool) for i, tool in enumerate(value)] or None
+
+
+def _str(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{field}: expected a string", param=field)
+    return value
+
+
+def _arguments(value: object, field: str) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        parsed = json.loads(value) if isinstance(value, str) and value else {}
+    except ValueError as exc:
+        raise RequestError(f"{field}.function.arguments: not JSON ({exc})", param=field) from exc
+    if not isinstance(parsed, dict):
+        raise RequestError(f"{field}.function.arguments: not a JSON object", param=field)
+    return parsed
+
+
+def _image(data: object, mime_type: str, where: str) -> ImageContent:
+    if not isinstance(data, str):
+        raise RequestError(f"{where}: image data must be base64 text", param=where)
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise RequestError(f"{where}: image data is not base64 ({exc})", param=where) from exc
+    return ImageContent(data=data, mime_type=mime_type)
+
+
+def _tool(name: object, description: object, parameters: object) -> Tool:
+    if not isinstance(name, str) or not name:
+        raise RequestError("tools: every tool needs a name", param="tools")
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    if not isinstance(parameters, Mapping):
+        raise RequestError(f"tools: {name}'s parameters must be a JSON Schema object")
+    return Tool(name, description if isinstance(description, str) else "", dict(parameters))
+
+
+def _assistant(content: list[AssistantContent]) -> AssistantMessage:
+    """A client's copy of an earlier answer: plain history (no mark) unless `DeliveredMessages`
+    knows it."""
+    return AssistantMessage(
+        content=content,
+        api=_SERVE_API,
+        provider=_SERVE_API,
+        model="",
+        stop_reason="toolUse" if any(isinstance(c, ToolCall) for c in content) else "stop",
+        timestamp=0,
+    )
+
+
+def _tool_result(call_id: str, name: str, text: str, *, is_error: bool) -> ToolResultMessage:
+    return ToolResultMessage(
+        tool_call_id=call_id,
+        tool_name=name,
+        content=[TextContent(text=text)],
+        is_error=is_error,
+        timestamp=0,
+    )

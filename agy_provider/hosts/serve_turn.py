@@ -1,0 +1,258 @@
+"""serve's turns: one request's `ServeAsk` started through `hosts/_turns.start_turn`, its pi
+events relayed (structured output held back and validated), its answer remembered for the next.
+
+Owns the turns a server runs (`ServeTurns`: abort them all, wait until agy is gone) and the
+structured-output rule: the answer must parse as JSON and validate against the schema, or the
+turn ends in an error instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from agy_provider.agy.argv import JSON_SCHEMA_OPTION
+from agy_provider.errors import AgyError, UsageError
+from agy_provider.hosts._turns import refusal, start_turn
+from agy_provider.hosts.serve_convert import RequestError, ServeAsk
+from agy_provider.hosts.serve_memory import DeliveredMessages
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.live.runner import agy_version, find_agy
+from agy_provider.pi.agy_model import agy_model
+from agy_provider.pi.events import (
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+)
+from agy_provider.pi.host_input import HostTurn
+from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.types import AssistantMessage, TextContent, ToolCall
+from agy_provider.store.config import load_config
+from agy_provider.workers import off_loop
+
+__all__ = ["ServeTurns", "StructuredOutputError", "parse_structured"]
+
+log = logging.getLogger(__name__)
+
+# Session ids serve gives the provider: a client's key in a namespace of its own, so it never
+# names a `chat` or pi host's session.
+SESSION_PREFIX = "serve:"
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_FENCED = re.compile(r"```(?:json)?\s*\n(.*)\n```", re.DOTALL)
+# How long stopping the server waits for its turns (agy's trees end in ~0.2 s after an abort;
+# this only bounds a hang on a busy machine).
+_STOP_BOUND = 30.0
+
+
+class StructuredOutputError(Exception):
+    """The answer is not JSON of the schema asked for."""
+
+
+def parse_structured(text: str, schema: Mapping[str, Any]) -> Any:
+    """The answer as JSON, validated against `schema` (a fenced ```json block is unwrapped).
+
+    Raises `StructuredOutputError` saying what is wrong.
+    """
+    import jsonschema  # type: ignore[import-untyped]
+
+    body = text.strip()
+    fenced = _FENCED.fullmatch(body)
+    if fenced:
+        body = fenced[1].strip()
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        raise StructuredOutputError(f"agy's answer is not JSON ({exc})") from exc
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the answer"
+        raise StructuredOutputError(
+            f"agy's answer does not match the JSON schema at {where}: {error.message}"
+        )
+    return value
+
+
+def _structured(texts: list[str], schema: Mapping[str, Any]) -> tuple[Any, str]:
+    """The answer's JSON and the text it came from: all the answer's text, else its last text
+    block alone (agy may have said something before a tool run and answered after it)."""
+    whole = "".join(texts)
+    try:
+        return parse_structured(whole, schema), whole
+    except StructuredOutputError:
+        if len(texts) < 2:
+            raise
+        return parse_structured(texts[-1], schema), texts[-1]
+
+
+def check_schema(schema: Mapping[str, Any]) -> None:
+    """Raises `RequestError` for a schema that is not a valid JSON Schema."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise RequestError(f"the JSON schema is not valid: {exc.message}") from exc
+
+
+@dataclasses.dataclass(eq=False)
+class RunningTurn:
+    """One request's turn: its stream, the abort it obeys, and what it answers."""
+
+    ask: ServeAsk
+    stream: AssistantMessageEventStream
+    stop: AbortSignal
+    turns: ServeTurns
+    structured: Any = None  # the validated value, for structured output
+    structured_text: str = ""  # the text it was read from (what the client gets)
+    forced_call: ToolCall | None = None  # the tool-forcing pattern's answer
+
+    def abort(self, reason: str) -> None:
+        if not self.stream.done:
+            self.stop.abort(reason)
+
+    async def events(self) -> AsyncGenerator[AssistantMessageEvent, None]:
+        """The turn's pi events; with a schema, text is held until the answer validated.
+
+        Closing the iterator before the end aborts the turn (a client that went away).
+        """
+        try:
+            async for event in self.stream:
+                if self.ask.json_schema is not None and isinstance(
+                    event, TextStartEvent | TextDeltaEvent | TextEndEvent
+                ):
+                    continue
+                if isinstance(event, DoneEvent):
+                    for final in await self._finish(event):
+                        yield final
+                    return
+                yield event
+        finally:
+            self.abort("the client went away")
+
+    async def _finish(self, done: DoneEvent) -> list[AssistantMessageEvent]:
+        message = done.message
+        self.turns.delivered.remember(self.ask.context.messages, message)
+        schema = self.ask.json_schema
+        if schema is None:
+            return [done]
+        texts = [b.text for b in message.content if isinstance(b, TextContent)]
+        try:
+            # Parsing and validating a long answer takes milliseconds: off the loop.
+            self.structured, text = await off_loop(_structured, texts, schema)
+            self.structured_text = text
+        except StructuredOutputError as exc:
+            failed = dataclasses.replace(message, stop_reason="error", error_message=str(exc))
+            return [ErrorEvent(reason="error", error=failed)]
+        if self.ask.forced_tool and not isinstance(self.structured, dict):
+            failed = dataclasses.replace(
+                message,
+                stop_reason="error",
+                error_message="agy's answer is not a JSON object, which a tool's input must be",
+            )
+            return [ErrorEvent(reason="error", error=failed)]
+        if self.ask.forced_tool:
+            self.forced_call = ToolCall(
+                id=f"toolu_{secrets.token_hex(12)}",
+                name=self.ask.forced_tool,
+                arguments=self.structured,
+            )
+            return [done]
+        index = len(message.content)
+        return [
+            TextStartEvent(content_index=index, partial=message),
+            TextDeltaEvent(content_index=index, delta=text, partial=message),
+            TextEndEvent(content_index=index, content=text, partial=message),
+            done,
+        ]
+
+
+class ServeTurns:
+    """The turns one server runs, each started like any host's (`start_turn`)."""
+
+    def __init__(self, *, agy_bin: str | None, cwd: str | None) -> None:
+        self.agy_bin = agy_bin
+        self.cwd = cwd
+        self.delivered = DeliveredMessages()
+        self._running: set[RunningTurn] = set()
+        self._versions: dict[str, tuple[int, ...]] = {}
+
+    async def check(self, ask: ServeAsk) -> None:
+        """What must hold before a response starts: a valid schema, and an agy that has
+        `--json-schema` (1.2+). Raises `RequestError`."""
+        if ask.json_schema is None:
+            return
+        check_schema(ask.json_schema)
+        configured = self.agy_bin or (await off_loop(load_config)).agy_bin
+        try:
+            binary = await off_loop(find_agy, configured)
+        except AgyError as exc:
+            raise RequestError(str(exc), status=503) from exc
+        version = await agy_version(binary)
+        found = _VERSION.search(version)
+        if found and tuple(int(p) for p in found.groups()) < (1, 2, 0):
+            raise RequestError(
+                f"structured output needs agy 1.2 or newer (--json-schema); this agy is "
+                f"{found[0]}: update agy",
+                status=400,
+            )
+
+    def start(self, ask: ServeAsk, messages: Any) -> RunningTurn:
+        """Start `ask`'s turn with `messages` (the transcript, our answers restored)."""
+        metadata = {JSON_SCHEMA_OPTION: dict(ask.json_schema)} if ask.json_schema else None
+        options = SimpleStreamOptions(
+            reasoning=ask.reasoning,
+            session_id=SESSION_PREFIX + ask.session_key if ask.session_key else None,
+            metadata=metadata,
+        )
+        model = agy_model(ask.model)
+        context = dataclasses.replace(ask.context, messages=messages)
+        stop = AbortSignal()
+        try:
+            stream = start_turn(
+                HostTurn(model, context, options, None),
+                stop,
+                cwd=self.cwd,
+                agy_bin=self.agy_bin,
+            )
+        except UsageError as exc:
+            stream = AssistantMessageEventStream()
+            stream.push(refusal(model, exc))
+        turn = RunningTurn(dataclasses.replace(ask, context=context), stream, stop, self)
+        self._running.add(turn)
+        stream_done = asyncio.ensure_future(stream.turn_ended())
+        stream_done.add_done_callback(lambda _: self._running.discard(turn))
+        return turn
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def stop_all(self, reason: str) -> None:
+        """Abort every turn still running and wait until each has ended and agy is gone (a turn
+        parked on a client's tool results included)."""
+        for turn in list(self._running):
+            turn.stop.abort(reason)
+        try:
+            await asyncio.wait_for(wait_for_turns(), _STOP_BOUND)
+        except TimeoutError:
+            log.warning("agy turns did not stop within %.0f s", _STOP_BOUND)
+
+
+def final_message(event: AssistantMessageEvent) -> AssistantMessage | None:
+    """The message a `done` or `error` event ends with."""
+    if isinstance(event, DoneEvent):
+        return event.message
+    if isinstance(event, ErrorEvent):
+        return event.error
+    return None

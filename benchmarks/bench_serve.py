@@ -1,0 +1,266 @@
+"""Benchmark: what `agy-provider serve` adds on top of the provider (issue 19's goals).
+
+1. First SSE chunk vs the in-process first event of the same turn: the server (in this process)
+   records, through an `observe_event` plugin, when each turn's first delta (thinking or text)
+   was pushed to its stream; a client in another process records when the SSE chunk carrying
+   it arrived. Both read CLOCK_MONOTONIC (`time.monotonic`), which is one clock for every
+   process on Linux. Goal: ≤ 10 ms (median and p90 printed; each of `--rounds` turns one after
+   another).
+2. 20 concurrent streaming clients (another process, one asyncio task each): every one must end
+   with the scenario's text; the server's loop lag meanwhile (a 5 ms sleeper recording how late
+   it wakes), goal p99 ≤ 20 ms. Baseline in the same run: 20 concurrent `stream_simple` turns in
+   process, no server, with the same probe.
+3. A client closing its stream after the first delta (5 times, the slow scenario): ms until its
+   turn's `aborted` event and until no agy-sim process is left (goal ≤ 200 ms).
+
+Run: `.venv/bin/python benchmarks/bench_serve.py [--rounds 10] [--clients 20]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
+
+import live_support as live
+
+from agy_provider.hookspecs import hookimpl
+
+FIRST_CHUNK_GOAL_MS = 10.0
+LAG_P99_GOAL_MS = 20.0
+
+
+# --- the client side (run as `bench_serve.py --client …` in its own process) --------------------
+
+
+async def _client_stream(http: Any, body: dict[str, Any]) -> dict[str, Any]:
+    first = float("nan")
+    text = ""
+    async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            for choice in json.loads(line[6:])["choices"]:
+                delta = choice["delta"]
+                if (delta.get("reasoning_content") or delta.get("content")) and first != first:
+                    first = time.monotonic()
+                text += delta.get("content") or ""
+    return {"first": first, "text": text, "status": response.status_code}
+
+
+async def _client(base: str, token: str, rounds: int, clients: int) -> None:
+    import httpx
+
+    body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    limits = httpx.Limits(max_connections=clients + 1)
+    async with httpx.AsyncClient(
+        base_url=base, headers={"authorization": f"Bearer {token}"}, timeout=120, limits=limits
+    ) as http:
+        sequential = [await _client_stream(http, body) for _ in range(rounds)]
+        started = time.monotonic()
+        concurrent = await asyncio.gather(*(_client_stream(http, body) for _ in range(clients)))
+        wall = time.monotonic() - started
+    print(json.dumps({"sequential": sequential, "concurrent": concurrent, "wall": wall}))
+
+
+# --- the server side -------------------------------------------------------------------------------
+
+
+class FirstDeltas:
+    """`observe_event`: when each turn pushed its first thinking or text delta (monotonic)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.aborted: list[float] = []  # when a turn's `error` (reason aborted) was produced
+        self._seen: list[Any] = []  # the turns themselves: an id() may be reused once one is gone
+
+    @hookimpl
+    def observe_event(self, event: Any, turn: Any) -> None:
+        if event.type == "error" and event.reason == "aborted":
+            self.aborted.append(time.monotonic())
+        if event.type in ("thinking_delta", "text_delta") and not any(
+            t is turn for t in self._seen
+        ):
+            self._seen.append(turn)
+            self.times.append(time.monotonic())
+
+
+async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[float], Any]:
+    from agy_provider.hosts.serve_app import ServeServer, ServeSettings
+    from agy_provider.plugin_manager import get_plugin_manager
+
+    observer = FirstDeltas()
+    get_plugin_manager().register(observer, name="bench-first-deltas")
+    token = secrets.token_urlsafe(24)
+    server = ServeServer(ServeSettings(token=token, port=0))
+    stop = asyncio.Event()
+    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    serving = asyncio.ensure_future(server.run(stop, ready.set_result))
+    port = await ready
+    await live.timed_turn("sqlite")  # imports, plugins, agy's version: once, before measuring
+    observer.times.clear()
+    probe = live.LagProbe()
+    leaving = await clients_leaving(port, token, observer)
+    observer.times.clear()  # the sequential rounds' first deltas only, from here
+    client = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--client",
+        f"http://127.0.0.1:{port}",
+        token,
+        str(rounds),
+        str(clients),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert client.stdout is not None
+    # The lag probe runs while the concurrent clients do (the sequential rounds come first).
+    while len(observer.times) < rounds:
+        await asyncio.sleep(0.01)
+    probe.start()
+    out = await client.stdout.read()
+    await client.wait()
+    await probe.stop()
+    stop.set()
+    await serving
+    get_plugin_manager().unregister(name="bench-first-deltas")
+    return {**json.loads(out), "leaving": leaving}, observer.times[:rounds], probe
+
+
+async def clients_leaving(port: int, token: str, observer: FirstDeltas, trials: int = 5) -> Any:
+    """A client that closes its stream after the first delta: ms until its turn's `aborted`
+    event, and until no agy process is left (polled every 5 ms)."""
+    import httpx
+
+    from agy_provider.live.runner import find_agy
+
+    body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    os.environ["AGY_SIM_SCENARIO"] = "slow"  # a turn that surely still runs when the client goes
+    os.environ["AGY_SIM_SPEED"] = "1"
+    sim = find_agy("agy-sim")
+    to_abort, to_gone = [], []
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=60,
+        ) as http:
+            for _ in range(trials):
+                before = len(observer.aborted)
+                async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+                    async for line in response.aiter_lines():
+                        if "reasoning_content" in line:
+                            break
+                    left = time.monotonic()
+                while not await asyncio.to_thread(_no_sim_left, sim):
+                    await asyncio.sleep(0.005)
+                to_gone.append((time.monotonic() - left) * 1000)
+                while len(observer.aborted) == before:
+                    await asyncio.sleep(0.005)
+                to_abort.append((observer.aborted[-1] - left) * 1000)
+    finally:
+        os.environ.pop("AGY_SIM_SCENARIO", None)
+        os.environ["AGY_SIM_SPEED"] = live.SIM_SPEED
+    return {"abort": to_abort, "gone": to_gone}
+
+
+def _no_sim_left(sim: str) -> bool:
+    import psutil
+
+    state = os.environ["ANTIGRAVITY_APP_DATA_DIR"]
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if sim in " ".join(proc.info["cmdline"] or []) and (
+                (proc.info["environ"] or {}).get("ANTIGRAVITY_APP_DATA_DIR") == state
+            ):
+                return False
+        except psutil.Error:
+            continue
+    return True
+
+
+async def baseline(clients: int) -> tuple[int, Any]:
+    probe = live.LagProbe()
+    probe.start()
+    turns = await asyncio.gather(*(live.timed_turn("sqlite") for _ in range(clients)))
+    await probe.stop()
+    return sum(t.ok for t in turns), probe
+
+
+def lag_text(probe: Any) -> tuple[str, float]:
+    p50, p99, worst = probe.summary()
+    return f"lag p50 {p50:5.2f} ms  p99 {p99:6.2f} ms  max {worst:6.1f} ms", p99
+
+
+async def run(rounds: int, clients: int) -> list[str]:
+    from agy_provider.sim.scenario import PlannerSpec, load_scenario
+
+    steps = load_scenario("default").turn(0).steps
+    expected = "".join(c for s in steps if isinstance(s, PlannerSpec) for c in s.text)
+    base_ok, base_probe = await baseline(clients)
+    result, server_firsts, probe = await with_server(rounds, clients)
+    verdicts = []
+    gaps = [
+        (r["first"] - t) * 1000 for r, t in zip(result["sequential"], server_firsts, strict=True)
+    ]
+    median, p90 = live.median(gaps), live.percentile(gaps, 90)
+    print(f"\n1. first SSE chunk after the in-process first delta, {rounds} turns one at a time:")
+    print(f"   median {median:.2f} ms  p90 {p90:.2f} ms  max {max(gaps):.2f} ms")
+    verdicts.append(
+        f"first SSE chunk: median {median:.2f} ms, p90 {p90:.2f} ms (goal ≤ {FIRST_CHUNK_GOAL_MS} ms)"
+        f": {'PASS' if p90 <= FIRST_CHUNK_GOAL_MS else 'FAIL'}"
+    )
+    texts = [r["text"] for r in result["concurrent"]]
+    right = sum(t == expected for t in texts)
+    served_lag, p99 = lag_text(probe)
+    base_lag, base_p99 = lag_text(base_probe)
+    print(f"\n2. {clients} concurrent streaming clients ({result['wall']:.2f} s wall):")
+    print(f"   serve:    {right}/{clients} with the scenario's text; server loop {served_lag}")
+    print(f"   baseline: {base_ok}/{clients} stream_simple turns done in process; loop {base_lag}")
+    verdicts.append(
+        f"{clients} clients: {right}/{clients} right, server loop lag p99 {p99:.2f} ms "
+        f"(baseline {base_p99:.2f} ms; goal ≤ {LAG_P99_GOAL_MS} ms): "
+        f"{'PASS' if right == clients and p99 <= LAG_P99_GOAL_MS else 'FAIL'}"
+    )
+    leaving = result["leaving"]
+    worst_gone = max(leaving["gone"])
+    print("\n3. a client leaving after the first delta, 5 times (slow scenario, speed 1):")
+    print(f"   to the turn's aborted event: {', '.join(f'{x:.0f}' for x in leaving['abort'])} ms")
+    print(f"   until no agy-sim is left:    {', '.join(f'{x:.0f}' for x in leaving['gone'])} ms")
+    verdicts.append(
+        f"client leaving: agy gone within {worst_gone:.0f} ms at worst (goal ≤ 200 ms): "
+        f"{'PASS' if worst_gone <= 200 else 'FAIL'}"
+    )
+    return verdicts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--client", nargs=4, metavar=("BASE", "TOKEN", "ROUNDS", "CLIENTS"))
+    args = parser.parse_args()
+    if args.client:
+        base, token, rounds, clients = args.client
+        asyncio.run(_client(base, token, int(rounds), int(clients)))
+        return 0
+    live.run_header("bench_serve: agy-provider serve on top of the provider")
+    with live.private_world("bench-serve-"):
+        # Both sides read the database (the server's turns take the source from the config).
+        os.environ["AGY_EVENT_SOURCE"] = "sqlite"
+        verdicts = asyncio.run(run(args.rounds, args.clients))
+    print("\nverdicts:")
+    for verdict in verdicts:
+        print(f"  {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""`agy-provider serve`'s door: the token (no token, a wrong one, one in the URL → 401 in each
+API's shape), bodies over the cap (413, declared or counted), a header cap, no CORS; the command
+refusing a non-loopback bind without a token; the real command under SIGTERM and SIGINT (drain,
+stop, no agy left) with its token never in what it prints beyond the one line that gives it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from live_helpers import agy_processes, leftovers, scenario_answer
+from test_serve_app import Served, served_fixture  # noqa: F401 (the `served` fixture)
+
+from agy_provider.cli import main
+
+TEN_MB = 10 * 1024 * 1024
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+BODY = {"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def openai_shaped(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["message"] and "type" in error
+    return dict(error)
+
+
+def anthropic_shaped(response: httpx.Response, status: int, kind: str) -> None:
+    assert response.status_code == status
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"]
+
+
+async def test_no_token_a_wrong_one_or_one_in_the_url_is_401(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base) as http:
+        error = openai_shaped(await http.post(CHAT, json=BODY), 401)
+        assert error["code"] == "invalid_api_key"
+        anthropic_shaped(await http.post(MESSAGES, json=BODY), 401, "authentication_error")
+        wrong = "x" * len(served.token)
+        for headers in ({"authorization": f"Bearer {wrong}"}, {"x-api-key": wrong}):
+            openai_shaped(await http.post(CHAT, json=BODY, headers=headers), 401)
+            anthropic_shaped(
+                await http.post(MESSAGES, json=BODY, headers=headers), 401, "authentication_error"
+            )
+        # In the URL it would reach logs and histories: refused even beside the right header.
+        for query in (f"?api_key={served.token}", f"?key=x&token={served.token}"):
+            response = await http.post(CHAT + query, json=BODY, headers=served.headers())
+            assert "URL" in openai_shaped(response, 401)["message"]
+        response = await http.get(f"/v1/models?api_key={served.token}")
+        openai_shaped(response, 401)
+        assert (
+            await http.get("/v1/models", headers={"x-api-key": served.token})
+        ).status_code == 200
+    assert not await asyncio.to_thread(agy_processes, served.app)
+
+
+async def test_a_ten_megabyte_body_is_413_declared_or_not(served: Served) -> None:
+    big = b'{"model": "default", "messages": [], "pad": "' + b"x" * TEN_MB + b'"}'
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        for start in range(0, len(big), 65536):
+            yield big[start : start + 65536]
+
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
+        openai_shaped(await http.post(CHAT, content=big), 413)
+        anthropic_shaped(await http.post(MESSAGES, content=big), 413, "request_too_large")
+        try:
+            response = await http.post(CHAT, content=chunked())
+        except httpx.TransportError:
+            pass  # the server answered and closed before the client finished sending
+        else:
+            openai_shaped(response, 413)
+        # The server still serves.
+        assert (await http.get("/v1/models")).status_code == 200
+
+
+async def test_headers_are_capped_and_no_cors_is_offered(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
+        try:
+            huge = await http.get("/v1/models", headers={"x-pad": "y" * 200_000})
+        except httpx.TransportError:
+            pass  # the connection was dropped: refused just the same
+        else:
+            assert huge.status_code >= 400
+        origin = {"origin": "https://evil.example", "access-control-request-method": "POST"}
+        for response in (
+            await http.options(CHAT, headers=origin),
+            await http.get("/v1/models", headers={"origin": "https://evil.example"}),
+        ):
+            assert not [h for h in response.headers if h.startswith("access-control-")]
+
+
+async def test_bad_requests_are_answered_in_the_apis_shape(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
+        openai_shaped(await http.post(CHAT, content=b"{not json"), 400)
+        anthropic_shaped(
+            await http.post(MESSAGES, json={"model": "m"}), 400, "invalid_request_error"
+        )
+        openai_shaped(await http.get("/v1/nothing-here"), 404)
+        response = await http.post(CHAT, json={**BODY, "user": "has spaces"})
+        assert openai_shaped(response, 400)["param"] == "user"
+        response = await http.post(CHAT, json=BODY, headers={"x-agy-session": "-bad"})
+        openai_shaped(response, 400)
+        # Shapes no field check foresaw are a 400 too, never a 500 or a traceback.
+        for odd in ({"tool_calls": 5}, {"content": {"a": 1}}, {"tool_calls": [{"function": 1}]}):
+            messages = [{"role": "user", "content": "x"}, {"role": "assistant", **odd}]
+            openai_shaped(await http.post(CHAT, json={**BODY, "messages": messages}), 400)
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGY_PROVIDER_SERVE_TOKEN", raising=False)
+    for argv in (["serve", "--host", "0.0.0.0"], ["serve", "--host", "192.168.1.7", "--port", "0"]):
+        err = io.StringIO()
+        assert main(argv, out=io.StringIO(), err=err) == 2
+        assert "without a token" in err.getvalue()
+    err = io.StringIO()
+    assert main(["serve", "--token", "short"], out=io.StringIO(), err=err) == 2
+    assert "at least" in err.getvalue()
+
+
+@pytest.fixture
+def serve_env(live_env: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("AGY_PROVIDER_SERVE_TOKEN", None)
+    yield env
+    assert not leftovers(live_env)
+
+
+class ServeProcess:
+    """`agy-provider serve` as a real process; its stderr read until it says where it listens."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        argv = [sys.executable, "-m", "agy_provider.cli", "serve", "--port", "0", *args]
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert self.proc.stderr is not None
+        self.lines: list[str] = []
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1", line)
+            if found:
+                self.base = found[1]
+            if "OPENAI_BASE_URL" in line:  # the last line it prints at start
+                break
+        else:
+            raise AssertionError(f"serve did not start: {''.join(self.lines)}")
+
+    def finish(self, signum: int) -> tuple[int, str]:
+        self.proc.send_signal(signum)
+        out, err = self.proc.communicate(timeout=120)
+        return self.proc.returncode, "".join(self.lines) + err + out
+
+
+def stream_lines(base: str, token: str, path: str, body: dict[str, Any]) -> Iterator[str]:
+    with (
+        httpx.Client(
+            base_url=base, headers={"authorization": f"Bearer {token}"}, timeout=120
+        ) as http,
+        http.stream("POST", path, json={**body, "stream": True}) as response,
+    ):
+        assert response.status_code == 200
+        yield from response.iter_lines()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_drains_the_running_stream_then_stops_with_no_agy_left(
+    serve_env: dict[str, str], live_env: Path, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    token = "serve-test-token-" + "k" * 24
+    env = {**serve_env, "AGY_PROVIDER_SERVE_TOKEN": token, "AGY_SIM_SCENARIO": "slow"}
+    server = ServeProcess(env)
+    text = ""
+    signalled = False
+    for line in stream_lines(server.base, token, CHAT, BODY):
+        if not signalled and "reasoning_content" in line:
+            assert agy_processes(live_env)
+            server.proc.send_signal(signum)  # mid-turn: the stream is let finish (the drain)
+            signalled = True
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                text += choice["delta"].get("content") or ""
+    assert signalled and text == scenario_answer("slow")
+    code, printed = server.finish(signum)
+    assert code == 0, printed
+    assert "stopped" in printed
+    assert token not in printed  # given by the user: never printed, never logged
+    assert not agy_processes(live_env)
+
+
+@pytest.mark.slow
+def test_a_made_token_is_printed_once_and_never_logged(
+    serve_env: dict[str, str], live_env: Path
+) -> None:
+    server = ServeProcess({**serve_env, "AGY_SIM_SCENARIO": "default"})
+    (token,) = re.findall(r"token (\S+)\n", "".join(server.lines))
+    with httpx.Client(base_url=server.base, timeout=120) as http:
+        assert http.get(f"/v1/models?api_key={token}").status_code == 401
+        assert http.get("/v1/models", headers={"x-api-key": token[:-1] + "!"}).status_code == 401
+        ok = http.post(CHAT, json=BODY, headers={"authorization": f"Bearer {token}"})
+        assert ok.json()["choices"][0]["message"]["content"] == scenario_answer("default")
+    code, printed = server.finish(signal.SIGTERM)
+    assert code == 0
+    assert printed.count(token) == 1, printed
