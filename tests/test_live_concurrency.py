@@ -149,3 +149,40 @@ async def test_twenty_concurrent_rpc_turns_all_finish_and_all_stream(
         deltas = [e for e in events if e.type == "text_delta"]
         assert len(deltas) >= 2, "the answer arrived in one piece, not streamed"
     assert leftovers(live_env, recorder) == []
+
+
+def test_turns_started_together_as_a_processs_first_all_run(live_env: Path) -> None:
+    """A fresh process whose first turns start at once: the first imports the turn machinery in
+    a worker; the others, started while that import is under way, must wait for it rather than
+    call into a half-imported module."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import asyncio, json, sys
+        from agy_provider import Context, UserMessage, stream_simple
+
+        def turn(k):
+            return stream_simple("default", Context(messages=[UserMessage(content=f"hi {k}",
+                                 timestamp=0)]))
+
+        async def main():
+            streams = [turn(0)]
+            # The others start once the first turn's import of the machinery is under way.
+            while "agy_provider.live.turn_start" not in sys.modules:
+                await asyncio.sleep(0.0005)
+            streams += [turn(k) for k in range(1, 4)]
+            finals = [await s.result() for s in streams]
+            print(json.dumps([(m.stop_reason, m.error_message) for m in finals]))
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    finals = json.loads(done.stdout.splitlines()[-1])
+    assert finals == [["stop", None]] * 4, finals

@@ -146,9 +146,8 @@ class ServeServer:
         logging.getLogger("uvicorn.access").propagate = False
         server = uvicorn.Server(config)
         server.lifespan = config.lifespan_class(config)
-        # The turn machinery, loaded before the first request: the provider imports it in a
-        # worker on its first turn, and a second turn arriving meanwhile would find the module
-        # half-imported (live/provider's first-turn path; a server's turns do arrive together).
+        # The turn machinery, loaded before the first request (the provider would import it
+        # in a worker on its first turn): no request pays that import.
         await off_loop(importlib.import_module, "agy_provider.live.turn_start")
         try:
             await server.startup(sockets=[sock])

@@ -83,8 +83,8 @@ def stream_simple(
         tool_executor=tool_executor,
         conversation_id=conversation_id,
     )
-    loaded = sys.modules.get(_TURN_START)
-    if loaded is not None or _PARKING in sys.modules:  # a turn may be parked: look at once
+    loaded = _imported(_TURN_START)
+    if loaded is not None or _imported(_PARKING) is not None:  # a turn may be parked: look now
         if loaded is None:
             loaded = importlib.import_module(_TURN_START)
         task = loaded.open_turn(turn, stream, **how)
@@ -103,6 +103,16 @@ def stream_simple(
     _running.add(task)
     task.add_done_callback(_running.discard)
     return stream
+
+
+def _imported(name: str) -> Any:
+    """The module `name` once its import has finished, else None. A module is in `sys.modules`
+    from the moment its import begins: a turn starting while the first turn's worker still
+    imports the machinery must not call into half a module (it takes the first turn's path,
+    whose import waits for the one under way)."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    return None if module is None or getattr(spec, "_initializing", False) else module
 
 
 def _push_start(model: Model, stream: AssistantMessageEventStream) -> int:
