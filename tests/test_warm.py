@@ -363,3 +363,41 @@ async def test_a_warm_turns_usage_is_its_own_share_of_agys_running_totals(
         POOL.shutdown()
     assert usages["stream-json"] == usages["sqlite"]
     assert usages["sqlite"][2] > 0  # turn 2 read from cache, as the scenario says
+
+
+async def test_status_lists_the_warm_agys_of_this_host(live_env: Path) -> None:
+    """The pool tells other processes what is warm (`live/warm_registry`): `agy-provider status`
+    in another process lists the conversation's agy and the spare, and nothing once they end."""
+    import json
+    import subprocess
+
+    from agy_provider.live import warm_registry
+
+    _, message = await run_turn("hello", session="s")
+    assert message.stop_reason == "stop", message.error_message
+    kept = {a.pid: a for a in agys()}
+
+    def listed() -> dict[int, str]:
+        return {e.pid: e.state for e in warm_registry.list_warm()}
+
+    # Written by the registry's own thread: bounded wait for it to catch up.
+    for _ in range(500):
+        if set(listed()) == set(kept) and "starting" not in listed().values():
+            break
+        await asyncio.sleep(0.02)
+    states = listed()
+    assert set(states) == set(kept)
+    assert sorted(states.values()) == ["ready", "spare"]
+    status = subprocess.run(
+        [sys.executable, "-m", "agy_provider.cli", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    warm = json.loads(status.stdout)["warm"]
+    assert {w["pid"] for w in warm} == set(kept), status.stderr
+    (conversation,) = [w for w in warm if w["state"] == "ready"]
+    assert conversation["conversation_id"] == (message.response_id or "").split(":")[2]
+    assert all(w["rss_bytes"] and w["rss_bytes"] > 0 for w in warm)
+    POOL.shutdown()
+    assert listed() == {}

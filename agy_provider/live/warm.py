@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agy_provider.agy.argv import TurnRequest, build_warm_argv
+from agy_provider.live import warm_registry
 from agy_provider.live.warm_agy import (
     IDLE,
     KILL_AFTER,
@@ -135,6 +136,7 @@ class WarmPool:
                 if found is not None:
                     found.move(WarmState.IN_TURN)
                     found.spare = False
+                    REGISTRY.changed(found)
                     return found
                 if not self._make_room(retired):
                     log.info(
@@ -145,6 +147,7 @@ class WarmPool:
                     return None
                 agy = self._add(key, request, spare=False, offered=offered)
                 agy.move(WarmState.IN_TURN)
+                REGISTRY.changed(agy)
             return agy
         finally:
             for old in retired:
@@ -209,8 +212,11 @@ class WarmPool:
     ) -> WarmAgy:
         agy = WarmAgy(key, request, spare=spare, offered=offered)
         agy.on_closed = self._forget
+        agy.on_said_init = REGISTRY.changed
         agy.start()
         self._agys.append(agy)
+        if spare:
+            REGISTRY.changed(agy)
         self._start_reaper()
         return agy
 
@@ -224,6 +230,7 @@ class WarmPool:
             agy.turns += 1
             agy.last_used = time.monotonic()
             self._changed.notify_all()
+            REGISTRY.changed(agy)
             if not new_conversation or self.settings.spares <= 0 or self._closed:
                 return
             spares = [a for a in self._agys if a.spare and a.state is not WarmState.CLOSING]
@@ -259,6 +266,7 @@ class WarmPool:
             with contextlib.suppress(ValueError):
                 self._agys.remove(agy)
             self._changed.notify_all()
+        REGISTRY.changed(agy, gone=True)
         if agy.turns or agy.spare:
             log.debug("warm agy %d ended (code %s)", agy.pid, agy.exit_code)
 
@@ -307,6 +315,7 @@ class WarmPool:
                 agy.signal_tree(signal.SIGKILL)
         for agy in agys:
             agy.exited.wait(READ_AFTER_EXIT)
+        REGISTRY.forget_all()
         with self._lock:
             self._closed = False
 
@@ -322,4 +331,74 @@ def _spare_request(template: TurnRequest) -> TurnRequest:
     )
 
 
+class _Registry:
+    """Tells other processes what is warm (`live/warm_registry.py`, read by `agy-provider
+    status`): each change is queued and written by one thread of its own, newest state per agy,
+    so no turn waits for a file to be written."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, WarmAgy | None] = {}  # agy pid -> what to write (None: forget it)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def changed(self, agy: WarmAgy, *, gone: bool = False) -> None:
+        if not agy.pid:
+            return
+        with self._lock:
+            self._due[agy.pid] = None if gone else agy
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._write, name="agy-provider-warm-registry", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _write(self) -> None:
+        host = os.getpid()
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                due, self._due = self._due, {}
+            for pid, agy in due.items():
+                try:
+                    if agy is None:
+                        warm_registry.forget(host, pid)
+                    else:
+                        warm_registry.record(_entry(host, agy))
+                except OSError as exc:
+                    log.debug("the warm registry could not be written: %s", exc)
+
+    def forget_all(self) -> None:
+        """This host's entries go (the pool has ended every agy); blocking, at exit."""
+        with self._lock:
+            self._due.clear()
+        with contextlib.suppress(OSError):
+            warm_registry.forget_host(os.getpid())
+
+
+def _entry(host: int, agy: WarmAgy) -> warm_registry.WarmEntry:
+    template = agy.template
+    state = agy.state.value
+    if agy.spare and agy.state in IDLE:
+        state = "spare"
+    return warm_registry.WarmEntry(
+        host_pid=host,
+        pid=agy.pid,
+        key=warm_registry.key_summary(
+            os.path.basename(template.agy_bin),
+            " ".join(a for a in template.model_args if not a.startswith("--")),
+            template.mode if template.mode != "default" else "",
+            "skip permissions" if template.skip_permissions else "",
+            os.path.abspath(template.cwd),
+        ),
+        conversation_id="" if agy.spare else agy.conversation_id,
+        state=state,
+        started_at=agy.started_at,
+        last_used=time.time() - (time.monotonic() - agy.last_used),
+    )
+
+
+REGISTRY = _Registry()
 POOL = WarmPool()

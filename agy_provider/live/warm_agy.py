@@ -138,6 +138,7 @@ class WarmAgy:
         self._reaped = False  # until agy is reaped its pid, and so its group id, stays ours
         self._reader: threading.Thread | None = None
         self.on_closed: Callable[[WarmAgy], None] = lambda agy: None
+        self.on_said_init: Callable[[WarmAgy], None] = lambda agy: None
 
     @property
     def pid(self) -> int:
@@ -279,6 +280,7 @@ class WarmAgy:
                 self.conversation_id = stated
             if self.state is WarmState.STARTING and self._turn is None:
                 self.move(WarmState.READY)
+        self.on_said_init(self)
 
     def _total(self, line: bytes) -> None:
         """The conversation's running usage total as of this `result` (the next turn's base)."""
