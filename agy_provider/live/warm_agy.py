@@ -368,6 +368,10 @@ class WarmAgy:
         proc = self._proc
         if proc is None:
             return
+        if self.bridge is not None and self.bridge.pending_calls:
+            # agy waits on a call to the host's tools: answered (an error) and the bridge shut
+            # before agy goes, as a one-shot turn's bridge is, so agy's MCP client ends cleanly.
+            self.bridge.close()
         if not self.exited.is_set():
             if interrupt:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
