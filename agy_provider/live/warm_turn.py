@@ -92,14 +92,10 @@ class WarmTurn:
 
     @property
     def stated_conversation_id(self) -> str:
-        if self.oneshot is not None:
-            return self.oneshot.stated_conversation_id
         return self.events.conversation_id
 
     @property
     def result(self) -> Mapping[str, Any] | None:
-        if self.oneshot is not None:
-            return self.oneshot.result
         return self.events.result
 
     async def start(self) -> None:
