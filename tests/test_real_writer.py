@@ -27,7 +27,8 @@ from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
 from agy_provider.wire.protowire import Message
 
-pytestmark = pytest.mark.slow
+# One module-scoped run of every scenario: under xdist its tests stay on one worker (loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realwriter")]
 
 _UNAVAILABLE = harness_unavailable()
 if _UNAVAILABLE:
