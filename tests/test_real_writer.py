@@ -27,8 +27,7 @@ from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
 from agy_provider.wire.protowire import Message
 
-# One module-scoped run of every scenario: under xdist its tests stay on one worker (loadgroup).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("realwriter")]
+pytestmark = pytest.mark.slow
 
 _UNAVAILABLE = harness_unavailable()
 if _UNAVAILABLE:
