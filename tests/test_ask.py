@@ -523,3 +523,19 @@ def test_tool_runs_read_back_what_the_assembler_renders(
     assert run is not None
     assert (run.name, run.argument) == ("run_command", "ls -1 src")
     assert (run.output, run.exit_code, run.failed) == expected
+
+
+def test_the_sync_twin_takes_the_async_calls_arguments_and_defaults() -> None:
+    import dataclasses
+    import inspect
+
+    from agy_provider.hosts import ask as ask_module
+
+    shown = inspect.signature(ask_module.ask_antigravity)
+    assert inspect.signature(ask_module.ask_antigravity_sync) == shown
+    for field in dataclasses.fields(ask_module._Request):
+        assert field.name in shown.parameters
+        if field.name != "prompt":
+            assert field.default == shown.parameters[field.name].default, field.name
+    with pytest.raises(TypeError, match=r"ask_antigravity_sync\(\) got an unexpected keyword"):
+        ask_module.ask_antigravity_sync("hi", conversation_id="c")  # type: ignore[call-arg]

@@ -635,17 +635,25 @@ MEASURE = textwrap.dedent(
 )
 
 
-def peak(path: Path, fmt: str = "events") -> int:
-    result = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(path), fmt],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    code, used = result.stdout.split()
-    assert code == "0", result.stderr
-    return int(used)
+def peaks(paths: list[Path], fmt: str = "events") -> list[int]:
+    """The peak traced memory of replaying each of `paths`, one child process each, side by side."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", MEASURE, str(path), fmt],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for path in paths
+    ]
+    used = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err
+        code, peak = out.split()
+        assert code == "0", err
+        used.append(int(peak))
+    return used
 
 
 def stream_json_capture(path: Path, deltas: int) -> int:
@@ -717,16 +725,14 @@ def database(path: Path, turns: int) -> int:
 def test_replay_memory_grows_at_most_3x_the_file(
     tmp_path: Path, make: Any, small: int, large: int
 ) -> None:
-    # Two sizes, one child process each: the growth of the peak between them, divided by the
+    # Two sizes, one child process each (run side by side): the growth of the peak between them, divided by the
     # growth of the file, is what replay costs per byte of input (the constant cancels out).
-    sizes, peaks = [], []
-    for n in (small, large):
-        path = tmp_path / f"input-{n}"
-        sizes.append(make(path, n))
-        peaks.append(peak(path))
+    paths = [tmp_path / f"input-{n}" for n in (small, large)]
+    sizes = [make(path, n) for path, n in zip(paths, (small, large), strict=True)]
+    used = peaks(paths)
     assert sizes[1] > 3 * sizes[0]
-    slope = (peaks[1] - peaks[0]) / (sizes[1] - sizes[0])
-    assert slope <= 3.0, f"{slope:.2f} bytes of memory per byte of file ({sizes}, {peaks})"
+    slope = (used[1] - used[0]) / (sizes[1] - sizes[0])
+    assert slope <= 3.0, f"{slope:.2f} bytes of memory per byte of file ({sizes}, {used})"
 
 
 # -- the row decoder's JSON: tool-call arguments inside a protobuf row ---------------------------

@@ -1,8 +1,11 @@
 """Host tools on a plain install (issue 16, item 3): `pip install agy-provider` with no extras, in a
 fresh virtual environment, then a turn that offers a host tool to agy-sim and gets its answer.
 
-Skipped, saying why, where the package index cannot be reached; it is slow (an install), so it
-runs once, with the tool run at once (`tool_executor`) through the sync API.
+Skipped, saying why, where the package index cannot be reached; it is slow (an install), so the
+install is one module-scoped fixture every check here shares, made the cheap way: a venv without
+pip of its own (the running pip installs into it with `--python`) and no byte-compiling of the
+dependencies (the host compiles what it imports). The turn runs the tool at once
+(`tool_executor`) through the sync API.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import venv
 from pathlib import Path
@@ -36,14 +40,14 @@ print(json.dumps({"stop": message.stop_reason, "error": message.error_message,
 """
 
 
-def test_a_host_tool_turn_works_on_an_install_without_extras(tmp_path: Path) -> None:
-    import json
-
-    env_dir = tmp_path / "plain"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
+@pytest.fixture(scope="module")
+def plain_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with `pip install agy-provider` (no extras) done in it."""
+    tmp = tmp_path_factory.mktemp("plain-install")
+    env_dir = tmp / "plain"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     # A copy of the package's sources: building in place would leave a build/ in the checkout.
-    source = tmp_path / "source"
+    source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
@@ -51,8 +55,9 @@ def test_a_host_tool_turn_works_on_an_install_without_extras(tmp_path: Path) -> 
         shutil.copytree(
             ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
         )
+    pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python")]
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(source)],
+        [*pip, "install", "--quiet", "--no-compile", str(source)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -62,6 +67,16 @@ def test_a_host_tool_turn_works_on_an_install_without_extras(tmp_path: Path) -> 
         if any(w in install.stderr for w in ("Could not find", "connection", "Network", "resolve")):
             pytest.skip(f"the package index cannot be reached: {reason[0]}")
         raise AssertionError(f"a plain install failed:\n{install.stderr[-3000:]}")
+    return env_dir
+
+
+def test_a_host_tool_turn_works_on_an_install_without_extras(
+    plain_env: Path, tmp_path: Path
+) -> None:
+    import json
+
+    env_dir = plain_env
+    python = env_dir / "bin" / "python"
     state = tmp_path / "state"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},

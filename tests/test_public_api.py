@@ -140,3 +140,23 @@ def test_every_import_the_docs_show_is_pinned() -> None:
     assert shown, "the README shows no import: the pattern above no longer reads it"
     unpinned = [f"{m}.{n}" for m, n in shown if n not in DOCUMENTED_IMPORTS.get(m, set())]
     assert unpinned == []
+
+
+def test_what_mypy_sees_is_what_the_root_exports() -> None:
+    """The root's `TYPE_CHECKING` re-exports name the same modules as its lazy table."""
+    import ast
+
+    tree = ast.parse(Path(agy_provider.__file__).read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+    )
+    static = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+        if alias.asname == alias.name
+    }
+    assert static == agy_provider._LAZY

@@ -13,9 +13,9 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, ParamSpec, TypeAlias
 
 from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
@@ -222,16 +222,20 @@ class _Plan:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Request:
-    """What the caller asked for, as `ask_antigravity` takes it."""
+    """What the caller asked for, as `ask_antigravity` takes it (with its defaults: the sync
+    twin passes on only the arguments its caller gave)."""
 
     prompt: str
-    cwd: str | None
-    model: str
-    thinking: str | None
-    mode: str | None
-    conversation: str | None
-    timeout: float | None
-    agy_bin: str | None
+    cwd: str | None = None
+    model: str = ""
+    thinking: str | None = None
+    mode: str | None = None
+    conversation: str | None = None
+    timeout: float | None = None
+    agy_bin: str | None = None
+
+
+_REQUEST_FIELDS = frozenset(_Request.__dataclass_fields__) - {"prompt"}
 
 
 def _plan(request: _Request, signal: AbortSignal | None) -> _Plan:
@@ -383,6 +387,8 @@ class _Progress:
         )
 
 
+P = ParamSpec("P")
+
 # --- the calls --------------------------------------------------------------------------------
 
 
@@ -436,20 +442,29 @@ async def ask_antigravity(
     return progress.result(stream.facts, plan.model)
 
 
+def _same_arguments_as(
+    twin: Callable[P, Awaitable[AskResult]],
+) -> Callable[[Callable[..., AskResult]], Callable[P, AskResult]]:
+    """Give the decorated function `twin`'s parameters: for mypy (ParamSpec) and for `help()`
+    (`inspect.signature` follows `__wrapped__`)."""
+
+    def decorate(function: Callable[..., AskResult]) -> Callable[P, AskResult]:
+        function.__wrapped__ = twin  # type: ignore[attr-defined]
+        return function
+
+    return decorate
+
+
+@_same_arguments_as(ask_antigravity)
 def ask_antigravity_sync(
     prompt: str,
     *,
-    cwd: str | None = None,
-    model: str = "",
-    thinking: Thinking | None = None,
-    mode: Mode | None = None,
-    conversation: str | None = None,
-    timeout: float | None = None,
     on_progress: ProgressCallback | None = None,
     signal: AbortSignal | None = None,
-    agy_bin: str | None = None,
+    **request: Any,
 ) -> AskResult:
-    """`ask_antigravity` for callers without an event loop (through `agy_provider.hosts.sync`).
+    """`ask_antigravity` for callers without an event loop (through `agy_provider.hosts.sync`);
+    it takes the same arguments.
 
     KeyboardInterrupt (or any exception in `on_progress`) aborts the turn and leaves no agy
     running before it propagates.
@@ -457,8 +472,9 @@ def ask_antigravity_sync(
     from agy_provider.hosts.sync import iter_events
 
     started = time.monotonic()
-    request = _Request(prompt, cwd, model, thinking, mode, conversation, timeout, agy_bin)
-    plan = _plan(request, signal)
+    for name in request.keys() - _REQUEST_FIELDS:
+        raise TypeError(f"ask_antigravity_sync() got an unexpected keyword argument {name!r}")
+    plan = _plan(_Request(prompt, **request), signal)
     progress = _Progress(on_progress, started)
     events = iter_events(plan.model, plan.context, plan.options, **plan.kwargs)
     try:

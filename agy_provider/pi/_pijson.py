@@ -1,42 +1,49 @@
-"""The JSON helpers pi's types, events and options share: checked reads and pi-style writes.
+"""The JSON codec pi's types, events and options share: a field table per class, read and written.
 
 Owns the decoding rules (`DecodeError` for a missing key or a wrong type) and number encoding.
 
-Readers take the decoded mapping, the key and a `what` naming the value for the error message;
-`_opt_*` readers return None for an absent or null key. Writers leave out None the way pi's
-`JSON.stringify` leaves out `undefined`.
+A class lists its fields once, in pi's key order, as a `JsonShape` of `Kind`s (how a value is
+read from the decoded mapping and written back); `PiJson` turns the table into `to_json` and
+`from_json`. pi's key is the field's name in camelCase. Optional kinds read an absent or null key
+as None and leave None out of the JSON, the way pi's `JSON.stringify` leaves out `undefined`.
+Readers take the decoded mapping, the key and a `what` naming the value for the error message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeAlias, get_args
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, NamedTuple, Self, TypeAlias, TypeVar, get_args
 
 from agy_provider.errors import DecodeError
 
 __all__ = [
+    "BOOL",
+    "DICT",
+    "INT",
+    "KEPT",
+    "NUM",
+    "OPT_BOOL",
+    "OPT_DICT",
+    "OPT_INT",
+    "OPT_NUM",
+    "OPT_STR",
+    "STR",
     "JsonDict",
-    "_bool",
-    "_dict",
-    "_int",
-    "_jnum",
+    "JsonShape",
+    "Kind",
+    "PiJson",
     "_list",
-    "_literal",
-    "_num",
     "_obj",
-    "_opt_bool",
-    "_opt_dict",
-    "_opt_int",
-    "_opt_literal",
-    "_opt_num",
-    "_opt_str",
     "_present",
-    "_put",
-    "_str",
-    "_tag",
+    "by_tag",
+    "items",
+    "literal",
+    "nested",
 ]
 
 JsonDict: TypeAlias = dict[str, Any]
+Reader: TypeAlias = Callable[[Mapping[str, Any], str, str], Any]
+T = TypeVar("T")
 
 
 def _obj(value: object, what: str) -> Mapping[str, Any]:
@@ -51,38 +58,22 @@ def _present(d: Mapping[str, Any], key: str, what: str) -> Any:
     return d[key]
 
 
-def _str(d: Mapping[str, Any], key: str, what: str) -> str:
-    value = _present(d, key, what)
-    if not isinstance(value, str):
-        raise DecodeError(f"{what}: {key!r} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(d: Mapping[str, Any], key: str, what: str) -> str | None:
-    return None if d.get(key) is None else _str(d, key, what)
-
-
-def _bool(d: Mapping[str, Any], key: str, what: str) -> bool:
-    value = _present(d, key, what)
-    if not isinstance(value, bool):
-        raise DecodeError(f"{what}: {key!r} must be a boolean, got {type(value).__name__}")
-    return value
-
-
-def _opt_bool(d: Mapping[str, Any], key: str, what: str) -> bool | None:
-    return None if d.get(key) is None else _bool(d, key, what)
-
-
-def _num(d: Mapping[str, Any], key: str, what: str) -> float:
-    value = _present(d, key, what)
+def _checked(kind: type | tuple[type, ...], noun: str) -> Reader:
+    """A reader of a required value that must be an instance of `kind` (`noun` in the error)."""
     # bool is an int subclass, but `true` is not a number in pi's JSON.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DecodeError(f"{what}: {key!r} must be a number, got {type(value).__name__}")
-    return value
+    exclude_bool = kind is not bool
+
+    def read(d: Mapping[str, Any], key: str, what: str) -> Any:
+        value = _present(d, key, what)
+        if isinstance(value, kind) and not (exclude_bool and isinstance(value, bool)):
+            return value
+        raise DecodeError(f"{what}: {key!r} must be {noun}, got {type(value).__name__}")
+
+    return read
 
 
-def _opt_num(d: Mapping[str, Any], key: str, what: str) -> float | None:
-    return None if d.get(key) is None else _num(d, key, what)
+_num = _checked((int, float), "a number")
+_list_value = _checked((list, tuple), "an array")
 
 
 def _int(d: Mapping[str, Any], key: str, what: str) -> int:
@@ -92,52 +83,183 @@ def _int(d: Mapping[str, Any], key: str, what: str) -> int:
         if not value.is_integer():
             raise DecodeError(f"{what}: {key!r} must be an integer, got {value!r}")
         return int(value)
-    return value
-
-
-def _opt_int(d: Mapping[str, Any], key: str, what: str) -> int | None:
-    return None if d.get(key) is None else _int(d, key, what)
+    return value  # type: ignore[no-any-return]
 
 
 def _list(d: Mapping[str, Any], key: str, what: str) -> list[Any]:
-    value = _present(d, key, what)
-    if not isinstance(value, list | tuple):
-        raise DecodeError(f"{what}: {key!r} must be an array, got {type(value).__name__}")
-    return list(value)
+    return list(_list_value(d, key, what))
 
 
 def _dict(d: Mapping[str, Any], key: str, what: str) -> JsonDict:
     return dict(_obj(_present(d, key, what), f"{what}.{key}"))
 
 
-def _opt_dict(d: Mapping[str, Any], key: str, what: str) -> JsonDict | None:
-    return None if d.get(key) is None else _dict(d, key, what)
-
-
-def _literal(d: Mapping[str, Any], key: str, what: str, allowed: Any) -> Any:
-    value = _present(d, key, what)
-    choices = get_args(allowed)
-    if value not in choices:
-        raise DecodeError(f"{what}: {key!r} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def _opt_literal(d: Mapping[str, Any], key: str, what: str, allowed: Any) -> Any:
-    return None if d.get(key) is None else _literal(d, key, what, allowed)
-
-
-def _tag(d: Mapping[str, Any], key: str, expected: str, what: str) -> None:
-    if d.get(key) != expected:
-        raise DecodeError(f"{what}: expected {key} {expected!r}, got {d.get(key)!r}")
-
-
-def _jnum(value: float) -> float:
+def _jnum(value: Any) -> Any:
     """A number as `JSON.stringify` would write it: 3.0 becomes 3."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
-def _put(out: JsonDict, key: str, value: object) -> None:
-    if value is not None:
-        out[key] = value
+def _same(value: Any) -> Any:
+    return value
+
+
+class Kind(NamedTuple):
+    """How one field travels: `read(d, key, what)`, `write(value)`, and whether None is left out."""
+
+    read: Reader
+    write: Callable[[Any], Any] = _same
+    optional: bool = False
+
+    def or_none(self) -> Kind:
+        """The same kind, optional: an absent or null key reads as None, None is not written."""
+        read = self.read
+
+        def read_optional(d: Mapping[str, Any], key: str, what: str) -> Any:
+            return None if d.get(key) is None else read(d, key, what)
+
+        return Kind(read_optional, self.write, True)
+
+
+STR = Kind(_checked(str, "a string"))
+BOOL = Kind(_checked(bool, "a boolean"))
+NUM = Kind(_num, _jnum)
+INT = Kind(_int, _jnum)
+DICT = Kind(_dict, dict)
+OPT_STR, OPT_BOOL, OPT_NUM, OPT_INT, OPT_DICT = (k.or_none() for k in (STR, BOOL, NUM, INT, DICT))
+# Any JSON the host keeps aside (a tool result's `details`), as given.
+KEPT = Kind(lambda d, key, what: d.get(key), optional=True)
+
+
+def literal(allowed: Any) -> Kind:
+    """A string that must be one of the `Literal` type `allowed`'s values."""
+    choices = get_args(allowed)
+
+    def read(d: Mapping[str, Any], key: str, what: str) -> Any:
+        value = _present(d, key, what)
+        if value not in choices:
+            raise DecodeError(f"{what}: {key!r} must be one of {list(choices)}, got {value!r}")
+        return value
+
+    return Kind(read)
+
+
+def nested(cls: type[PiJson]) -> Kind:
+    """A value of another `PiJson` class, written as its own object."""
+    return Kind(lambda d, key, what: cls.from_json(_present(d, key, what)), _to_json)
+
+
+def _to_json(value: Any) -> Any:
+    return value.to_json()
+
+
+def items(read_item: Callable[[Any], Any], write_item: Callable[[Any], Any] = _to_json) -> Kind:
+    """An array whose items `read_item` decodes and `write_item` encodes (`to_json` by default)."""
+    return Kind(
+        lambda d, key, what: [read_item(x) for x in _list(d, key, what)],
+        lambda values: [write_item(x) for x in values],
+    )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+class JsonShape:
+    """A class's JSON: its fields (python name, pi key, kind) in pi's key order, and its tag.
+
+    The fields are `fields` (a mapping) followed by the keyword arguments, in order.
+    `tag` names the class attribute written first and checked on read ("type" or "role");
+    `what` names the value in error messages, `tag_what` and `field_what` where pi's wording
+    differs; each may say `{tag}` for the tag's value.
+    """
+
+    __slots__ = ("_reads", "_whats", "_writes", "field_what", "fields", "tag", "tag_what", "what")
+
+    def __init__(
+        self,
+        what: str,
+        fields: Mapping[str, Kind] | None = None,
+        /,
+        *,
+        tag: str | None = None,
+        tag_what: str | None = None,
+        field_what: str | None = None,
+        **more: Kind,
+    ) -> None:
+        self.what = what
+        self.tag = tag
+        self.tag_what = tag_what or what
+        self.field_what = field_what or what
+        named = {**(fields or {}), **more}
+        self.fields = tuple((name, _camel(name), kind) for name, kind in named.items())
+        # Hot paths (every event a host adapter converts, every message of a host's transcript):
+        # plain tuples, no call for a value written as it is, wordings formatted once per class.
+        self._writes = tuple(
+            (name, key, None if kind.write is _same else kind.write, kind.optional)
+            for name, key, kind in self.fields
+        )
+        self._reads = tuple((name, key, kind.read) for name, key, kind in self.fields)
+        self._whats: dict[type, tuple[str, str, str]] = {}
+
+    def write(self, obj: object, omit: str = "") -> JsonDict:
+        tag = self.tag
+        out: JsonDict = {} if tag is None else {tag: getattr(obj, tag)}
+        for name, key, write, optional in self._writes:
+            value = getattr(obj, name)
+            if (value is None and optional) or name == omit:
+                continue
+            out[key] = value if write is None else write(value)
+        return out
+
+    def read(self, cls: type, data: object) -> JsonDict:
+        """The keyword arguments of `cls` that `data` holds."""
+        whats = self._whats.get(cls) or self._wordings(cls)
+        d = _obj(data, whats[0])
+        if self.tag is not None:
+            tag = getattr(cls, self.tag)
+            if d.get(self.tag) != tag:
+                raise DecodeError(
+                    f"{whats[1]}: expected {self.tag} {tag!r}, got {d.get(self.tag)!r}"
+                )
+        what = whats[2]
+        return {name: read(d, key, what) for name, key, read in self._reads}
+
+    def _wordings(self, cls: type) -> tuple[str, str, str]:
+        tag = None if self.tag is None else getattr(cls, self.tag)
+        whats = (
+            self.what.format(tag=tag),
+            self.tag_what.format(tag=tag),
+            self.field_what.format(tag=tag),
+        )
+        self._whats[cls] = whats
+        return whats
+
+
+class PiJson:
+    """`to_json` / `from_json` for a frozen dataclass that declares its `_json` shape."""
+
+    __slots__ = ()
+    _json: ClassVar[JsonShape]
+
+    def to_json(self) -> JsonDict:
+        """pi's JSON for this value."""
+        return self._json.write(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """Decode pi's JSON. Raises `DecodeError` when a key pi requires is missing or wrong."""
+        return cls(**cls._json.read(cls, data))
+
+
+def by_tag(
+    data: Mapping[str, Any], what: str, key: str, decoders: Mapping[Any, Callable[[Any], T]]
+) -> T:
+    """Decode `data` with the decoder its `key` names; `DecodeError` for an unknown one."""
+    d = _obj(data, what)
+    decode = decoders.get(d.get(key))
+    if decode is None:
+        raise DecodeError(f"{what}: unknown {key} {d.get(key)!r}")
+    return decode(d)

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Self, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
-from agy_provider.errors import DecodeError
-from agy_provider.pi._pijson import JsonDict, _int, _literal, _obj, _present, _str, _tag
+from agy_provider.pi._pijson import (
+    INT,
+    STR,
+    JsonDict,
+    JsonShape,
+    Kind,
+    PiJson,
+    by_tag,
+    literal,
+    nested,
+)
 from agy_provider.pi.tool_run import ToolRun
 from agy_provider.pi.types import AssistantMessage, ToolCall
 
@@ -37,103 +46,61 @@ DoneReason: TypeAlias = Literal["stop", "length", "toolUse"]
 ErrorReason: TypeAlias = Literal["aborted", "error"]
 
 
-# Every event but done/error carries `partial`, the message as built so far. `to_json` takes
-# `include_partial=False` so replays can print events without repeating the whole message.
+# Every event but done/error carries `partial`, the message as built so far, as its last key.
+# `to_json` takes `include_partial=False` so replays can print events without repeating the whole
+# message. Errors name the event ("text_delta event: missing 'delta'").
+_PARTIAL = nested(AssistantMessage)
 
 
-def _partial(d: Mapping[str, Any], what: str) -> AssistantMessage:
-    return AssistantMessage.from_json(_present(d, "partial", what))
+def _event(**fields: Kind) -> JsonShape:
+    return JsonShape("{tag} event", fields, tag="type", tag_what="event")
 
 
-def _event_json(out: JsonDict, partial: AssistantMessage, include_partial: bool) -> JsonDict:
-    if include_partial:
-        out["partial"] = partial.to_json()
-    return out
+class _Event(PiJson):
+    __slots__ = ()
+
+    def to_json(self, *, include_partial: bool = True) -> JsonDict:
+        """pi's JSON; without `partial` when `include_partial` is False."""
+        return self._json.write(self, omit="" if include_partial else "partial")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StartEvent:
+class StartEvent(_Event):
     """The response has begun."""
 
     type: ClassVar[Literal["start"]] = "start"
     partial: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        return _event_json({"type": self.type}, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "start event")
-        _tag(d, "type", cls.type, "event")
-        return cls(partial=_partial(d, "start event"))
+    _json = _event(partial=_PARTIAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockStart:
+class _BlockStart(_Event):
     type: ClassVar[str]
     content_index: int
     partial: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {"type": self.type, "contentIndex": self.content_index}
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(content_index=_int(d, "contentIndex", what), partial=_partial(d, what))
+    _json = _event(content_index=INT, partial=_PARTIAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockDelta:
+class _BlockDelta(_Event):
     type: ClassVar[str]
     content_index: int
     delta: str
     partial: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {"type": self.type, "contentIndex": self.content_index, "delta": self.delta}
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            delta=_str(d, "delta", what),
-            partial=_partial(d, what),
-        )
+    _json = _event(content_index=INT, delta=STR, partial=_PARTIAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _BlockEnd:
+class _BlockEnd(_Event):
     type: ClassVar[str]
     content_index: int
     content: str
     partial: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {
-            "type": self.type,
-            "contentIndex": self.content_index,
-            "content": self.content,
-        }
-        return _event_json(out, self.partial, include_partial)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = f"{cls.type} event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            content=_str(d, "content", what),
-            partial=_partial(d, what),
-        )
+    _json = _event(content_index=INT, content=STR, partial=_PARTIAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +172,7 @@ class ToolCallDeltaEvent(_BlockDelta):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallEndEvent:
+class ToolCallEndEvent(_Event):
     """The tool call at `content_index` is complete; `tool_call` is the finished call."""
 
     type: ClassVar[Literal["toolcall_end"]] = "toolcall_end"
@@ -213,50 +180,25 @@ class ToolCallEndEvent:
     tool_call: ToolCall
     partial: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        out: JsonDict = {
-            "type": self.type,
-            "contentIndex": self.content_index,
-            "toolCall": self.tool_call.to_json(),
-        }
-        return _event_json(out, self.partial, include_partial)
+    _json = _event(content_index=INT, tool_call=nested(ToolCall), partial=_PARTIAL)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        what = "toolcall_end event"
-        d = _obj(data, what)
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            content_index=_int(d, "contentIndex", what),
-            tool_call=ToolCall.from_json(_present(d, "toolCall", what)),
-            partial=_partial(d, what),
-        )
+
+# done and error have no `partial`: `include_partial` is accepted for symmetry.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DoneEvent:
+class DoneEvent(_Event):
     """The response finished; `message` is final and `reason` is its stop reason."""
 
     type: ClassVar[Literal["done"]] = "done"
     reason: DoneReason
     message: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        """pi's JSON; `include_partial` is accepted for symmetry (done has no `partial`)."""
-        return {"type": self.type, "reason": self.reason, "message": self.message.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "done event")
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            reason=_literal(d, "reason", "done event", DoneReason),
-            message=AssistantMessage.from_json(_present(d, "message", "done event")),
-        )
+    _json = _event(reason=literal(DoneReason), message=nested(AssistantMessage))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorEvent:
+class ErrorEvent(_Event):
     """The response failed or was aborted; `error` is the final message, whose
     `error_message` says what went wrong."""
 
@@ -264,18 +206,7 @@ class ErrorEvent:
     reason: ErrorReason
     error: AssistantMessage
 
-    def to_json(self, *, include_partial: bool = True) -> JsonDict:
-        """pi's JSON; `include_partial` is accepted for symmetry (error has no `partial`)."""
-        return {"type": self.type, "reason": self.reason, "error": self.error.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "error event")
-        _tag(d, "type", cls.type, "event")
-        return cls(
-            reason=_literal(d, "reason", "error event", ErrorReason),
-            error=AssistantMessage.from_json(_present(d, "error", "error event")),
-        )
+    _json = _event(reason=literal(ErrorReason), error=nested(AssistantMessage))
 
 
 AssistantMessageEvent: TypeAlias = (
@@ -314,8 +245,4 @@ _EVENT_TYPES: dict[str, Callable[[Mapping[str, Any]], AssistantMessageEvent]] = 
 
 def event_from_json(data: Mapping[str, Any]) -> AssistantMessageEvent:
     """Decode any of the 12 events by its `type`. Raises `DecodeError` for an unknown type."""
-    d = _obj(data, "event")
-    decode = _EVENT_TYPES.get(d.get("type"))  # type: ignore[arg-type]
-    if decode is None:
-        raise DecodeError(f"event: unknown type {d.get('type')!r}")
-    return decode(d)
+    return by_tag(data, "event", "type", _EVENT_TYPES)

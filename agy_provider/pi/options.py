@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 from agy_provider.pi._pijson import (
-    JsonDict,
-    _jnum,
-    _obj,
-    _opt_dict,
-    _opt_int,
-    _opt_literal,
-    _opt_num,
-    _opt_str,
-    _put,
+    OPT_DICT,
+    OPT_INT,
+    OPT_NUM,
+    OPT_STR,
+    JsonShape,
+    PiJson,
+    literal,
+    nested,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +113,7 @@ class AbortSignal:
 
 
 @dataclass(frozen=True, slots=True)
-class ThinkingBudgets:
+class ThinkingBudgets(PiJson):
     """Token budgets per thinking level, for providers that budget thinking in tokens."""
 
     minimal: int | None = None
@@ -122,40 +121,32 @@ class ThinkingBudgets:
     medium: int | None = None
     high: int | None = None
 
-    def to_json(self) -> JsonDict:
-        out: JsonDict = {}
-        for key in ("minimal", "low", "medium", "high"):
-            _put(out, key, getattr(self, key))
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        d = _obj(data, "thinking budgets")
-        return cls(
-            *(_opt_int(d, key, "thinking budgets") for key in ("minimal", "low", "medium", "high"))
-        )
+    _json = JsonShape("thinking budgets", dict.fromkeys(("minimal", "low", "medium", "high"), OPT_INT))
 
 
-# (python field, pi key) for StreamOptions' JSON-valued fields; `signal` and pi's callbacks
-# (onPayload, onResponse) are live objects and have no JSON form.
-_STREAM_OPTION_KEYS = (
-    ("temperature", "temperature"),
-    ("max_tokens", "maxTokens"),
-    ("api_key", "apiKey"),
-    ("transport", "transport"),
-    ("cache_retention", "cacheRetention"),
-    ("session_id", "sessionId"),
-    ("headers", "headers"),
-    ("timeout_ms", "timeoutMs"),
-    ("max_retries", "maxRetries"),
-    ("max_retry_delay_ms", "maxRetryDelayMs"),
-    ("metadata", "metadata"),
-)
+# StreamOptions' JSON-valued fields; `signal` and pi's callbacks (onPayload, onResponse) are live
+# objects and have no JSON form.
+_STREAM_OPTIONS = {
+    "temperature": OPT_NUM,
+    "max_tokens": OPT_INT,
+    "api_key": OPT_STR,
+    "transport": literal(Transport).or_none(),
+    "cache_retention": literal(CacheRetention).or_none(),
+    "session_id": OPT_STR,
+    "headers": OPT_DICT,
+    "timeout_ms": OPT_INT,
+    "max_retries": OPT_INT,
+    "max_retry_delay_ms": OPT_INT,
+    "metadata": OPT_DICT,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StreamOptions:
-    """Options every pi provider accepts; `signal` aborts the turn. `api_key` stays out of repr."""
+class StreamOptions(PiJson):
+    """Options every pi provider accepts; `signal` aborts the turn. `api_key` stays out of repr.
+
+    `to_json` leaves out `signal` (a live object); `from_json` takes it as a keyword.
+    """
 
     temperature: float | None = None
     max_tokens: int | None = None
@@ -170,38 +161,12 @@ class StreamOptions:
     max_retry_delay_ms: int | None = None
     metadata: Mapping[str, Any] | None = None
 
-    def to_json(self) -> JsonDict:
-        """pi's JSON for the options, without `signal` (a live object)."""
-        out: JsonDict = {}
-        for attr, key in _STREAM_OPTION_KEYS:
-            value = getattr(self, attr)
-            if isinstance(value, Mapping):
-                value = dict(value)
-            elif isinstance(value, float):
-                value = _jnum(value)
-            _put(out, key, value)
-        return out
-
-    @classmethod
-    def _fields_from_json(cls, d: Mapping[str, Any], what: str) -> JsonDict:
-        return {
-            "temperature": _opt_num(d, "temperature", what),
-            "max_tokens": _opt_int(d, "maxTokens", what),
-            "api_key": _opt_str(d, "apiKey", what),
-            "transport": _opt_literal(d, "transport", what, Transport),
-            "cache_retention": _opt_literal(d, "cacheRetention", what, CacheRetention),
-            "session_id": _opt_str(d, "sessionId", what),
-            "headers": _opt_dict(d, "headers", what),
-            "timeout_ms": _opt_int(d, "timeoutMs", what),
-            "max_retries": _opt_int(d, "maxRetries", what),
-            "max_retry_delay_ms": _opt_int(d, "maxRetryDelayMs", what),
-            "metadata": _opt_dict(d, "metadata", what),
-        }
+    _json = JsonShape("stream options", _STREAM_OPTIONS)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, signal: AbortSignal | None = None) -> Self:
-        d = _obj(data, "stream options")
-        return cls(signal=signal, **cls._fields_from_json(d, "stream options"))
+        """Decode pi's JSON for the options; `signal` is the live abort signal to attach."""
+        return cls(signal=signal, **cls._json.read(cls, data))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,21 +176,9 @@ class SimpleStreamOptions(StreamOptions):
     reasoning: ThinkingLevel | None = None
     thinking_budgets: ThinkingBudgets | None = None
 
-    def to_json(self) -> JsonDict:
-        out = StreamOptions.to_json(self)
-        _put(out, "reasoning", self.reasoning)
-        if self.thinking_budgets is not None:
-            out["thinkingBudgets"] = self.thinking_budgets.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, signal: AbortSignal | None = None) -> Self:
-        what = "stream options"
-        d = _obj(data, what)
-        budgets = d.get("thinkingBudgets")
-        return cls(
-            signal=signal,
-            reasoning=_opt_literal(d, "reasoning", what, ThinkingLevel),
-            thinking_budgets=None if budgets is None else ThinkingBudgets.from_json(budgets),
-            **cls._fields_from_json(d, what),
-        )
+    _json = JsonShape(
+        "stream options",
+        _STREAM_OPTIONS,
+        reasoning=literal(ThinkingLevel).or_none(),
+        thinking_budgets=nested(ThinkingBudgets).or_none(),
+    )

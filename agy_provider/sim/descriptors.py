@@ -60,9 +60,12 @@ _SCALARS = {
 # "enum:.full.Name". flags: "rep" (repeated), "opt" (proto3 `optional`), "oneof:<name>".
 FieldSpec = tuple[int, str, str, str]
 
-CORTEX = ".exa.cortex_pb."
-COMMON = ".exa.codeium_common_pb."
-TS = "msg:.google.protobuf.Timestamp"
+# Short package names the schema text below may use in "msg:" and "enum:" types.
+_PACKAGES = {
+    "COMMON.": ".exa.codeium_common_pb.",
+    "CORTEX.": ".exa.cortex_pb.",
+    "google.": ".google.protobuf.",
+}
 
 
 def _camel(name: str) -> str:
@@ -196,431 +199,348 @@ ANY_TYPE_URL_STEP = "type.googleapis.com/gemini_coder.Step"
 # --- files ----------------------------------------------------------------------------------
 
 
-def _common_file() -> descriptor_pb2.FileDescriptorProto:
+# --- the messages, as data -------------------------------------------------------------------
+# One block per message: `message Name`, then a line per field `number name type [flags]` (as
+# FieldSpec), `map EntryName value_type` for a nested string-keyed map entry and
+# `enum Name VALUE=number ...` for a nested enum. `#` starts a comment.
+
+_COMMON_MESSAGES = """
+message ChatToolCall
+  1 id string
+  2 name string
+  3 arguments_json string
+  7 thinking_signature bytes
+  9 original_name string
+
+message ModelUsageStats
+  1 model enum:COMMON.Model
+  2 input_tokens uint64
+  3 output_tokens uint64
+  4 cache_write_tokens uint64
+  5 cache_read_tokens uint64
+  6 api_provider enum:COMMON.APIProvider
+  7 message_id string
+  8 response_header msg:COMMON.ModelUsageStats.ResponseHeaderEntry rep
+  9 thinking_output_tokens uint64
+  10 response_output_tokens uint64
+  11 response_id string
+  map ResponseHeaderEntry string
+
+message ModelOrAlias
+  1 model enum:COMMON.Model oneof:choice
+
+message TextOrScopeItem
+  1 text string oneof:chunk
+"""
+
+_CORTEX_MESSAGES = """
+# A step's metadata: its timestamps, status transitions, model usage and error details.
+message SourceTrajectoryStepInfo
+  1 trajectory_id string
+  2 step_index uint32
+  3 metadata_index uint32
+  4 cascade_id string
+
+message StatusTransition
+  1 updated_status enum:CORTEX.CortexStepStatus
+  2 timestamp msg:google.Timestamp
+
+message CortexStepInternalMetadata
+  1 status_transitions msg:CORTEX.StatusTransition rep
+
+message CortexStepMetadata
+  1 created_at msg:google.Timestamp
+  3 source enum:CORTEX.CortexStepSource
+  4 tool_call msg:COMMON.ChatToolCall
+  5 arguments_order string rep
+  6 viewable_at msg:google.Timestamp
+  7 finished_generating_at msg:google.Timestamp
+  8 completed_at msg:google.Timestamp
+  9 model_usage msg:COMMON.ModelUsageStats
+  11 generator_model enum:COMMON.Model
+  12 execution_id string
+  13 requested_model msg:COMMON.ModelOrAlias
+  20 source_trajectory_step_info msg:CORTEX.SourceTrajectoryStepInfo
+  21 step_generation_version uint32
+  22 last_completed_chunk_at msg:google.Timestamp
+  26 internal_metadata msg:CORTEX.CortexStepInternalMetadata
+  30 tool_summary string
+  31 tool_action string
+  32 started_at msg:google.Timestamp
+
+message CortexErrorDetails
+  1 user_error_message string
+  2 short_error string
+  3 full_error string
+  7 error_code uint32
+  9 model_error_message string
+
+# The bodies of user input, planner response, generic and run-command steps.
+message CortexStepUserInput
+  1 query string
+  2 user_response string
+  3 items msg:COMMON.TextOrScopeItem rep
+
+message CortexStepPlannerResponse
+  1 response string
+  3 thinking string
+  6 message_id string
+  7 tool_calls msg:COMMON.ChatToolCall rep
+  8 modified_response string
+  12 stop_reason enum:COMMON.StopReason
+
+message GenericStepResult
+  1 result string
+  6 payload msg:google.Any
+  7 full_output_uri string
+
+message CortexStepGeneric
+  1 args msg:CORTEX.CortexStepGeneric.ArgsEntry rep
+  2 result msg:CORTEX.GenericStepResult
+  map ArgsEntry string
+
+message RunCommandOutput
+  1 full string
+  2 truncated string
+
+message CortexStepRunCommand
+  2 cwd string
+  6 exit_code int32 opt
+  11 blocking bool
+  12 wait_ms_before_async uint64
+  21 combined_output msg:CORTEX.RunCommandOutput
+  23 command_line string
+  25 proposed_command_line string
+  31 shell_name string
+
+# The bodies of the file, error, checkpoint, system, question and MCP tool steps.
+message CortexStepViewFile
+  1 absolute_path_uri string
+  2 start_line uint32
+  3 end_line uint32
+  4 content string
+  11 num_lines uint32
+  12 num_bytes uint32
+
+message ListDirectoryResult
+  1 name string
+  2 is_dir bool
+  4 size_bytes uint64
+
+message CortexStepListDirectory
+  1 directory_path_uri string
+  3 results msg:CORTEX.ListDirectoryResult rep
+
+message CortexStepErrorMessage
+  3 error msg:CORTEX.CortexErrorDetails
+  4 should_show_model bool
+  5 should_show_user bool
+
+message CortexStepCheckpoint
+  4 user_intent string
+  9 intent_only bool
+  12 included_step_index_end uint32
+  19 user_requests string rep
+  24 render_latest_checkpoint bool
+  25 render_user_message_step_index int64 opt
+
+message CortexStepSystemMessage
+  1 message string
+  3 event_type string
+
+message CortexStepConversationHistory
+  1 content string
+# FINISH's body is not in the field guide; agy-sim writes it empty (1.3.x, unverified).
+message CortexStepFinish
+
+message AskQuestionOption
+  1 id string
+  2 text string
+
+message AskQuestionEntry
+  1 question string
+  2 options msg:CORTEX.AskQuestionOption rep
+  3 is_multi_select bool
+  4 selected_option_ids string rep
+  5 write_in_response string
+
+message CortexStepAskQuestion
+  1 questions msg:CORTEX.AskQuestionEntry rep
+
+message McpServerInfo
+  1 name string
+  2 version string
+
+message CortexStepMcpTool
+  1 server_name string
+  2 tool_call msg:COMMON.ChatToolCall
+  3 result_string string oneof:result
+  4 server_info msg:CORTEX.McpServerInfo
+  7 user_rejected bool
+
+# The permission and question interactions a WAITING step asks for, and their answers.
+message PermissionResource
+  1 action string
+  2 target string
+
+message PermissionInteractionSpec
+  1 resource msg:CORTEX.PermissionResource
+  2 suggested_persist_pattern string
+  3 persist_suggestion_type enum:CORTEX.PermissionInteractionSpec.PersistSuggestionType
+  5 action_description string opt
+  enum PersistSuggestionType PERSIST_SUGGESTION_TYPE_UNSPECIFIED=0 PERSIST_SUGGESTION_TYPE_SUGGESTED=1
+
+message AskQuestionInteractionSpec
+  1 questions msg:CORTEX.AskQuestionEntry rep
+
+message RequestedInteraction
+  21 permission msg:CORTEX.PermissionInteractionSpec oneof:interaction
+  22 ask_question msg:CORTEX.AskQuestionInteractionSpec oneof:interaction
+
+message PermissionInteraction
+  1 allow bool
+
+message AskQuestionInteraction
+  1 responses msg:CORTEX.AskQuestionEntry rep
+
+message CascadeUserInteraction
+  1 trajectory_id string
+  2 step_index uint32
+  21 permission msg:CORTEX.PermissionInteraction oneof:interaction
+  22 ask_question msg:CORTEX.AskQuestionInteraction oneof:interaction
+  24 timed_out bool
+
+message CompletedInteraction
+  1 request msg:CORTEX.RequestedInteraction
+  2 response msg:CORTEX.CascadeUserInteraction
+
+# Trajectory-level records: permission grants, generator metadata, trajectory metadata.
+message PermissionGrant
+  1 resource msg:CORTEX.PermissionResource
+  2 allow bool
+
+message TrajectoryPermissions
+  2 permission_grants msg:CORTEX.PermissionGrant rep
+
+message RetryInfo
+  2 usage msg:COMMON.ModelUsageStats
+
+message ChatModelMetadata
+  3 model enum:COMMON.Model
+  4 usage msg:COMMON.ModelUsageStats
+  17 retry_infos msg:CORTEX.RetryInfo rep
+  19 response_model string
+  21 model_display_name string
+
+message CortexStepGeneratorMetadata
+  1 chat_model msg:CORTEX.ChatModelMetadata oneof:metadata
+  2 step_indices uint32 rep
+  4 execution_id string
+
+message CortexTrajectoryMetadata
+  2 created_at msg:google.Timestamp
+  5 parent_conversation_id string
+  6 root_conversation_id string
+  7 workspace_uris string rep
+"""
+
+_TRAJECTORY_MESSAGES = """
+message Step
+  1 type enum:CORTEX.CortexStepType
+  4 status enum:CORTEX.CortexStepStatus
+  5 metadata msg:CORTEX.CortexStepMetadata
+  12 finish msg:CORTEX.CortexStepFinish oneof:step
+  14 view_file msg:CORTEX.CortexStepViewFile oneof:step
+  15 list_directory msg:CORTEX.CortexStepListDirectory oneof:step
+  19 user_input msg:CORTEX.CortexStepUserInput oneof:step
+  20 planner_response msg:CORTEX.CortexStepPlannerResponse oneof:step
+  24 error_message msg:CORTEX.CortexStepErrorMessage oneof:step
+  28 run_command msg:CORTEX.CortexStepRunCommand oneof:step
+  30 checkpoint msg:CORTEX.CortexStepCheckpoint oneof:step
+  31 error msg:CORTEX.CortexErrorDetails
+  47 mcp_tool msg:CORTEX.CortexStepMcpTool oneof:step
+  56 requested_interaction msg:CORTEX.RequestedInteraction
+  111 conversation_history msg:CORTEX.CortexStepConversationHistory oneof:step
+  114 system_message msg:CORTEX.CortexStepSystemMessage oneof:step
+  133 permissions msg:CORTEX.TrajectoryPermissions
+  140 generic msg:CORTEX.CortexStepGeneric oneof:step
+  147 completed_interactions msg:CORTEX.CompletedInteraction rep
+  154 ask_question msg:CORTEX.CortexStepAskQuestion oneof:step
+"""
+
+
+def _kind(text: str) -> str:
+    for short, full in _PACKAGES.items():
+        text = text.replace(":" + short, ":" + full)
+    return text
+
+
+def _messages(schema: str) -> list[descriptor_pb2.DescriptorProto]:
+    """The messages a schema text above declares, in order."""
+    blocks: list[tuple[str, list[FieldSpec], list[tuple[str, str]], list[Any]]] = []
+    for line in schema.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if words[0] == "message":
+            blocks.append((words[1], [], [], []))
+        elif words[0] == "map":
+            blocks[-1][2].append((words[1], _kind(words[2])))
+        elif words[0] == "enum":
+            values = [(value, int(number)) for value, number in (w.split("=") for w in words[2:])]
+            blocks[-1][3].append(_enum(words[1], values))
+        else:
+            number, name, kind, *flags = words
+            blocks[-1][1].append((int(number), name, _kind(kind), " ".join(flags)))
+    return [_message(name, fields, maps=maps, enums=enums) for name, fields, maps, enums in blocks]
+
+
+def _file(
+    name: str, package: str, dependency: Sequence[str], enums: Iterable[tuple[str, Any]]
+) -> descriptor_pb2.FileDescriptorProto:
     f = descriptor_pb2.FileDescriptorProto(
-        name="agy_provider/sim/codeium_common.proto",
-        package="exa.codeium_common_pb",
+        name=f"agy_provider/sim/{name}.proto",
+        package=package,
         syntax="proto3",
+        dependency=list(dependency),
     )
-    models = [("MODEL_UNSPECIFIED", 0)] + [
-        (f"MODEL_PLACEHOLDER_M{n}", model_enum_number(n)) for n in _MODEL_PLACEHOLDERS
-    ]
-    f.enum_type.extend(
-        [
-            _enum("Model", models),
-            _enum("APIProvider", _API_PROVIDERS.items()),
-            _enum("StopReason", STOP_REASON.items()),
-        ]
-    )
-    f.message_type.extend(
-        [
-            _message(
-                "ChatToolCall",
-                [
-                    (1, "id", "string", ""),
-                    (2, "name", "string", ""),
-                    (3, "arguments_json", "string", ""),
-                    (7, "thinking_signature", "bytes", ""),
-                    (9, "original_name", "string", ""),
-                ],
-            ),
-            _message(
-                "ModelUsageStats",
-                [
-                    (1, "model", f"enum:{COMMON}Model", ""),
-                    (2, "input_tokens", "uint64", ""),
-                    (3, "output_tokens", "uint64", ""),
-                    (4, "cache_write_tokens", "uint64", ""),
-                    (5, "cache_read_tokens", "uint64", ""),
-                    (6, "api_provider", f"enum:{COMMON}APIProvider", ""),
-                    (7, "message_id", "string", ""),
-                    (
-                        8,
-                        "response_header",
-                        f"msg:{COMMON}ModelUsageStats.ResponseHeaderEntry",
-                        "rep",
-                    ),
-                    (9, "thinking_output_tokens", "uint64", ""),
-                    (10, "response_output_tokens", "uint64", ""),
-                    (11, "response_id", "string", ""),
-                ],
-                maps=[("ResponseHeaderEntry", "string")],
-            ),
-            _message("ModelOrAlias", [(1, "model", f"enum:{COMMON}Model", "oneof:choice")]),
-            _message("TextOrScopeItem", [(1, "text", "string", "oneof:chunk")]),
-        ]
-    )
+    f.enum_type.extend(_enum(enum, values) for enum, values in enums)
     return f
 
 
-def _cortex_messages() -> list[descriptor_pb2.DescriptorProto]:
-    return [
-        *_step_metadata_messages(),
-        *_input_and_command_step_messages(),
-        *_file_and_other_step_messages(),
-        *_interaction_messages(),
-        *_trajectory_messages(),
+def _common_file() -> descriptor_pb2.FileDescriptorProto:
+    models = [("MODEL_UNSPECIFIED", 0)] + [
+        (f"MODEL_PLACEHOLDER_M{n}", model_enum_number(n)) for n in _MODEL_PLACEHOLDERS
     ]
-
-
-def _step_metadata_messages() -> list[descriptor_pb2.DescriptorProto]:
-    """A step's metadata: its timestamps, status transitions, model usage and error details."""
-    status = f"enum:{CORTEX}CortexStepStatus"
-    usage = f"msg:{COMMON}ModelUsageStats"
-    return [
-        _message(
-            "SourceTrajectoryStepInfo",
-            [
-                (1, "trajectory_id", "string", ""),
-                (2, "step_index", "uint32", ""),
-                (3, "metadata_index", "uint32", ""),
-                (4, "cascade_id", "string", ""),
-            ],
-        ),
-        _message("StatusTransition", [(1, "updated_status", status, ""), (2, "timestamp", TS, "")]),
-        _message(
-            "CortexStepInternalMetadata",
-            [(1, "status_transitions", f"msg:{CORTEX}StatusTransition", "rep")],
-        ),
-        _message(
-            "CortexStepMetadata",
-            [
-                (1, "created_at", TS, ""),
-                (3, "source", f"enum:{CORTEX}CortexStepSource", ""),
-                (4, "tool_call", f"msg:{COMMON}ChatToolCall", ""),
-                (5, "arguments_order", "string", "rep"),
-                (6, "viewable_at", TS, ""),
-                (7, "finished_generating_at", TS, ""),
-                (8, "completed_at", TS, ""),
-                (9, "model_usage", usage, ""),
-                (11, "generator_model", f"enum:{COMMON}Model", ""),
-                (12, "execution_id", "string", ""),
-                (13, "requested_model", f"msg:{COMMON}ModelOrAlias", ""),
-                (20, "source_trajectory_step_info", f"msg:{CORTEX}SourceTrajectoryStepInfo", ""),
-                (21, "step_generation_version", "uint32", ""),
-                (22, "last_completed_chunk_at", TS, ""),
-                (26, "internal_metadata", f"msg:{CORTEX}CortexStepInternalMetadata", ""),
-                (30, "tool_summary", "string", ""),
-                (31, "tool_action", "string", ""),
-                (32, "started_at", TS, ""),
-            ],
-        ),
-        _message(
-            "CortexErrorDetails",
-            [
-                (1, "user_error_message", "string", ""),
-                (2, "short_error", "string", ""),
-                (3, "full_error", "string", ""),
-                (7, "error_code", "uint32", ""),
-                (9, "model_error_message", "string", ""),
-            ],
-        ),
+    enums = [
+        ("Model", models),
+        ("APIProvider", _API_PROVIDERS.items()),
+        ("StopReason", STOP_REASON.items()),
     ]
-
-
-def _input_and_command_step_messages() -> list[descriptor_pb2.DescriptorProto]:
-    """The bodies of user input, planner response, generic and run-command steps."""
-    return [
-        _message(
-            "CortexStepUserInput",
-            [
-                (1, "query", "string", ""),
-                (2, "user_response", "string", ""),
-                (3, "items", f"msg:{COMMON}TextOrScopeItem", "rep"),
-            ],
-        ),
-        _message(
-            "CortexStepPlannerResponse",
-            [
-                (1, "response", "string", ""),
-                (3, "thinking", "string", ""),
-                (6, "message_id", "string", ""),
-                (7, "tool_calls", f"msg:{COMMON}ChatToolCall", "rep"),
-                (8, "modified_response", "string", ""),
-                (12, "stop_reason", f"enum:{COMMON}StopReason", ""),
-            ],
-        ),
-        _message(
-            "GenericStepResult",
-            [
-                (1, "result", "string", ""),
-                (6, "payload", "msg:.google.protobuf.Any", ""),
-                (7, "full_output_uri", "string", ""),
-            ],
-        ),
-        _message(
-            "CortexStepGeneric",
-            [
-                (1, "args", f"msg:{CORTEX}CortexStepGeneric.ArgsEntry", "rep"),
-                (2, "result", f"msg:{CORTEX}GenericStepResult", ""),
-            ],
-            maps=[("ArgsEntry", "string")],
-        ),
-        _message(
-            "RunCommandOutput",
-            [(1, "full", "string", ""), (2, "truncated", "string", "")],
-        ),
-        _message(
-            "CortexStepRunCommand",
-            [
-                (2, "cwd", "string", ""),
-                (6, "exit_code", "int32", "opt"),
-                (11, "blocking", "bool", ""),
-                (12, "wait_ms_before_async", "uint64", ""),
-                (21, "combined_output", f"msg:{CORTEX}RunCommandOutput", ""),
-                (23, "command_line", "string", ""),
-                (25, "proposed_command_line", "string", ""),
-                (31, "shell_name", "string", ""),
-            ],
-        ),
-    ]
-
-
-def _file_and_other_step_messages() -> list[descriptor_pb2.DescriptorProto]:
-    """The bodies of the file, error, checkpoint, system, question and MCP tool steps."""
-    return [
-        _message(
-            "CortexStepViewFile",
-            [
-                (1, "absolute_path_uri", "string", ""),
-                (2, "start_line", "uint32", ""),
-                (3, "end_line", "uint32", ""),
-                (4, "content", "string", ""),
-                (11, "num_lines", "uint32", ""),
-                (12, "num_bytes", "uint32", ""),
-            ],
-        ),
-        _message(
-            "ListDirectoryResult",
-            [(1, "name", "string", ""), (2, "is_dir", "bool", ""), (4, "size_bytes", "uint64", "")],
-        ),
-        _message(
-            "CortexStepListDirectory",
-            [
-                (1, "directory_path_uri", "string", ""),
-                (3, "results", f"msg:{CORTEX}ListDirectoryResult", "rep"),
-            ],
-        ),
-        _message(
-            "CortexStepErrorMessage",
-            [
-                (3, "error", f"msg:{CORTEX}CortexErrorDetails", ""),
-                (4, "should_show_model", "bool", ""),
-                (5, "should_show_user", "bool", ""),
-            ],
-        ),
-        _message(
-            "CortexStepCheckpoint",
-            [
-                (4, "user_intent", "string", ""),
-                (9, "intent_only", "bool", ""),
-                (12, "included_step_index_end", "uint32", ""),
-                (19, "user_requests", "string", "rep"),
-                (24, "render_latest_checkpoint", "bool", ""),
-                (25, "render_user_message_step_index", "int64", "opt"),
-            ],
-        ),
-        _message(
-            "CortexStepSystemMessage",
-            [(1, "message", "string", ""), (3, "event_type", "string", "")],
-        ),
-        _message("CortexStepConversationHistory", [(1, "content", "string", "")]),
-        # FINISH's body is not in the field guide; agy-sim writes it empty (1.3.x, unverified).
-        _message("CortexStepFinish", []),
-        _message("AskQuestionOption", [(1, "id", "string", ""), (2, "text", "string", "")]),
-        _message(
-            "AskQuestionEntry",
-            [
-                (1, "question", "string", ""),
-                (2, "options", f"msg:{CORTEX}AskQuestionOption", "rep"),
-                (3, "is_multi_select", "bool", ""),
-                (4, "selected_option_ids", "string", "rep"),
-                (5, "write_in_response", "string", ""),
-            ],
-        ),
-        _message(
-            "CortexStepAskQuestion", [(1, "questions", f"msg:{CORTEX}AskQuestionEntry", "rep")]
-        ),
-        _message("McpServerInfo", [(1, "name", "string", ""), (2, "version", "string", "")]),
-        _message(
-            "CortexStepMcpTool",
-            [
-                (1, "server_name", "string", ""),
-                (2, "tool_call", f"msg:{COMMON}ChatToolCall", ""),
-                (3, "result_string", "string", "oneof:result"),
-                (4, "server_info", f"msg:{CORTEX}McpServerInfo", ""),
-                (7, "user_rejected", "bool", ""),
-            ],
-        ),
-    ]
-
-
-def _interaction_messages() -> list[descriptor_pb2.DescriptorProto]:
-    """The permission and question interactions a WAITING step asks for, and their answers."""
-    return [
-        _message("PermissionResource", [(1, "action", "string", ""), (2, "target", "string", "")]),
-        _message(
-            "PermissionInteractionSpec",
-            [
-                (1, "resource", f"msg:{CORTEX}PermissionResource", ""),
-                (2, "suggested_persist_pattern", "string", ""),
-                (
-                    3,
-                    "persist_suggestion_type",
-                    f"enum:{CORTEX}PermissionInteractionSpec.PersistSuggestionType",
-                    "",
-                ),
-                (5, "action_description", "string", "opt"),
-            ],
-            enums=[
-                _enum(
-                    "PersistSuggestionType",
-                    [
-                        ("PERSIST_SUGGESTION_TYPE_UNSPECIFIED", 0),
-                        ("PERSIST_SUGGESTION_TYPE_SUGGESTED", 1),
-                    ],
-                )
-            ],
-        ),
-        _message(
-            "AskQuestionInteractionSpec", [(1, "questions", f"msg:{CORTEX}AskQuestionEntry", "rep")]
-        ),
-        _message(
-            "RequestedInteraction",
-            [
-                (21, "permission", f"msg:{CORTEX}PermissionInteractionSpec", "oneof:interaction"),
-                (
-                    22,
-                    "ask_question",
-                    f"msg:{CORTEX}AskQuestionInteractionSpec",
-                    "oneof:interaction",
-                ),
-            ],
-        ),
-        _message("PermissionInteraction", [(1, "allow", "bool", "")]),
-        _message(
-            "AskQuestionInteraction", [(1, "responses", f"msg:{CORTEX}AskQuestionEntry", "rep")]
-        ),
-        _message(
-            "CascadeUserInteraction",
-            [
-                (1, "trajectory_id", "string", ""),
-                (2, "step_index", "uint32", ""),
-                (21, "permission", f"msg:{CORTEX}PermissionInteraction", "oneof:interaction"),
-                (22, "ask_question", f"msg:{CORTEX}AskQuestionInteraction", "oneof:interaction"),
-                (24, "timed_out", "bool", ""),
-            ],
-        ),
-        _message(
-            "CompletedInteraction",
-            [
-                (1, "request", f"msg:{CORTEX}RequestedInteraction", ""),
-                (2, "response", f"msg:{CORTEX}CascadeUserInteraction", ""),
-            ],
-        ),
-    ]
-
-
-def _trajectory_messages() -> list[descriptor_pb2.DescriptorProto]:
-    """Trajectory-level records: permission grants, generator metadata, trajectory metadata."""
-    usage = f"msg:{COMMON}ModelUsageStats"
-    return [
-        _message(
-            "PermissionGrant",
-            [(1, "resource", f"msg:{CORTEX}PermissionResource", ""), (2, "allow", "bool", "")],
-        ),
-        _message(
-            "TrajectoryPermissions",
-            [(2, "permission_grants", f"msg:{CORTEX}PermissionGrant", "rep")],
-        ),
-        _message("RetryInfo", [(2, "usage", usage, "")]),
-        _message(
-            "ChatModelMetadata",
-            [
-                (3, "model", f"enum:{COMMON}Model", ""),
-                (4, "usage", usage, ""),
-                (17, "retry_infos", f"msg:{CORTEX}RetryInfo", "rep"),
-                (19, "response_model", "string", ""),
-                (21, "model_display_name", "string", ""),
-            ],
-        ),
-        _message(
-            "CortexStepGeneratorMetadata",
-            [
-                (1, "chat_model", f"msg:{CORTEX}ChatModelMetadata", "oneof:metadata"),
-                (2, "step_indices", "uint32", "rep"),
-                (4, "execution_id", "string", ""),
-            ],
-        ),
-        _message(
-            "CortexTrajectoryMetadata",
-            [
-                (2, "created_at", TS, ""),
-                (5, "parent_conversation_id", "string", ""),
-                (6, "root_conversation_id", "string", ""),
-                (7, "workspace_uris", "string", "rep"),
-            ],
-        ),
-    ]
+    f = _file("codeium_common", "exa.codeium_common_pb", [], enums)
+    f.message_type.extend(_messages(_COMMON_MESSAGES))
+    return f
 
 
 def _cortex_file() -> descriptor_pb2.FileDescriptorProto:
-    f = descriptor_pb2.FileDescriptorProto(
-        name="agy_provider/sim/cortex.proto",
-        package="exa.cortex_pb",
-        syntax="proto3",
-        dependency=[
-            "google/protobuf/any.proto",
-            "google/protobuf/timestamp.proto",
-            "agy_provider/sim/codeium_common.proto",
-        ],
-    )
-    f.enum_type.extend(
-        [
-            _enum("CortexStepType", STEP_TYPE.items()),
-            _enum("CortexStepStatus", STEP_STATUS.items()),
-            _enum("CortexStepSource", STEP_SOURCE.items()),
-        ]
-    )
-    f.message_type.extend(_cortex_messages())
+    deps = [
+        "google/protobuf/any.proto",
+        "google/protobuf/timestamp.proto",
+        "agy_provider/sim/codeium_common.proto",
+    ]
+    enums = [
+        ("CortexStepType", STEP_TYPE.items()),
+        ("CortexStepStatus", STEP_STATUS.items()),
+        ("CortexStepSource", STEP_SOURCE.items()),
+    ]
+    f = _file("cortex", "exa.cortex_pb", deps, enums)
+    f.message_type.extend(_messages(_CORTEX_MESSAGES))
     return f
 
 
 def _trajectory_file() -> descriptor_pb2.FileDescriptorProto:
-    f = descriptor_pb2.FileDescriptorProto(
-        name="agy_provider/sim/trajectory.proto",
-        package="gemini_coder",
-        syntax="proto3",
-        dependency=["agy_provider/sim/cortex.proto"],
-    )
-    step = "oneof:step"
-    f.message_type.append(
-        _message(
-            "Step",
-            [
-                (1, "type", f"enum:{CORTEX}CortexStepType", ""),
-                (4, "status", f"enum:{CORTEX}CortexStepStatus", ""),
-                (5, "metadata", f"msg:{CORTEX}CortexStepMetadata", ""),
-                (12, "finish", f"msg:{CORTEX}CortexStepFinish", step),
-                (14, "view_file", f"msg:{CORTEX}CortexStepViewFile", step),
-                (15, "list_directory", f"msg:{CORTEX}CortexStepListDirectory", step),
-                (19, "user_input", f"msg:{CORTEX}CortexStepUserInput", step),
-                (20, "planner_response", f"msg:{CORTEX}CortexStepPlannerResponse", step),
-                (24, "error_message", f"msg:{CORTEX}CortexStepErrorMessage", step),
-                (28, "run_command", f"msg:{CORTEX}CortexStepRunCommand", step),
-                (30, "checkpoint", f"msg:{CORTEX}CortexStepCheckpoint", step),
-                (31, "error", f"msg:{CORTEX}CortexErrorDetails", ""),
-                (47, "mcp_tool", f"msg:{CORTEX}CortexStepMcpTool", step),
-                (56, "requested_interaction", f"msg:{CORTEX}RequestedInteraction", ""),
-                (111, "conversation_history", f"msg:{CORTEX}CortexStepConversationHistory", step),
-                (114, "system_message", f"msg:{CORTEX}CortexStepSystemMessage", step),
-                (133, "permissions", f"msg:{CORTEX}TrajectoryPermissions", ""),
-                (140, "generic", f"msg:{CORTEX}CortexStepGeneric", step),
-                (147, "completed_interactions", f"msg:{CORTEX}CompletedInteraction", "rep"),
-                (154, "ask_question", f"msg:{CORTEX}CortexStepAskQuestion", step),
-            ],
-        )
-    )
+    f = _file("trajectory", "gemini_coder", ["agy_provider/sim/cortex.proto"], [])
+    f.message_type.extend(_messages(_TRAJECTORY_MESSAGES))
     return f
 
 
