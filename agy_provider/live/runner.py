@@ -48,6 +48,7 @@ __all__ = [
     "find_agy",
     "go_duration",
     "prompt_fits_argv",
+    "remember_tree",
     "stdin_turn",
 ]
 
@@ -350,15 +351,7 @@ class AgyProcess:
         """Remember every live descendant (and agy itself); returns the current tree."""
         if self._proc is None:
             return []
-        try:
-            root = psutil.Process(self._proc.pid)
-            below = _descendants(root.pid)
-            tree = [root, *(root.children(recursive=True) if below is None else below)]
-        except psutil.Error:
-            tree = []
-        for proc in tree:
-            self._known.setdefault(proc.pid, proc)
-        return tree
+        return remember_tree(self._proc.pid, self._known)
 
     def tree(self) -> list[psutil.Process]:
         """agy and its live descendants (for open files and listening sockets)."""
@@ -434,6 +427,20 @@ class AgyProcess:
     def survivors(self) -> list[int]:
         """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
         return [p.pid for p in self._known.values() if _alive(p)]
+
+
+def remember_tree(pid: int, known: dict[int, psutil.Process]) -> list[psutil.Process]:
+    """`pid` and its live descendants (our tree only), each remembered in `known` so that its
+    end can reach them even once they left the tree; [] when `pid` is gone."""
+    try:
+        root = psutil.Process(pid)
+        below = _descendants(root.pid)
+        tree = [root, *(root.children(recursive=True) if below is None else below)]
+    except psutil.Error:
+        tree = []
+    for proc in tree:
+        known.setdefault(proc.pid, proc)
+    return tree
 
 
 def _descendants(pid: int) -> list[psutil.Process] | None:

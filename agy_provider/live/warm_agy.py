@@ -27,7 +27,7 @@ from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.agy.step import StepUsage
 from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
-from agy_provider.live.runner import _alive, _descendants, _in_group, _signal, _spawn
+from agy_provider.live.runner import _alive, _in_group, _signal, _spawn, remember_tree
 from agy_provider.live.warm_bridge import WarmBridge
 from agy_provider.wire.ndjson import LineDecoder
 
@@ -340,15 +340,7 @@ class WarmAgy:
         """agy and its live descendants, each remembered for the end (blocking: off the loop)."""
         if self._proc is None or self._reaped:
             return []
-        try:
-            root = psutil.Process(self._proc.pid)
-            below = _descendants(root.pid)
-            tree = [root, *(root.children(recursive=True) if below is None else below)]
-        except psutil.Error:
-            tree = []
-        for proc in tree:
-            self._known.setdefault(proc.pid, proc)
-        return tree
+        return remember_tree(self._proc.pid, self._known)
 
     def signal_tree(self, sig: signal.Signals) -> None:
         """`sig` to every descendant ever seen and to agy's group while it provably exists."""
