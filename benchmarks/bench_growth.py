@@ -167,8 +167,9 @@ def _delta_chars(events: list[Any]) -> int:
 
 
 async def measure_sqlite(size: int, deltas: int, ascii_only: bool) -> list[float]:
-    from agy_provider.assembly.assembler import StepAssembler
     from agy_provider.plugins.sqlite_source import SqliteEventSource
+
+    from agy_provider.assembly.assembler import StepAssembler
 
     with tempfile.TemporaryDirectory(prefix="agy-bench-growth-") as tmp:
         db = Path(tmp) / "growth.db"
@@ -197,8 +198,9 @@ async def measure_sqlite(size: int, deltas: int, ascii_only: bool) -> list[float
 
 
 async def measure_rpc(size: int, deltas: int, ascii_only: bool) -> list[float]:
-    from agy_provider.assembly.assembler import StepAssembler
     from agy_provider.plugins.rpc_source import RpcEventSource
+
+    from agy_provider.assembly.assembler import StepAssembler
     from agy_provider.rpc.client import ConnectClient
 
     peer = Peer(["--rpc-server", str(size), str(deltas), str(int(ascii_only))])

@@ -11,6 +11,8 @@ import types
 from pathlib import Path
 
 import pytest
+from agy_provider.plugins.rpc_source import RpcEventSource
+from agy_provider.plugins.sqlite_source import SqliteEventSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +23,6 @@ from agy_provider.agy.step import Step, StepKind, StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.errors import DecodeError
 from agy_provider.pi.types import TextContent, ToolCall
-from agy_provider.plugins.rpc_source import RpcEventSource
-from agy_provider.plugins.sqlite_source import SqliteEventSource
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.writer import ConversationWriter
 
