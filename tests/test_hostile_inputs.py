@@ -914,3 +914,14 @@ def test_a_tool_argument_with_too_many_digits_to_print_is_shown_cut() -> None:
     from agy_provider.agy.streamjson_values import plain
 
     assert plain({"n": 10**4301, "m": 10**30}) == {"n": "…", "m": "1" + "0" * 30 + "…"}
+
+
+def test_a_usage_window_named_with_a_lone_surrogate_prints_as_json() -> None:
+    """Hypothesis found `/usage` bodies whose window name (a key) is a lone surrogate, which no
+    JSON encoder can print; the name is cleaned like every other text from agy."""
+    from agy_provider.agy.quota import parse_usage
+
+    for body in ({"\ud800": 0.5}, {"buckets": [{"name": "w\udc00", "remaining_fraction": 0.2}]}):
+        (bucket,) = parse_usage(body, now=1e9)
+        json.dumps(bucket.to_json(), ensure_ascii=False).encode("utf-8")
+        assert "\ufffd" in bucket.window

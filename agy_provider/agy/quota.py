@@ -351,7 +351,7 @@ def _bucket(body: Mapping[str, Any], name: str, now: float | None) -> UsageBucke
         resets_in = max(0.0, resets_at - now)
     if not window or (remaining is None and resets_at is None and resets_in is None):
         return None
-    return UsageBucket(window[:200], remaining, resets_at, resets_in)
+    return UsageBucket(jsontext.clean_text(window[:200]), remaining, resets_at, resets_in)
 
 
 def _text_buckets(text: str, now: float | None) -> list[UsageBucket]:
@@ -411,7 +411,7 @@ def _parse_usage(data: Any, now: float | None, depth: int) -> list[UsageBucket]:
         if isinstance(item, Mapping):
             bucket = _bucket(item, name, now)
         elif name and (fraction := _fraction(item)) is not None:
-            bucket = UsageBucket(name[:200], fraction)
+            bucket = UsageBucket(jsontext.clean_text(name[:200]), fraction)
         else:
             bucket = None
         if bucket is not None:
