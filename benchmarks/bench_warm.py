@@ -196,9 +196,10 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
     )
     await probe.stop()
     base_streamed = sum(t.ok and t.text_deltas >= 2 for t in base)
+    base_mib = psutil.Process().memory_info().rss / 2**20
     lines.append(
         f"  one-shot × {n} ({source}): done {sum(t.ok for t in base)}/{n}, streamed (≥ 2 deltas) "
-        f"{base_streamed}/{n}, lag p99 {probe.summary()[1]:6.2f} ms"
+        f"{base_streamed}/{n}, lag p99 {probe.summary()[1]:6.2f} ms, host RSS {base_mib:5.1f} MiB"
     )
     os.environ.update({"AGY_WARM": "1", "AGY_WARM_MAX": str(n), "AGY_WARM_SPARES": "0"})
     POOL.shutdown()
@@ -266,20 +267,21 @@ async def abort_at(phase: str, source: str, cwd: Path) -> tuple[float, bool]:
         event_source=source,
     )
     aborted_at = ended = 0.0
+    interrupted: list[psutil.Process] = []
     trigger = {"agy has the turn": "thinking_start", "streaming": "text_delta"}.get(phase, "start")
     async for event in stream:
         if aborted_at == 0.0 and event.type == trigger:
             if phase == "cold start":
                 await asyncio.sleep(0.5)
+            busy = ("in_turn", "starting")
+            interrupted = [psutil.Process(a.pid) for a in POOL.agys() if a.state.value in busy]
             aborted_at = time.perf_counter()
             signal.abort("benchmark")
         if event.type in ("done", "error"):
             ended = time.perf_counter()
-    # The turn's agy (a lease the abort cut short is ended beside the turn): gone within 5 s?
-    left = [a for a in POOL.agys() if a.state.value == "closing" or a.conversation_id == ""]
-    _, alive = psutil.wait_procs(
-        [psutil.Process(a.pid) for a in left if psutil.pid_exists(a.pid)], 5
-    )
+    # The aborted turn's agy (a lease the abort cut short is ended beside the turn): gone
+    # within 5 s, and nothing of the pool left in a turn?
+    _, alive = psutil.wait_procs(interrupted, 5)
     kept = [a for a in POOL.agys() if a.state.value == "in_turn"]
     return (ended - aborted_at) * 1000, not alive and not kept
 
@@ -330,7 +332,8 @@ def main() -> int:
     live.run_header("bench_warm: warm agy vs one agy -p per turn")
     _patch_timed_turn()
     with live.private_world("agy-bench-warm-") as tmp, live.ProviderLog().installed() as log:
-        os.environ["AGY_SIM_COLD_START_MS"] = str(args.cold_ms)
+        # agy-sim divides every delay by AGY_SIM_SPEED: this makes its cold start `--cold-ms`.
+        os.environ["AGY_SIM_COLD_START_MS"] = str(round(args.cold_ms * float(live.SIM_SPEED)))
         os.environ["AGY_TURN_TIMEOUT"] = "120"
         verdicts = asyncio.run(run(args, tmp / "work", log))
         from agy_provider.live.warm import POOL
