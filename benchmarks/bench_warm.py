@@ -159,7 +159,14 @@ async def latency(source: str, cwd: Path, clock: SimClock, cold_s: float) -> lis
     ]
     sim_text = clock.sim_first_text()[-4:]
     overhead = [(t.first_text - s) * 1000 for t, s in zip(warm[1:], sim_text, strict=False)]
+    # The spare was started after the conversation's first turn: a host's next new conversation
+    # comes once it is up (its `init` said), which is what is measured here.
+    for _ in range(400):
+        if any(a.spare and a.state.value == "ready" for a in POOL.agys()):
+            break
+        await asyncio.sleep(0.025)
     spare_turn = await live.timed_turn(source, prompt="another", session=f"spare-{source}", cwd=cwd)
+
     marks = clock.newest()
     spare_overhead = (
         spare_turn.first_text - (marks.get("first_text", 0) - marks.get("sent", 0))
@@ -273,8 +280,7 @@ async def abort_at(phase: str, source: str, cwd: Path) -> tuple[float, bool]:
         if aborted_at == 0.0 and event.type == trigger:
             if phase == "cold start":
                 await asyncio.sleep(0.5)
-            busy = ("in_turn", "starting")
-            interrupted = [psutil.Process(a.pid) for a in POOL.agys() if a.state.value in busy]
+            interrupted = [psutil.Process(a.pid) for a in POOL.agys() if a.state.value == "in_turn"]
             aborted_at = time.perf_counter()
             signal.abort("benchmark")
         if event.type in ("done", "error"):
