@@ -140,8 +140,12 @@ async def clients_leaving(port: int, token: str, observer: FirstDeltas, trials: 
     import httpx
 
     from agy_provider.live.runner import find_agy
+    from agy_provider.live.warm import POOL
 
     body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    # The warm-up turn's agy (and its spare) stay warm in the pool: ended first, so that "no agy
+    # left" speaks of each leaving client's turn alone (an aborted turn's agy is never kept).
+    POOL.shutdown()
     os.environ["AGY_SIM_SCENARIO"] = "slow"  # a turn that surely still runs when the client goes
     os.environ["AGY_SIM_SPEED"] = "1"
     sim = find_agy("agy-sim")
