@@ -401,3 +401,28 @@ async def test_status_lists_the_warm_agys_of_this_host(live_env: Path) -> None:
     assert all(w["rss_bytes"] and w["rss_bytes"] > 0 for w in warm)
     POOL.shutdown()
     assert listed() == {}
+
+
+async def test_a_turn_offering_tools_that_gets_no_warm_agy_serves_them_itself(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An agy that refuses to stay: the turn falls back to `agy -p`, whose host tools are then
+    # served by the turn's own bridge (its folder one more --add-dir), as a one-shot turn's are.
+    old = tmp_path / "old-agy"
+    old.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "if '--input-format' in sys.argv and '-p' not in sys.argv:\n"
+        "    sys.stderr.write('flag provided but not defined: -input-format\\n')\n"
+        "    sys.exit(2)\n"
+        f"os.execv({agy_sim_path()!r}, [{agy_sim_path()!r}, *sys.argv[1:]])\n"
+    )
+    old.chmod(old.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AGY_BIN", str(old))
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    lookup = Tool("lookup_order", "Look up an order's status by its id.", TOOL_PARAMETERS)
+    ask = UserMessage(content="Where is my order A-1042?", timestamp=0)
+    first, done, _ = await tool_round(Context(messages=[ask], tools=[lookup]), "alone")
+    assert first.stop_reason == "toolUse" and done.stop_reason == "stop"
+    assert agys() == []
+    assert leftovers(live_env) == []

@@ -114,11 +114,17 @@ class TurnTools:
     async def start(self) -> TurnTools:
         """Load the SDK (off the loop), start the turn's own bridge. Raises `UsageError` for bad
         tools and `SourceError` when the bridge cannot listen."""
-        offered = await self.prepare()
-        mcp_bridge = await off_loop(_load_bridge)
-        bridge = mcp_bridge.HostToolBridge(offered, self.handle, server_name=SERVER_NAME)
-        self._bridge = self._calls_from = await bridge.start()
+        await self.prepare()
+        await self.serve_alone()
         return self
+
+    async def serve_alone(self) -> str:
+        """Start the turn's own bridge for what `prepare` gathered; the folder to give agy as one
+        more `--add-dir`. Raises `SourceError` when the bridge cannot listen."""
+        mcp_bridge = await off_loop(_load_bridge)
+        bridge = mcp_bridge.HostToolBridge(self.offered, self.handle, server_name=SERVER_NAME)
+        self._bridge = self._calls_from = await bridge.start()
+        return self.config_dir
 
     def serve_from(self, bridge: Any) -> None:
         """agy's calls come through a bridge that is not the turn's (a warm agy's, which lives as

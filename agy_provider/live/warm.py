@@ -220,7 +220,7 @@ class WarmPool:
         self._start_reaper()
         return agy
 
-    def release(self, agy: WarmAgy, *, new_conversation: bool, template: TurnRequest) -> None:
+    def release(self, agy: WarmAgy, *, new_conversation: bool) -> None:
         """A turn ended with agy's `result` and agy lives: idle again. After a new conversation's
         first turn, a spare of the same settings is started for the next (blocking: off the loop)."""
         with self._lock:
@@ -244,7 +244,8 @@ class WarmPool:
             elif not self._make_room(retired):
                 return
             try:
-                self._add(agy.key, _spare_request(template), spare=True, offered=agy.offered)
+                spare = _spare_request(agy.template)
+                self._add(agy.key, spare, spare=True, offered=agy.offered)
             except OSError as exc:
                 log.info("could not start a spare agy: %s", exc)
         for old in retired:

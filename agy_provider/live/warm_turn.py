@@ -43,6 +43,7 @@ class WarmTurn:
 
     def __init__(self, request: TurnRequest, pool: WarmPool = POOL) -> None:
         self.request = request
+        self._asked = request  # as the turn planned it (`request` then names the agy's own)
         self.pool = pool
         self._events = StdoutEvents()  # this turn's stdout lines only
         self.id_stated = asyncio.Event()
@@ -141,7 +142,7 @@ class WarmTurn:
         # folders include its own tool bridge's.
         self.agy = agy
         self.request = dataclasses.replace(
-            self.request,
+            self._asked,
             log_file=agy.template.log_file,
             csrf_token=agy.template.csrf_token,
             extra_dirs=agy.extra_dirs,
@@ -157,7 +158,14 @@ class WarmTurn:
         self.id_stated.clear()
 
     async def _start_oneshot(self) -> None:
-        process = AgyProcess(dataclasses.replace(self.request, warm=False))
+        request = self.request = dataclasses.replace(self._asked, warm=False)
+        if self.tools is not None:
+            # No warm agy to serve the host's tools: the turn's own bridge, as a one-shot turn's.
+            folder = await self.tools.serve_alone()
+            request = self.request = dataclasses.replace(
+                request, extra_dirs=(*request.extra_dirs, folder)
+            )
+        process = AgyProcess(request)
         process.id_stated = self.id_stated
         try:
             await process.start()
@@ -214,10 +222,7 @@ class WarmTurn:
     async def _let_go_of(self, agy: WarmAgy, grace: float) -> None:
         if self._by_result and not agy.exited.is_set():
             await off_loop(
-                self.pool.release,
-                agy,
-                new_conversation=not self.request.conversation_id,
-                template=self.request,
+                self.pool.release, agy, new_conversation=not self.request.conversation_id
             )
             return
         await off_loop(self.pool.discard, agy, interrupt=True, grace=grace)
