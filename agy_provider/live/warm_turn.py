@@ -105,7 +105,7 @@ class WarmTurn:
         self.loop = asyncio.get_running_loop()
         line = stdin_turn(self.request.prompt)
         for _ in range(_REPLACEMENTS + 1):
-            if self.pool.refuses(self.request):
+            if self.pool.refuses(self._asked):
                 break
             agy = await self._lease()
             if agy is None:
@@ -122,7 +122,9 @@ class WarmTurn:
 
     async def _lease(self) -> WarmAgy | None:
         offered = self.tools.offered if self.tools is not None else ()
-        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self.request, offered))
+        # Leased as the turn planned it: a replaced agy's log file, token and folders are not
+        # this turn's settings.
+        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self._asked, offered))
         try:
             return await asyncio.shield(leasing)
         except asyncio.CancelledError:
