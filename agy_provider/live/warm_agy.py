@@ -136,6 +136,7 @@ class WarmAgy:
         self._stderr_total = 0
         self._known: dict[int, psutil.Process] = {}
         self._reaped = False  # until agy is reaped its pid, and so its group id, stays ours
+        self._unreadable = False  # its stdout broke the line framing (a line over the bound)
         self._reader: threading.Thread | None = None
         self.on_closed: Callable[[WarmAgy], None] = lambda agy: None
         self.on_said_init: Callable[[WarmAgy], None] = lambda agy: None
@@ -253,8 +254,10 @@ class WarmAgy:
         try:
             lines.feed(chunk)
             complete = list(lines.lines())
-        except FramingError as exc:
-            log.warning("warm agy %d: its stdout is not readable stream-json: %s", self.pid, exc)
+        except FramingError as exc:  # the decoder is poisoned: said once, the rest unread
+            if not self._unreadable:
+                self._unreadable = True
+                log.warning("warm agy %d: its stdout is not readable stream-json: %s", self.pid, exc)
             return
         batch: list[bytes] = []
         for line in complete:
