@@ -64,6 +64,22 @@ async def two_turns(seen: Observed, session: str = "s") -> tuple[Any, Any, Any, 
     return turn_one, seen.turns[-1], first, second
 
 
+def refusing_agy(folder: Path) -> Path:
+    """An agy older than one process for many turns: it knows no --input-format without -p
+    (exit 2 naming the flag, as Go's flag package says it), and is agy-sim otherwise."""
+    old = folder / "old-agy"
+    old.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "if '--input-format' in sys.argv and '-p' not in sys.argv:\n"
+        "    sys.stderr.write('flag provided but not defined: -input-format\\n')\n"
+        "    sys.exit(2)\n"
+        f"os.execv({agy_sim_path()!r}, [{agy_sim_path()!r}, *sys.argv[1:]])\n"
+    )
+    old.chmod(old.stat().st_mode | stat.S_IEXEC)
+    return old
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -268,18 +284,7 @@ async def test_an_agy_that_refuses_to_stay_runs_each_turn_alone(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # An agy older than one process for many turns: it knows no --input-format without -p.
-    old = tmp_path / "old-agy"
-    old.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys\n"
-        "if '--input-format' in sys.argv and '-p' not in sys.argv:\n"
-        "    sys.stderr.write('flag provided but not defined: -input-format\\n')\n"
-        "    sys.exit(2)\n"
-        f"os.execv({agy_sim_path()!r}, [{agy_sim_path()!r}, *sys.argv[1:]])\n"
-    )
-    old.chmod(old.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("AGY_BIN", str(old))
+    monkeypatch.setenv("AGY_BIN", str(refusing_agy(tmp_path)))
     with caplog.at_level(logging.WARNING, logger="agy_provider.live.warm"):
         for prompt in ("one", "two"):
             events, message = await run_turn(prompt)
@@ -408,17 +413,7 @@ async def test_a_turn_offering_tools_that_gets_no_warm_agy_serves_them_itself(
 ) -> None:
     # An agy that refuses to stay: the turn falls back to `agy -p`, whose host tools are then
     # served by the turn's own bridge (its folder one more --add-dir), as a one-shot turn's are.
-    old = tmp_path / "old-agy"
-    old.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys\n"
-        "if '--input-format' in sys.argv and '-p' not in sys.argv:\n"
-        "    sys.stderr.write('flag provided but not defined: -input-format\\n')\n"
-        "    sys.exit(2)\n"
-        f"os.execv({agy_sim_path()!r}, [{agy_sim_path()!r}, *sys.argv[1:]])\n"
-    )
-    old.chmod(old.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("AGY_BIN", str(old))
+    monkeypatch.setenv("AGY_BIN", str(refusing_agy(tmp_path)))
     monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     lookup = Tool("lookup_order", "Look up an order's status by its id.", TOOL_PARAMETERS)
     ask = UserMessage(content="Where is my order A-1042?", timestamp=0)
