@@ -14,6 +14,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,53 @@ def test_concurrent_writers_merge(tmp_path: Path) -> None:
         assert p.exitcode == 0
     records = SessionStore(path).all()
     assert set(records) == {f"w{w}-{n}" for w in range(4) for n in range(15)}
+
+
+def test_reads_parse_the_store_only_when_its_bytes_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each turn reads the store twice and writes it once: with many records, parsing it at
+    every read was most of a turn's CPU. The file is parsed again only when another writer (here
+    a real second process) changed it; what this process wrote is never parsed back."""
+    path = tmp_path / "sessions.json"
+    parses: list[int] = []
+    original = SessionStore._parse
+
+    def parse(self: SessionStore, data: bytes) -> Any:
+        parses.append(len(data))
+        return original(self, data)
+
+    monkeypatch.setattr(SessionStore, "_parse", parse)
+    store = SessionStore(path)
+    store.put_many(
+        {f"s{n}": SessionRecord(conversation_id=UUID, last_step_index=n) for n in range(300)}
+    )
+    for n in range(50):
+        record = store.get(f"s{n}")
+        assert record is not None and record.last_step_index == n
+        SessionStore(path).put(f"new{n}", SessionRecord(conversation_id=UUID))
+    assert parses == []  # 100 reads and 50 writes, none parsed
+    # One record per line, and JSON as a whole.
+    lines = path.read_text().splitlines()
+    assert len(lines) == 350 + 5 and json.loads(path.read_text())["version"] == 1
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from agy_provider.store.sessions import "
+            "SessionRecord, SessionStore; SessionStore(Path(sys.argv[1])).put('other', "
+            f"SessionRecord(conversation_id={UUID!r}, last_step_index=7))",
+            str(path),
+        ],
+        check=True,
+    )
+    other, kept = store.get("other"), store.get("s3")
+    assert other is not None and other.last_step_index == 7 and kept is not None
+    assert len(parses) == 1  # the other process's write: parsed once, then remembered
+    # What a caller gets is its own copy: changing it changes nothing remembered.
+    store.all()["s0"] = SessionRecord(conversation_id=UUID, last_step_index=99)  # type: ignore[index]
+    first = store.get("s0")
+    assert first is not None and first.last_step_index == 0
 
 
 def test_kill_9_mid_write_never_corrupts(tmp_path: Path) -> None:

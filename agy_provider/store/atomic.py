@@ -18,7 +18,7 @@ from typing import Any
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
 
-__all__ = ["file_lock", "read_json", "write_json_atomic"]
+__all__ = ["file_lock", "read_json", "write_json_atomic", "write_text_atomic"]
 
 
 @contextlib.contextmanager
@@ -65,13 +65,17 @@ def read_json(path: Path, missing: Any = None) -> Any:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON: write a temp file beside it, fsync, rename, fsync the dir."""
+    """Replace `path` with `data` as indented JSON (`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text`: write a temp file beside it, fsync, rename, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o600)

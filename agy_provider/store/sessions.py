@@ -2,11 +2,15 @@
 
 Each update locks, re-reads, merges one record and replaces the file atomically (`atomic.py`). A
 store that cannot be read or written costs resumption, never a turn: one warning, then on we go.
+A read parses the file only when its bytes differ from what this process last read or wrote: every
+turn reads the store twice and writes it once, and a host with thousands of records would
+otherwise parse all of them at each read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -16,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agy_provider.agy.argv import valid_conversation_id
-from agy_provider.store.atomic import file_lock, read_json, write_json_atomic
+from agy_provider.errors import DecodeError
+from agy_provider.store.atomic import file_lock, write_text_atomic
+from agy_provider.wire import jsontext
 
 __all__ = [
     "SESSIONS_ENV",
@@ -53,7 +59,9 @@ class SessionRecord:
     answered_digest: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # By hand: `dataclasses.asdict` deep-copies every value, and a store write encodes
+        # every record.
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionRecord:
@@ -76,6 +84,9 @@ class SessionRecord:
         )
 
 
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(SessionRecord))
+
+
 def default_store_path() -> Path:
     """`$AGY_PROVIDER_SESSIONS`, else `$XDG_STATE_HOME/agy-provider/sessions.json`."""
     explicit = os.environ.get(SESSIONS_ENV)
@@ -86,8 +97,6 @@ def default_store_path() -> Path:
     )
     return Path(base) / "agy-provider" / "sessions.json"
 
-
-_MISSING = object()
 
 # Records of conversations continued by their marks (`conv:<id>`, one per conversation a
 # stateless host ran): the oldest go once there are more than this, so the store stays small.
@@ -107,6 +116,24 @@ def _prune_conversations(records: dict[str, SessionRecord]) -> None:
 # otherwise repeat the same warning on every turn of a long-running host.
 _reported: set[tuple[str, str]] = set()
 _reported_lock = threading.Lock()
+
+
+# What this process last read or wrote, by store path: the file's bytes, their records (never
+# handed out: callers get a copy) and why the file was unusable ("" when it was fine). Reading
+# and comparing the bytes costs microseconds; parsing them, milliseconds per thousand records.
+_Parsed = tuple[bytes, dict[str, SessionRecord], str]
+_parsed: dict[str, _Parsed] = {}
+_parsed_lock = threading.Lock()
+# Stores remembered at once: a host has one; a test suite makes hundreds, one per temp folder.
+_PARSED_STORES = 8
+
+
+def _remember(path: Path, parsed: _Parsed) -> None:
+    with _parsed_lock:
+        _parsed.pop(str(path), None)
+        if len(_parsed) >= _PARSED_STORES:
+            del _parsed[next(iter(_parsed))]  # the one remembered longest ago
+        _parsed[str(path)] = parsed
 
 
 def _warn_once(path: Path, what: str, message: str) -> None:
@@ -134,17 +161,30 @@ class SessionStore:
         self.path = path or default_store_path()
 
     def _load(self) -> tuple[dict[str, SessionRecord], str]:
-        """The records, and why the file as a whole was unusable ("" when it was fine).
+        """The records (a copy the caller may change), and why the file as a whole was unusable
+        ("" when it was fine). Parses the file only when it changed since this process last saw it.
 
         Raises OSError when the file exists but cannot be read: a writer must then not replace it.
         """
         try:
-            data = read_json(self.path, missing=_MISSING)
-        except ValueError as exc:  # UnicodeDecodeError included
-            return {}, f"it is not JSON ({exc})"
-        if data is _MISSING:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
             return {}, ""
-        sessions = data.get("sessions") if isinstance(data, dict) else None
+        with _parsed_lock:
+            known = _parsed.get(str(self.path))
+        if known is None or known[0] != data:
+            known = (data, *self._parse(data))
+            _remember(self.path, known)
+        return dict(known[1]), known[2]
+
+    def _parse(self, data: bytes) -> tuple[dict[str, SessionRecord], str]:
+        try:
+            # Strict JSON (`wire/jsontext`): nesting past its bound, `NaN` or a huge number is
+            # corruption too, never a RecursionError in a caller.
+            document = jsontext.loads(data, what="its content")
+        except DecodeError as exc:
+            return {}, f"it is not JSON ({exc})"
+        sessions = document.get("sessions") if isinstance(document, dict) else None
         if not isinstance(sessions, dict):
             return {}, 'it has no "sessions" object'
         records: dict[str, SessionRecord] = {}
@@ -265,7 +305,17 @@ class SessionStore:
                 f"{self._aside()}, and a fresh store replaces it",
             )
             _resolved(self.path, "corrupt")
-        write_json_atomic(
-            self.path,
-            {"version": 1, "sessions": {k: v.to_json() for k, v in sorted(records.items())}},
-        )
+        text = _store_text(records)
+        write_text_atomic(self.path, text)
+        _remember(self.path, (text.encode(), dict(records), ""))  # no parsing back what we wrote
+
+
+def _store_text(records: Mapping[str, SessionRecord]) -> str:
+    """The store's JSON, one record per line (readable, and encoded by `json`'s C encoder: an
+    indented dump goes through its pure-Python one, milliseconds per hundred records)."""
+    lines = [
+        f"    {json.dumps(key)}: {json.dumps(record.to_json(), sort_keys=True)}"
+        for key, record in sorted(records.items())
+    ]
+    body = "\n" + ",\n".join(lines) + "\n  " if lines else ""
+    return f'{{\n  "sessions": {{{body}}},\n  "version": 1\n}}\n'
