@@ -357,6 +357,8 @@ class _Registry:
 
     def _write(self) -> None:
         host = os.getpid()
+        # Start times, read once per process (psutil reads /proc twice for each).
+        started: dict[int, float | None] = {host: warm_registry.start_time(host)}
         while True:
             self._wake.wait()
             self._wake.clear()
@@ -365,9 +367,17 @@ class _Registry:
             for pid, agy in due.items():
                 try:
                     if agy is None:
+                        started.pop(pid, None)
                         warm_registry.forget(host, pid)
-                    else:
-                        warm_registry.record(_entry(host, agy))
+                        continue
+                    if started.get(pid) is None:
+                        started[pid] = warm_registry.start_time(pid)
+                    entry = _entry(host, agy)
+                    warm_registry.record(
+                        dataclasses.replace(
+                            entry, host_started=started[host], agy_started=started[pid]
+                        )
+                    )
                 except OSError as exc:
                     log.debug("the warm registry could not be written: %s", exc)
 

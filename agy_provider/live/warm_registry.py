@@ -33,6 +33,7 @@ __all__ = [
     "list_warm",
     "record",
     "rss_of",
+    "start_time",
     "warm_dir",
 ]
 
@@ -124,8 +125,8 @@ def record(entry: WarmEntry) -> None:
             entry,
             host_started=entry.host_started
             if entry.host_started is not None
-            else _started(entry.host_pid),
-            agy_started=entry.agy_started if entry.agy_started is not None else _started(entry.pid),
+            else start_time(entry.host_pid),
+            agy_started=entry.agy_started if entry.agy_started is not None else start_time(entry.pid),
         )
     folder = warm_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -192,7 +193,8 @@ def _entry_files() -> list[Path]:
         return []
 
 
-def _started(pid: int) -> float | None:
+def start_time(pid: int) -> float | None:
+    """When `pid` started (psutil's `create_time`), or None when it cannot be read."""
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, OSError):
