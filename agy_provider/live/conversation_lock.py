@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agy_provider.errors import TurnError
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import in_background
 
 __all__ = ["ConversationLock", "lock_dir"]
 
@@ -50,9 +50,13 @@ def lock_dir() -> Path:
     return folder
 
 
-def _close_if_locked(attempt: concurrent.futures.Future[int | None]) -> None:
+class _NoFolder(OSError):
+    """The lock folder could not be made (as opposed to the lock file failing)."""
+
+
+def _close_if_locked(attempt: concurrent.futures.Future[tuple[Path, int | None]]) -> None:
     if not attempt.cancelled() and attempt.exception() is None:
-        fd = attempt.result()
+        _path, fd = attempt.result()
         if fd is not None:
             os.close(fd)
 
@@ -69,18 +73,27 @@ class ConversationLock:
         name = hashlib.sha256(f"{state_dir}\0{conversation_id}".encode()).hexdigest()[:40]
         return lock_dir() / f"{name}.lock"
 
-    @staticmethod
-    def _try(path: Path) -> int | None:
+    @classmethod
+    def _try(
+        cls, path: Path | None, state_dir: str, conversation_id: str
+    ) -> tuple[Path, int | None]:
+        """The lock's file (found when `path` is None) and its descriptor, locked; None when
+        another turn holds it. Raises `_NoFolder` when the lock folder cannot be made."""
+        if path is None:
+            try:
+                path = cls._path(state_dir, conversation_id)
+            except OSError as exc:
+                raise _NoFolder(str(exc)) from exc
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            return None
+            return path, None
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return path, fd
 
     @classmethod
     async def acquire(
@@ -94,26 +107,27 @@ class ConversationLock:
         """Wait (at most `timeout` seconds, cancellable at every moment) until no other turn runs
         agy on `conversation_id`; `waiting` is called once if it has to wait. Raises `TurnError`
         when the wait runs out, saying what to do."""
-        try:
-            path = await off_loop(cls._path, state_dir, conversation_id)
-        except OSError as exc:
-            raise TurnError(f"cannot make the conversation lock folder: {exc}") from exc
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pause = _FIRST_TRY_AGAIN
         told = False
+        path: Path | None = None
         while True:
-            attempt = in_background(cls._try, path)
+            # The first try also finds the lock's file: one trip to a worker for a free lock.
+            attempt = in_background(cls._try, path, state_dir, conversation_id)
             try:
-                fd = await asyncio.wrap_future(attempt)
+                found, fd = await asyncio.wrap_future(attempt)
             except asyncio.CancelledError:
                 # Cancelled while the worker tried: a lock it got must not be held forever.
                 attempt.add_done_callback(_close_if_locked)
                 raise
+            except _NoFolder as exc:
+                raise TurnError(f"cannot make the conversation lock folder: {exc}") from exc
             except OSError as exc:
                 raise TurnError(f"cannot lock conversation {conversation_id}: {exc}") from exc
             if fd is not None:
                 return cls(fd, conversation_id)
+            path = found
             if not told and waiting is not None:
                 told = True
                 waiting()

@@ -269,7 +269,9 @@ class TurnDriver:
         if plan.conversation_id:
             await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
-        before = await off_loop(snapshot_stems, folder)
+        # The databases there before agy starts tell a new conversation's apart; a resumed one's
+        # is known by its id (a listing per turn would grow with every conversation kept).
+        before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
             tools = TurnTools(

@@ -1,0 +1,89 @@
+"""One turn at a time per agy conversation (`live/conversation_lock.py`), across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agy_provider.errors import TurnError
+from agy_provider.live.conversation_lock import ConversationLock
+
+CONVERSATION = "2399249c-4a48-40f1-bf3b-4c6e5d3a5a0e"
+
+
+@pytest.fixture(autouse=True)
+def private_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    return runtime
+
+
+async def test_a_second_turn_waits_for_the_first_then_runs() -> None:
+    first = await ConversationLock.acquire("state", CONVERSATION, timeout=5)
+    told: list[str] = []
+    second = asyncio.ensure_future(
+        ConversationLock.acquire(
+            "state", CONVERSATION, timeout=5, waiting=lambda: told.append("waiting")
+        )
+    )
+    await asyncio.sleep(0.1)
+    assert not second.done() and told == ["waiting"]  # said once, however long it waits
+    other = await ConversationLock.acquire("another state", CONVERSATION, timeout=1)
+    other.release()  # another state folder's conversation is another lock
+    first.release()
+    (await asyncio.wait_for(second, 2)).release()
+    assert told == ["waiting"]
+
+
+async def test_a_lock_held_by_another_process_times_out_saying_what_to_do(
+    private_runtime: Path,
+) -> None:
+    holder = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from agy_provider.live.conversation_lock import ConversationLock
+        async def main():
+            await ConversationLock.acquire("state", {CONVERSATION!r}, timeout=5)
+            print("held", flush=True)
+            sys.stdin.read()
+        asyncio.run(main())
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        with pytest.raises(TurnError, match=r"still running after 0s.*Wait for it"):
+            await ConversationLock.acquire("state", CONVERSATION, timeout=0.3)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+    # Its end let the lock go.
+    (await ConversationLock.acquire("state", CONVERSATION, timeout=5)).release()
+
+
+async def test_a_cancelled_wait_holds_nothing(private_runtime: Path) -> None:
+    for _ in range(20):
+        attempt = asyncio.ensure_future(ConversationLock.acquire("state", CONVERSATION, timeout=5))
+        await asyncio.sleep(0)
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+    await asyncio.sleep(0.1)  # a lock a worker got after the cancel is closed by its callback
+    (await ConversationLock.acquire("state", CONVERSATION, timeout=1)).release()
+
+
+async def test_a_lock_folder_that_cannot_be_made_is_said(
+    private_runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(private_runtime / "missing" / "deeper"))
+    with pytest.raises(TurnError, match="cannot make the conversation lock folder"):
+        await ConversationLock.acquire("state", CONVERSATION, timeout=1)
