@@ -421,3 +421,34 @@ async def test_a_turn_offering_tools_that_gets_no_warm_agy_serves_them_itself(
     assert first.stop_reason == "toolUse" and done.stop_reason == "stop"
     assert agys() == []
     assert leftovers(live_env) == []
+
+
+async def test_a_turn_longer_than_the_pipe_reaches_the_warm_agy_whole(
+    live_env: Path, recorder: Observed
+) -> None:
+    """A line the pipe takes whole goes from the loop in one write; a longer one is written on
+    as agy reads it. Either way agy gets the whole turn."""
+    from agy_provider.agy.database import iter_step_rows, open_conversation_db
+    from agy_provider.agy.rows import decode_step_row
+    from agy_provider.agy.step import StepKind
+
+    _, first = await run_turn("one", session="long")
+    long_prompt = "".join(f"line {n} of a long paste\n" for n in range(20_000))  # ~500 KB
+    assert len(long_prompt) > 8 * 65536
+    _, second = await run_turn(
+        long_prompt, session="long", history=[UserMessage(content="one", timestamp=0), first]
+    )
+    assert second.stop_reason == "stop", second.error_message
+    turn = recorder.turns[-1]
+    assert turn.process.pid == recorder.turns[0].process.pid  # the same warm agy
+    conn = open_conversation_db(turn.binding.path)
+    try:
+        said = [
+            step.text
+            for row in iter_step_rows(conn)
+            if (step := decode_step_row(row.index, row.step_type, row.status, row.payload)).kind
+            is StepKind.USER
+        ]
+    finally:
+        conn.close()
+    assert said[-1] == long_prompt

@@ -74,6 +74,9 @@ IDLE = frozenset({S.READY, S.STARTING})
 KILL_AFTER = 0.5
 # How long the exit watcher waits for the pipes' last bytes before it reports agy's exit.
 READ_AFTER_EXIT = 2.0
+# A turn's line longer than the pipe's buffer is written as agy reads it: how long one wait for
+# room lasts before agy's exit is checked again.
+_SEND_WAIT = 0.5
 
 
 class WarmTurnSink(Protocol):
@@ -178,21 +181,36 @@ class WarmAgy:
             if self.bridge is not None:
                 self.bridge.close()
             raise
+        if self._proc.stdin is not None:
+            # A turn's line is written from the loop when the pipe takes it whole (`send`).
+            os.set_blocking(self._proc.stdin.fileno(), False)
         name = f"agy-provider-warm-{self._proc.pid}"
         self._reader = threading.Thread(target=self._read, name=name, daemon=True)
         self._reader.start()
         threading.Thread(target=self._watch_exit, name=f"{name}-exit", daemon=True).start()
 
-    def send(self, line: bytes) -> None:
-        """Write one turn's line to agy's stdin (blocking: call it off the loop). Raises
-        OSError when agy is gone (it exited while idle)."""
+    def send(self, line: bytes, *, block: bool = True) -> int:
+        """Write one turn's line to agy's stdin; returns how much of it was written. Without
+        `block` (on the loop) only what the pipe takes at once, which is all of a line that fits
+        its buffer; with it (off the loop) all of it, waiting while agy reads. Raises OSError
+        when agy is gone (it exited while idle)."""
         proc = self._proc
         if proc is None or proc.stdin is None or self.exited.is_set():
             raise BrokenPipeError("agy is not running")
         fd = proc.stdin.fileno()
         view = memoryview(line)
         while view:
-            view = view[os.write(fd, view) :]
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                if not block:
+                    break
+                with selectors.DefaultSelector() as writable:  # agy reads, then room again
+                    writable.register(fd, selectors.EVENT_WRITE)
+                    writable.select(_SEND_WAIT)
+                if self.exited.is_set():
+                    raise BrokenPipeError("agy exited while its turn was being written") from None
+        return len(line) - len(view)
 
     def attach(self, turn: WarmTurnSink) -> None:
         """Hand agy's stdout (and its calls to the host's tools) to `turn` from now on (its

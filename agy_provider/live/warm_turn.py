@@ -112,7 +112,10 @@ class WarmTurn:
                 break
             self._use(agy)
             try:
-                await off_loop(agy.send, line)
+                # A line the pipe takes whole goes now (one write, no trip to a worker).
+                sent = agy.send(line, block=False)
+                if sent < len(line):
+                    await off_loop(agy.send, line[sent:])
                 return
             except OSError as exc:  # it exited while idle: another takes its place
                 log.info("warm agy %d was gone (%s); starting another", agy.pid, exc)
