@@ -6,12 +6,14 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from agy_provider.errors import TurnError
 from agy_provider.live.conversation_lock import ConversationLock
+from agy_provider.live.launch import plan_off_loop
 
 CONVERSATION = "2399249c-4a48-40f1-bf3b-4c6e5d3a5a0e"
 
@@ -87,3 +89,39 @@ async def test_a_lock_folder_that_cannot_be_made_is_said(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(private_runtime / "missing" / "deeper"))
     with pytest.raises(TurnError, match="cannot make the conversation lock folder"):
         await ConversationLock.acquire("state", CONVERSATION, timeout=1)
+
+
+class _Plan:
+    """What `plan_off_loop` reads of a turn's plan."""
+
+    state_dir = "state"
+    conversation_id = CONVERSATION
+
+
+async def test_planning_takes_a_free_lock_in_the_same_trip_and_leaves_a_busy_one() -> None:
+    plan, lock = await plan_off_loop(lambda: _Plan())  # type: ignore[arg-type,return-value]
+    assert isinstance(plan, _Plan) and lock is not None
+    # Busy now: planning leaves it to `lock_conversation`, which waits.
+    _, none = await plan_off_loop(lambda: _Plan())  # type: ignore[arg-type,return-value]
+    assert none is None
+    lock.release()
+
+
+async def test_a_turn_cancelled_while_planning_leaves_no_lock_held() -> None:
+    planning = threading.Event()
+    go_on = threading.Event()
+
+    def slow_prepare() -> _Plan:
+        planning.set()
+        go_on.wait(5)
+        return _Plan()
+
+    task = asyncio.ensure_future(plan_off_loop(slow_prepare))  # type: ignore[arg-type]
+    while not planning.is_set():
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    go_on.set()  # the worker finishes planning and takes the free lock for nobody...
+    lock = await ConversationLock.acquire("state", CONVERSATION, timeout=2)  # ...and lets it go
+    lock.release()

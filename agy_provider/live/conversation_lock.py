@@ -96,6 +96,13 @@ class ConversationLock:
         return path, fd
 
     @classmethod
+    def try_now(cls, state_dir: str, conversation_id: str) -> ConversationLock | None:
+        """The lock if it is free at once, else None (blocking: in a worker). Raises OSError or
+        `TurnError` when the lock's folder or file cannot be had (`acquire` says it better)."""
+        _path, fd = cls._try(None, state_dir, conversation_id)
+        return None if fd is None else cls(fd, conversation_id)
+
+    @classmethod
     async def acquire(
         cls,
         state_dir: str,

@@ -4,8 +4,12 @@ database agy writes (and telling agy forking a resumed conversation from agy fai
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agy_provider.agy.step import TurnOutcome
@@ -14,8 +18,9 @@ from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import Binding
 from agy_provider.live.runner import prompt_fits_argv
 from agy_provider.live.turn_edges import TurnEdges, TurnPlan, TurnProcess
+from agy_provider.workers import in_background
 
-__all__ = ["Forked", "bind_turn", "exit_outcome", "lock_conversation"]
+__all__ = ["Forked", "bind_turn", "exit_outcome", "lock_conversation", "plan_off_loop"]
 
 log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a turn's story
 
@@ -69,6 +74,39 @@ async def bind_turn(
             log.warning("%s; this turn is read from agy's stdout", exc)
             return Binding(path=folder / f"{stated}.db", conversation_id=stated)
         raise
+
+
+async def plan_off_loop(
+    prepare: Callable[[], TurnPlan],
+) -> tuple[TurnPlan, ConversationLock | None]:
+    """`prepare()` in a worker (settings and the session store are files; plugins load the
+    first time), and in the same trip the lock of the conversation it continues when that is
+    free at once (else None: `lock_conversation` waits for it, or says why it cannot be had).
+    With many turns at once each trip to a worker waits behind the others'."""
+    attempt = in_background(_plan_and_lock, prepare)
+    try:
+        return await asyncio.wrap_future(attempt)
+    except asyncio.CancelledError:
+        attempt.add_done_callback(_release_unclaimed)  # a lock taken meanwhile is nobody's
+        raise
+
+
+def _plan_and_lock(prepare: Callable[[], TurnPlan]) -> tuple[TurnPlan, ConversationLock | None]:
+    plan = prepare()
+    lock = None
+    if plan.conversation_id:
+        with contextlib.suppress(OSError, AgyError):
+            lock = ConversationLock.try_now(plan.state_dir, plan.conversation_id)
+    return plan, lock
+
+
+def _release_unclaimed(
+    attempt: concurrent.futures.Future[tuple[TurnPlan, ConversationLock | None]],
+) -> None:
+    if not attempt.cancelled() and attempt.exception() is None:
+        _plan, lock = attempt.result()
+        if lock is not None:
+            lock.release()
 
 
 async def lock_conversation(plan: TurnPlan) -> ConversationLock:

@@ -31,7 +31,13 @@ from agy_provider.live.discovery import (
 )
 from agy_provider.live.handover import SourceHandover, database_source
 from agy_provider.live.images import newest_images
-from agy_provider.live.launch import Forked, bind_turn, exit_outcome, lock_conversation
+from agy_provider.live.launch import (
+    Forked,
+    bind_turn,
+    exit_outcome,
+    lock_conversation,
+    plan_off_loop,
+)
 from agy_provider.live.outlet import EventOutlet
 from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
 from agy_provider.live.planning import TurnPlanner
@@ -180,9 +186,7 @@ class TurnDriver:
             but=self,
             why="the host started a new turn in this session instead of answering agy's tool call",
         )
-        # Reading settings and the session store (file locks) and loading plugins the first
-        # time can take a while: not on the host's loop.
-        plan = await off_loop(self.prepare)
+        plan, self.opened.lock = await plan_off_loop(self.prepare)
         try:
             launched = await self.launch(plan)
         except Forked as forked:
@@ -197,7 +201,7 @@ class TurnDriver:
                 forked.stated,
             )
             await self._restart()
-            plan = await off_loop(self.prepare)
+            plan, self.opened.lock = await plan_off_loop(self.prepare)
             launched = await self.launch(plan)
         self.launched = launched
         return await self.pump(launched)
@@ -269,8 +273,7 @@ class TurnDriver:
         if plan.conversation_id:
             await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
-        # The databases there before agy starts tell a new conversation's apart; a resumed one's
-        # is known by its id (a listing per turn would grow with every conversation kept).
+        # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
@@ -311,6 +314,8 @@ class TurnDriver:
     async def _hold_conversation(self, plan: TurnPlan) -> None:
         """One turn at a time per conversation: a turn of it parked on the host's tool results
         ends first (the host moved on); a running one is waited for, at most `turn_timeout`."""
+        if self.opened.lock is not None:  # taken in planning: none ran or was parked on it
+            return
         await end_parked(
             [t for t in PARKED.all() if t.conversation_id == plan.conversation_id],
             but=self,
@@ -538,3 +543,4 @@ class TurnDriver:
         self._deliver(events, outcome)
         if records:
             await saving.save(records, self.opened.version_task)
+
