@@ -91,6 +91,41 @@ def test_reads_parse_the_store_only_when_its_bytes_changed(
     assert first is not None and first.last_step_index == 0
 
 
+def test_saves_at_the_same_time_share_writes_and_each_returns_once_its_record_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fifty turns ending together: a group commit, not fifty rewrites of the whole store."""
+    import threading
+
+    path = tmp_path / "sessions.json"
+    writes: list[int] = []
+    original = SessionStore._write_batch
+
+    def write_batch(self: SessionStore, batch: Any) -> None:
+        writes.append(len(batch))
+        time.sleep(0.01)  # a write takes a while (fsync): others arrive meanwhile
+        original(self, batch)
+
+    monkeypatch.setattr(SessionStore, "_write_batch", write_batch)
+    landed: dict[str, bool] = {}
+    start = threading.Barrier(40)
+
+    def save(n: int) -> None:
+        start.wait()
+        SessionStore(path).put(f"s{n}", SessionRecord(conversation_id=UUID, last_step_index=n))
+        landed[f"s{n}"] = f"s{n}" in json.loads(path.read_text())["sessions"]  # on disk now
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert landed == {f"s{n}": True for n in range(40)}
+    assert sum(writes) == 40 and len(writes) < 20  # every record written once, in few writes
+    records = SessionStore(path).all()
+    assert {k: r.last_step_index for k, r in records.items()} == {f"s{n}": n for n in range(40)}
+
+
 def test_kill_9_mid_write_never_corrupts(tmp_path: Path) -> None:
     path = tmp_path / "sessions.json"
     SessionStore(path).put("seed", SessionRecord(conversation_id=UUID))

@@ -167,6 +167,19 @@ def test_an_unreadable_file_is_skipped_with_a_log_line_and_kept(
     assert broken.exists() and wrong.exists() and stranger.exists()
 
 
+def test_an_empty_entry_of_a_host_that_is_gone_is_removed(
+    state: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """Entries are not fsynced: a machine's crash may leave one empty, of a host long gone."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    state.mkdir(parents=True)
+    empty = state / f"{gone.pid}-{sleeper.pid}.json"
+    empty.write_text("")
+    assert list_warm() == []
+    assert not empty.exists()
+
+
 def test_a_file_named_for_other_pids_is_skipped(
     state: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:

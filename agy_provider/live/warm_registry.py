@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import re
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from agy_provider.store.atomic import read_json, write_json_atomic
+from agy_provider.store.atomic import read_json, write_text_atomic
 from agy_provider.store.sessions import default_store_path
 
 __all__ = [
@@ -130,7 +131,8 @@ def record(entry: WarmEntry) -> None:
         )
     folder = warm_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_json_atomic(folder / entry.file_name, entry.to_json())
+    # Not fsynced: an entry says what runs now, and a reader checks that anyway.
+    write_text_atomic(folder / entry.file_name, json.dumps(entry.to_json()), durable=False)
 
 
 def forget(host_pid: int, pid: int) -> None:
@@ -160,6 +162,12 @@ def list_warm() -> list[WarmEntry]:
         try:
             entry = WarmEntry.from_json(read_json(path))
         except (OSError, ValueError) as exc:
+            match = _NAME.match(path.name)
+            if match and not _alive(int(match.group(1)), None):
+                # Its host is gone (entries are not fsynced: a crash may leave one empty).
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
             log.warning("skipping warm-agy entry %s: %s", path, exc)
             continue
         if path.name != entry.file_name:

@@ -69,21 +69,29 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text`: write a temp file beside it, fsync, rename, fsync the folder."""
+def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace `path` with `text`: write a temp file beside it, fsync, rename, fsync the folder.
+
+    `durable=False` skips both fsyncs, for a file that only says what is true right now (a
+    reader still sees the old file or the new one; after a crash of the machine it may find an
+    empty file).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -248,31 +248,37 @@ class SessionStore:
         self.put_many({session_id: record})
 
     def put_many(self, records: Mapping[str, SessionRecord]) -> None:
-        """Store several records in one locked write (a turn's session and its conversation)."""
+        """Store several records in one locked write (a turn's session and its conversation).
+
+        Returns once a write holding them has landed. Threads of this process saving at the
+        same time share writes (a group commit): the records given while one write runs go
+        together in the next, so fifty turns ending at once cost a few writes, not fifty.
+        """
         if not records:
             return
         now = time.time()
         stamped = {k: dataclasses.replace(v, updated_at=now) for k, v in records.items()}
-
-        def change(current: dict[str, SessionRecord]) -> bool:
-            current.update(stamped)
-            _prune_conversations(current)
-            return True
-
-        try:
-            with file_lock(self.path):
-                self._update(change)
-        except OSError as exc:
+        error = _COMMITS.commit(self.path, stamped, self._write_batch)
+        if error is not None:
             _warn_once(
                 self.path,
                 "write",
                 f"could not save session {', '.join(map(repr, records))} to {self.path} "
-                f"({exc.strerror or exc}); this turn is complete, but the session's next turn "
-                f"will start a new agy conversation. Make {self.path.parent} writable, free disk "
-                f"space, or set {SESSIONS_ENV} to a writable file",
+                f"({error.strerror or error}); this turn is complete, but the session's next "
+                f"turn will start a new agy conversation. Make {self.path.parent} writable, free "
+                f"disk space, or set {SESSIONS_ENV} to a writable file",
             )
             return
         _resolved(self.path, "write")
+
+    def _write_batch(self, batch: Mapping[str, SessionRecord]) -> None:
+        def change(current: dict[str, SessionRecord]) -> bool:
+            current.update(batch)
+            _prune_conversations(current)
+            return True
+
+        with file_lock(self.path):
+            self._update(change)
 
     def delete(self, session_id: str) -> None:
         """Forget `session_id` (a store that cannot be written logs one warning)."""
@@ -308,6 +314,60 @@ class SessionStore:
         text = _store_text(records)
         write_text_atomic(self.path, text)
         _remember(self.path, (text.encode(), dict(records), ""))  # no parsing back what we wrote
+
+
+class _Batch:
+    """Records written together; `done` once their write landed or failed (`error`)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, SessionRecord] = {}
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class _GroupCommits:
+    """Concurrent saves to one store share writes: one thread writes at a time, and the records
+    given meanwhile wait in the next batch, which the first of their threads then writes."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._writing: set[str] = set()  # store paths being written now
+        self._next: dict[str, _Batch] = {}  # the batch each store's next write takes
+
+    def commit(
+        self,
+        path: Path,
+        records: Mapping[str, SessionRecord],
+        write: Callable[[Mapping[str, SessionRecord]], None],
+    ) -> OSError | None:
+        """Wait until `records` are written (by `write`, in this thread or another's); the
+        OSError of the write that held them, else None. Whatever else that write raised is
+        raised in each thread whose records it held."""
+        key = str(path)
+        with self._changed:
+            batch = self._next.setdefault(key, _Batch())
+            batch.records.update(records)  # a newer record of the same key wins
+            while key in self._writing and not batch.done:
+                self._changed.wait()
+            if not batch.done:
+                self._writing.add(key)
+                del self._next[key]  # records given from now on wait for the next write
+        if not batch.done:
+            try:
+                write(batch.records)
+            except BaseException as exc:
+                batch.error = exc
+            finally:
+                with self._changed:
+                    batch.done = True
+                    self._writing.discard(key)
+                    self._changed.notify_all()
+        if batch.error is None or isinstance(batch.error, OSError):
+            return batch.error
+        raise batch.error
+
+
+_COMMITS = _GroupCommits()
 
 
 def _store_text(records: Mapping[str, SessionRecord]) -> str:
