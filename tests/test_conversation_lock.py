@@ -125,3 +125,13 @@ async def test_a_turn_cancelled_while_planning_leaves_no_lock_held() -> None:
     go_on.set()  # the worker finishes planning and takes the free lock for nobody...
     lock = await ConversationLock.acquire("state", CONVERSATION, timeout=2)  # ...and lets it go
     lock.release()
+
+
+async def test_a_lock_folder_removed_between_turns_is_made_again(private_runtime: Path) -> None:
+    import shutil
+
+    (await ConversationLock.acquire("state", CONVERSATION, timeout=1)).release()
+    shutil.rmtree(private_runtime / "agy-provider")  # a temp cleaner passed by
+    lock = await ConversationLock.acquire("state", CONVERSATION, timeout=1)
+    assert (private_runtime / "agy-provider" / "locks").is_dir()
+    lock.release()

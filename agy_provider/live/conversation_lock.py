@@ -38,6 +38,8 @@ def lock_dir() -> Path:
         else Path(tempfile.gettempdir()) / f"agy-provider-{os.getuid()}"
     )
     folder = base / "locks"
+    if str(folder) in _verified:
+        return folder
     for path in (base, folder):
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
@@ -47,7 +49,16 @@ def lock_dir() -> Path:
                 f"{path} is not a folder of this user's; agy-provider keeps its conversation "
                 "locks there. Remove it, or set XDG_RUNTIME_DIR to a private folder"
             )
+    _verified.add(str(folder))
     return folder
+
+
+# Lock folders made and checked by this process: four system calls saved at every turn (a
+# folder removed since is made again: `_try` forgets it when its lock file cannot be created).
+_verified: set[str] = set()
+
+
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _NoFolder(OSError):
@@ -74,17 +85,26 @@ class ConversationLock:
         return lock_dir() / f"{name}.lock"
 
     @classmethod
+    def _found(cls, state_dir: str, conversation_id: str) -> Path:
+        try:
+            return cls._path(state_dir, conversation_id)
+        except OSError as exc:
+            raise _NoFolder(str(exc)) from exc
+
+    @classmethod
     def _try(
         cls, path: Path | None, state_dir: str, conversation_id: str
     ) -> tuple[Path, int | None]:
         """The lock's file (found when `path` is None) and its descriptor, locked; None when
         another turn holds it. Raises `_NoFolder` when the lock folder cannot be made."""
         if path is None:
-            try:
-                path = cls._path(state_dir, conversation_id)
-            except OSError as exc:
-                raise _NoFolder(str(exc)) from exc
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            path = cls._found(state_dir, conversation_id)
+        try:
+            fd = os.open(path, _LOCK_FLAGS, 0o600)
+        except FileNotFoundError:  # the folder went (a temp cleaner): make it again
+            _verified.discard(str(path.parent))
+            path = cls._found(state_dir, conversation_id)
+            fd = os.open(path, _LOCK_FLAGS, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

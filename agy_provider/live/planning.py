@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.agy.argv import JSON_SCHEMA_OPTION
@@ -58,6 +59,7 @@ class TurnPlanner:
         self.conversation_record: SessionRecord | None = None
         self.lost_conversation = ""
         self.force_new = False  # agy forked the conversation: the turn runs as a new one
+        self._stored: Mapping[str, SessionRecord] | None = None  # the store, as `prepare` read it
 
     def prepare(
         self,
@@ -79,6 +81,7 @@ class TurnPlanner:
         two calls). Runs in a worker thread.
         """
         self.pm = get_plugin_manager()
+        self._stored = None
         config = self.edges.config()
         session_id = options.session_id or ""
         check_images(newest_images(context))  # a bad image is refused before anything else
@@ -163,7 +166,11 @@ class TurnPlanner:
         if not session_id:
             return None
         unsaved = UNSAVED.get(str(self.edges.store.path), session_id)
-        return unsaved or self.edges.store.get(session_id)
+        if unsaved is not None:
+            return unsaved
+        if self._stored is None:  # the store read once per planning, however many lookups
+            self._stored = self.edges.store.all()
+        return self._stored.get(session_id)
 
     def _continuity(
         self,
