@@ -452,3 +452,17 @@ async def test_a_turn_longer_than_the_pipe_reaches_the_warm_agy_whole(
     finally:
         conn.close()
     assert said[-1] == long_prompt
+
+
+async def test_every_warm_agy_is_read_by_one_thread(live_env: Path, recorder: Observed) -> None:
+    """A thread per agy made fifty agys a hundred threads waking for every line."""
+    import threading
+
+    for session in ("a", "b", "c"):
+        await two_turns(recorder, session=session)
+    assert len([a for a in agys() if not a.spare]) == 3
+    warm_threads = [t.name for t in threading.enumerate() if t.name.startswith("agy-provider-warm")]
+    assert warm_threads.count("agy-provider-warm-hub") == 1
+    # Besides the hub, the pool's own (reaper, registry writer, the bridges' loop): none per agy.
+    pids = [str(a.pid) for a in agys()]
+    assert not [name for name in warm_threads if any(pid in name for pid in pids)], warm_threads

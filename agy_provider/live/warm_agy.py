@@ -29,6 +29,7 @@ from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
 from agy_provider.live.runner import _alive, _in_group, _signal, _spawn, remember_tree
 from agy_provider.live.warm_bridge import WarmBridge
+from agy_provider.live.warm_hub import HUB
 from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
@@ -72,7 +73,7 @@ IDLE = frozenset({S.READY, S.STARTING})
 # After SIGINT (agy writes an ERROR `result` and exits, §2.4) or stdin's end, how long agy may
 # take before its tree gets SIGTERM, then SIGKILL after the same again.
 KILL_AFTER = 0.5
-# How long the exit watcher waits for the pipes' last bytes before it reports agy's exit.
+# How long an exit's handling waits for the pipes' last bytes before it reports agy's exit.
 READ_AFTER_EXIT = 2.0
 # A turn's line longer than the pipe's buffer is written as agy reads it: how long one wait for
 # room lasts before agy's exit is checked again.
@@ -102,7 +103,7 @@ def _is_event(line: bytes, name: bytes) -> bool:
 
 class WarmAgy:
     """One agy process for many turns: its own process group (guarded by the lifeline), stdin a
-    pipe we write turns to, stdout read by a thread that hands each turn its lines."""
+    pipe we write turns to, stdout read by the hub (`warm_hub`), which hands each turn its lines."""
 
     def __init__(
         self,
@@ -140,7 +141,8 @@ class WarmAgy:
         self._known: dict[int, psutil.Process] = {}
         self._reaped = False  # until agy is reaped its pid, and so its group id, stays ours
         self._unreadable = False  # its stdout broke the line framing (a line over the bound)
-        self._reader: threading.Thread | None = None
+        self._lines = LineDecoder()  # its stdout, framed into lines on the hub's thread
+        self._pipes_done = threading.Event()  # the hub read both pipes to their end
         self.on_closed: Callable[[WarmAgy], None] = lambda agy: None
         self.on_said_init: Callable[[WarmAgy], None] = lambda agy: None
 
@@ -157,7 +159,7 @@ class WarmAgy:
     # -- the process ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Spawn agy (blocking: a fork; call it off the loop) and its reader and exit watcher."""
+        """Spawn agy (blocking: a fork; call it off the loop); the hub reads it and sees it exit."""
         if self.offered:
             self.bridge = WarmBridge(self.offered)
             self.extra_dirs = (*self.template.extra_dirs, self.bridge.start())
@@ -184,10 +186,8 @@ class WarmAgy:
         if self._proc.stdin is not None:
             # A turn's line is written from the loop when the pipe takes it whole (`send`).
             os.set_blocking(self._proc.stdin.fileno(), False)
-        name = f"agy-provider-warm-{self._proc.pid}"
-        self._reader = threading.Thread(target=self._read, name=name, daemon=True)
-        self._reader.start()
-        threading.Thread(target=self._watch_exit, name=f"{name}-exit", daemon=True).start()
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        HUB.add(self, self._proc.stdout.fileno(), self._proc.stderr.fileno(), self._proc.pid)
 
     def send(self, line: bytes, *, block: bool = True) -> int:
         """Write one turn's line to agy's stdin; returns how much of it was written. Without
@@ -241,25 +241,16 @@ class WarmAgy:
             kept_from = self._stderr_total - len(self._stderr)
             return bytes(self._stderr[max(0, offset - kept_from) :]).decode("utf-8", "replace")
 
-    def _read(self) -> None:
-        """The reader thread: stdout into turns (line by line), stderr into a bounded tail."""
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None and proc.stderr is not None
-        lines = LineDecoder()
-        with selectors.DefaultSelector() as selector:
-            selector.register(proc.stdout, selectors.EVENT_READ, "out")
-            selector.register(proc.stderr, selectors.EVENT_READ, "err")
-            open_pipes = 2
-            while open_pipes:
-                for key, _ in selector.select():
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        open_pipes -= 1
-                    elif key.data == "err":
-                        self._keep_stderr(chunk)
-                    else:
-                        self._stdout(lines, chunk)
+    # -- what the hub hands over (on its thread) -------------------------------------------------
+
+    def took_stdout(self, chunk: bytes) -> None:
+        self._stdout(self._lines, chunk)
+
+    def took_stderr(self, chunk: bytes) -> None:
+        self._keep_stderr(chunk)
+
+    def pipes_closed(self) -> None:
+        self._pipes_done.set()
 
     def _keep_stderr(self, chunk: bytes) -> None:
         with self._lock:
@@ -322,9 +313,10 @@ class WarmAgy:
         elif data.strip() and not _is_event(data, b"init"):
             log.debug("warm agy %d said between turns: %r", self.pid, data[:200])
 
-    def _watch_exit(self) -> None:
-        """The exit watcher: agy's exit status (left unreaped so its group id stays ours), what
-        it left running, its last words to the turn, then the pool forgets it."""
+    def process_exited(self) -> None:
+        """agy exited (told by the hub, on a thread of its own): its exit status (left unreaped
+        so its group id stays ours), what it left running, its last words to the turn, then the
+        pool forgets it."""
         proc = self._proc
         assert proc is not None
         try:
@@ -336,8 +328,8 @@ class WarmAgy:
             code = proc.wait()
         self.exit_code = code
         self.signal_tree(signal.SIGKILL)  # what agy left in its group, and our tree
-        if self._reader is not None:
-            self._reader.join(READ_AFTER_EXIT)
+        self._pipes_done.wait(READ_AFTER_EXIT)  # the hub has read all it said
+        HUB.forget(self, *(p.fileno() for p in (proc.stdout, proc.stderr) if p is not None))
         with self._lock:
             turn, self._turn = self._turn, None
         if turn is not None:

@@ -198,7 +198,7 @@ class WarmTurn:
         return await self.oneshot.wait(timeout)
 
     async def finish_stdout(self, timeout: float) -> None:
-        """Binding after agy's exit: its lines are already here (the reader hands them over
+        """Binding after agy's exit: its lines are already here (the hub hands them over
         before it reports the exit)."""
         if self.oneshot is not None:
             await self.oneshot.finish_stdout(timeout)
@@ -320,8 +320,8 @@ def _refused_flags(code: int, agy: WarmAgy) -> bool:
 
 
 def _end_elsewhere(pool: WarmPool, agy: WarmAgy) -> None:
-    """End a warm agy nobody awaits, from a thread of its own (not agy's reader thread, which
-    ending waits for, nor a loop that may be closing)."""
+    """End a warm agy nobody awaits, from a thread of its own (not the hub, which reads every
+    agy's pipes and must never wait, nor a loop that may be closing)."""
     threading.Thread(
         target=pool.discard,
         args=(agy,),
