@@ -169,7 +169,11 @@ async def bind_database(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    watch = await watch_folder(folder, lambda name: name.endswith(".db"))
+    # Made when there is something to wait for (a resumed conversation's database is there
+    # already), then everything is looked at once more before the first wait: nothing that
+    # appeared meanwhile is missed.
+    watch: FolderWatch | None = None
+    watching = False
     seen_open: set[str] = set()
     scan_from = loop.time() + (STATED_ID_GRACE if states_id else 0.0)
     scan_every = OPEN_FILES_TICK
@@ -203,6 +207,10 @@ async def bind_database(
                     scan_every = min(scan_every * 2, OPEN_FILES_TICK_MAX)
             if exited or loop.time() >= deadline:
                 break
+            if not watching:
+                watching = True
+                watch = await watch_folder(folder, lambda name: name.endswith(".db"))
+                continue
             if agy.returncode is None:  # else it exited meanwhile: the last look comes at once
                 tick = FALLBACK_TICK if target else max(OPEN_FILES_TICK, scan_from - loop.time())
                 await _wake(agy, watch, min(tick, FALLBACK_TICK), deadline)
