@@ -63,12 +63,7 @@ def warm_key(request: TurnRequest, environ: Mapping[str, str] | None = None) -> 
     """The settings a warm agy was started with, as one value: the binary (by identity), its
     flags but the conversation, log file and token, the folder and the environment. Any change
     means another process (agy has no in-band change of model, mode, permissions, §2.4)."""
-    binary = os.path.realpath(request.agy_bin)
-    try:
-        info = os.stat(binary)
-        identity = f"{binary}:{info.st_size}:{info.st_mtime_ns}"
-    except OSError:
-        identity = binary
+    identity = binary_identity(request.agy_bin)
     flags = build_warm_argv(
         dataclasses.replace(request, conversation_id="", log_file="", csrf_token="")
     )[1:]
@@ -79,6 +74,16 @@ def warm_key(request: TurnRequest, environ: Mapping[str, str] | None = None) -> 
     for name in sorted(env):
         digest.update(f"{name}={env[name]}".encode("utf-8", "surrogatepass") + b"\x00")
     return digest.hexdigest()[:32]
+
+
+def binary_identity(path: str) -> str:
+    """The file `path` runs (through any symlink), as one `stat` tells it: its device, inode,
+    size and modification time (a binary replaced or updated in place is another)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.abspath(path)
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
 
 
 class WarmPool:
@@ -106,11 +111,11 @@ class WarmPool:
             return [a for a in self._agys if a.state is not WarmState.CLOSED]
 
     def refuses(self, request: TurnRequest) -> bool:
-        return os.path.realpath(request.agy_bin) in self._refused
+        return binary_identity(request.agy_bin) in self._refused
 
     def refused(self, request: TurnRequest, why: str) -> None:
         """agy would not run as one process for many turns: each turn runs `agy -p` from now on."""
-        binary = os.path.realpath(request.agy_bin)
+        binary = binary_identity(request.agy_bin)
         if binary not in self._refused:
             self._refused.add(binary)
             log.warning(
