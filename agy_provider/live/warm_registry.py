@@ -82,7 +82,7 @@ class WarmEntry:
         return 0.0 if self.state == "in_turn" else max(0.0, now - self.last_used)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {field.name: getattr(self, field.name) for field in _ENTRY_FIELDS}
 
     @classmethod
     def from_json(cls, data: Any) -> WarmEntry:
@@ -105,6 +105,9 @@ class WarmEntry:
             numeric = field.name not in ("host_pid", "pid") and type(value) is int
             values[field.name] = float(value) if numeric else value
         return cls(**values)
+
+
+_ENTRY_FIELDS = dataclasses.fields(WarmEntry)
 
 
 def warm_dir() -> Path:

@@ -387,12 +387,25 @@ class _GroupCommits:
 _COMMITS = _GroupCommits()
 
 
+# Each record's line as last written, by key: a write re-encodes only the records that changed.
+_lines: dict[str, tuple[SessionRecord, str]] = {}
+_LINES_KEPT = 2 * MAX_CONVERSATION_RECORDS
+
+
+def _store_line(key: str, record: SessionRecord) -> str:
+    known = _lines.get(key)
+    if known is not None and known[0] == record:
+        return known[1]
+    line = f"    {json.dumps(key)}: {json.dumps(record.to_json(), sort_keys=True)}"
+    if len(_lines) >= _LINES_KEPT:
+        _lines.clear()  # many stores, or a huge one: start again (a cache, nothing more)
+    _lines[key] = (record, line)
+    return line
+
+
 def _store_text(records: Mapping[str, SessionRecord]) -> str:
     """The store's JSON, one record per line (readable, and encoded by `json`'s C encoder: an
     indented dump goes through its pure-Python one, milliseconds per hundred records)."""
-    lines = [
-        f"    {json.dumps(key)}: {json.dumps(record.to_json(), sort_keys=True)}"
-        for key, record in sorted(records.items())
-    ]
+    lines = [_store_line(key, record) for key, record in sorted(records.items())]
     body = "\n" + ",\n".join(lines) + "\n  " if lines else ""
     return f'{{\n  "sessions": {{{body}}},\n  "version": 1\n}}\n'
