@@ -309,13 +309,13 @@ async def test_the_next_turn_resumes_even_before_the_session_is_saved(tmp_path: 
     script = Script()
     edges = edges_for(script, tmp_path)
     disk = threading.Event()
-    real_put = edges.store.put_many
+    real_write = edges.store._write_batch
 
-    def slow_put(*args: Any) -> None:  # a slow disk: the save runs until the test lets it land
+    def slow_write(*args: Any) -> None:  # a slow disk: the save runs until the test lets it land
         disk.wait(HANG)
-        real_put(*args)
+        real_write(*args)
 
-    edges.store.put_many = slow_put  # type: ignore[method-assign,assignment]
+    edges.store._write_batch = slow_write  # type: ignore[method-assign,assignment]
     first = start_turn(edges, session="s", prompt="one")
     await until(lambda: script.sources)
     script.sources[0].enqueue([user(0, "one"), planner(1, "One.")])

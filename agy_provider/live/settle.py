@@ -24,7 +24,7 @@ from agy_provider.live.prompt import history_digest
 from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
 from agy_provider.pi.types import AssistantMessage, Message
 from agy_provider.store.sessions import SessionRecord, SessionStore
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
     from agy_provider.live.discovery import Binding
@@ -138,11 +138,12 @@ class SessionSave:
             version = version_task.result()
             records = {k: dataclasses.replace(r, agy_version=version) for k, r in records.items()}
         self.memory.update(path, records)
-        # In our pool's threads, which are running already: the loop's default executor would
-        # start its threads here, on the loop, and wait for each to run. A settle cancelled now
-        # (a loop shutting down right after `done`) does not stop the write, and the process
-        # finishes it before it exits.
-        write = in_background(self.store.put_many, records)
+        # Written by our pool's threads, which are running already (the loop's default executor
+        # would start its threads here, on the loop, and wait for each to run), together with
+        # other turns' saves; no thread waits for it. A settle cancelled now (a loop shutting
+        # down right after `done`) does not stop the write, and the process finishes it before
+        # it exits.
+        write = self.store.save_later(records)
         try:
             await _written(write)
             if not known and version_task is not None:
@@ -156,7 +157,7 @@ class SessionSave:
                             for k, r in newest.items()
                         }
                         self.memory.update(path, records)
-                        write = in_background(self.store.put_many, records)
+                        write = self.store.save_later(records)
                         await _written(write)
         finally:
             # The records stay readable in memory until their write has landed (a turn started

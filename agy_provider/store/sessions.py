@@ -9,6 +9,7 @@ otherwise parse all of them at each read.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -250,26 +251,51 @@ class SessionStore:
     def put_many(self, records: Mapping[str, SessionRecord]) -> None:
         """Store several records in one locked write (a turn's session and its conversation).
 
-        Returns once a write holding them has landed. Threads of this process saving at the
-        same time share writes (a group commit): the records given while one write runs go
-        together in the next, so fifty turns ending at once cost a few writes, not fifty.
+        Returns once a write holding them has landed. Saves of this process at the same time
+        share writes (a group commit, `_GroupCommits`): the records given while one write runs
+        go together in the next, so fifty turns ending at once cost a few writes, not fifty.
         """
         if not records:
             return
+        self._said(records, _COMMITS.commit(self.path, self._stamped(records), self._write_batch))
+
+    def save_later(self, records: Mapping[str, SessionRecord]) -> concurrent.futures.Future[None]:
+        """`put_many` without waiting (from a loop): the future is done once the records are
+        written, or a warning said why they could not be (it never holds an OSError)."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not records:
+            done.set_result(None)
+            return done
+
+        def said(written: concurrent.futures.Future[OSError | None]) -> None:
+            try:
+                self._said(records, written.result())
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        written = _COMMITS.submit(self.path, self._stamped(records), self._write_batch)
+        written.add_done_callback(said)
+        return done
+
+    @staticmethod
+    def _stamped(records: Mapping[str, SessionRecord]) -> dict[str, SessionRecord]:
         now = time.time()
-        stamped = {k: dataclasses.replace(v, updated_at=now) for k, v in records.items()}
-        error = _COMMITS.commit(self.path, stamped, self._write_batch)
-        if error is not None:
-            _warn_once(
-                self.path,
-                "write",
-                f"could not save session {', '.join(map(repr, records))} to {self.path} "
-                f"({error.strerror or error}); this turn is complete, but the session's next "
-                f"turn will start a new agy conversation. Make {self.path.parent} writable, free "
-                f"disk space, or set {SESSIONS_ENV} to a writable file",
-            )
+        return {k: dataclasses.replace(v, updated_at=now) for k, v in records.items()}
+
+    def _said(self, records: Mapping[str, SessionRecord], error: OSError | None) -> None:
+        if error is None:
+            _resolved(self.path, "write")
             return
-        _resolved(self.path, "write")
+        _warn_once(
+            self.path,
+            "write",
+            f"could not save session {', '.join(map(repr, records))} to {self.path} "
+            f"({error.strerror or error}); this turn is complete, but the session's next "
+            f"turn will start a new agy conversation. Make {self.path.parent} writable, free "
+            f"disk space, or set {SESSIONS_ENV} to a writable file",
+        )
 
     def _write_batch(self, batch: Mapping[str, SessionRecord]) -> None:
         def change(current: dict[str, SessionRecord]) -> bool:
@@ -334,22 +360,47 @@ def _read_bytes(path: Path) -> bytes:
 
 
 class _Batch:
-    """Records written together; `done` once their write landed or failed (`error`)."""
+    """Records written together; `written` once their write landed (None) or failed (its
+    OSError; anything else it raised is the future's exception)."""
 
     def __init__(self) -> None:
         self.records: dict[str, SessionRecord] = {}
-        self.done = False
-        self.error: BaseException | None = None
+        self.written: concurrent.futures.Future[OSError | None] = concurrent.futures.Future()
 
 
 class _GroupCommits:
     """Concurrent saves to one store share writes: one thread writes at a time, and the records
-    given meanwhile wait in the next batch, which the first of their threads then writes."""
+    given meanwhile wait together in the next batch, which it writes next. A save from the loop
+    (`submit`) occupies no thread while it waits (a task of the worker pool writes, unless a
+    writer is at work already); a blocking save (`commit`) waits only for a writer that is
+    running, never for a pool task that may be queued behind it, and else writes itself."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._writing: set[str] = set()  # store paths being written now
         self._next: dict[str, _Batch] = {}  # the batch each store's next write takes
+        self._writing: set[str] = set()  # stores a thread is writing batches of now
+        self._scheduled: set[str] = set()  # stores a pool task will write batches of
+
+    def submit(
+        self,
+        path: Path,
+        records: Mapping[str, SessionRecord],
+        write: Callable[[Mapping[str, SessionRecord]], None],
+    ) -> concurrent.futures.Future[OSError | None]:
+        """`records` into the store's next write, without waiting."""
+        key = str(path)
+        with self._changed:
+            batch = self._add(key, records)
+            schedule = key not in self._scheduled and key not in self._writing
+            if schedule:
+                self._scheduled.add(key)
+        if schedule:
+            # Imported here: the worker threads start when their module loads, and a reader of
+            # the store (the CLI's `sessions`) needs none.
+            from agy_provider.workers import in_background
+
+            in_background(self._scheduled_write, key, write)
+        return batch.written
 
     def commit(
         self,
@@ -357,31 +408,54 @@ class _GroupCommits:
         records: Mapping[str, SessionRecord],
         write: Callable[[Mapping[str, SessionRecord]], None],
     ) -> OSError | None:
-        """Wait until `records` are written (by `write`, in this thread or another's); the
-        OSError of the write that held them, else None. Whatever else that write raised is
-        raised in each thread whose records it held."""
+        """`records` written (blocking); the OSError of the write that held them, else None.
+        Whatever else that write raised is raised here."""
         key = str(path)
         with self._changed:
-            batch = self._next.setdefault(key, _Batch())
-            batch.records.update(records)  # a newer record of the same key wins
-            while key in self._writing and not batch.done:
+            batch = self._add(key, records)
+            while key in self._writing and not batch.written.done():
                 self._changed.wait()
-            if not batch.done:
+            write_here = not batch.written.done()
+            if write_here:
                 self._writing.add(key)
-                del self._next[key]  # records given from now on wait for the next write
-        if not batch.done:
-            try:
-                write(batch.records)
-            except BaseException as exc:
-                batch.error = exc
-            finally:
-                with self._changed:
-                    batch.done = True
+        if write_here:
+            self._write_all(key, write)
+        return batch.written.result()
+
+    def _add(self, key: str, records: Mapping[str, SessionRecord]) -> _Batch:
+        batch = self._next.setdefault(key, _Batch())
+        batch.records.update(records)  # a newer record of the same key wins
+        return batch
+
+    def _scheduled_write(
+        self, key: str, write: Callable[[Mapping[str, SessionRecord]], None]
+    ) -> None:
+        with self._changed:
+            self._scheduled.discard(key)
+            if key in self._writing:
+                return  # the writer at work writes every batch there is
+            self._writing.add(key)
+        self._write_all(key, write)
+
+    def _write_all(self, key: str, write: Callable[[Mapping[str, SessionRecord]], None]) -> None:
+        """Write the store's batches one after another until none is left (`_writing` held)."""
+        while True:
+            with self._changed:
+                batch = self._next.pop(key, None)
+                if batch is None:
                     self._writing.discard(key)
                     self._changed.notify_all()
-        if batch.error is None or isinstance(batch.error, OSError):
-            return batch.error
-        raise batch.error
+                    return
+            try:
+                write(batch.records)
+            except OSError as exc:
+                batch.written.set_result(exc)
+            except BaseException as exc:
+                batch.written.set_exception(exc)
+            else:
+                batch.written.set_result(None)
+            with self._changed:
+                self._changed.notify_all()
 
 
 _COMMITS = _GroupCommits()
