@@ -161,18 +161,18 @@ class WarmPool:
     def _let_go_of(self, conversation_id: str) -> None:
         """Wait (lock held) while the conversation's agy is still held by its previous turn,
         which is letting go of it: its host already has the final event, the cleanup follows.
-        One that is not let go in time is ended (its turn is stuck in its cleanup)."""
+        One that is not let go in time is ended (its turn is stuck in its cleanup). An agy of
+        the conversation being ended (the bound chose it, say) is waited for too: another agy
+        on the conversation, warm or `agy -p`, would be a second writer of its database."""
         if not conversation_id:
             return
         deadline = time.monotonic() + _LET_GO
         while True:
-            held = [
-                a
-                for a in self._agys
-                if a.conversation_id == conversation_id and a.state is WarmState.IN_TURN
-            ]
+            ours = [a for a in self._agys if a.conversation_id == conversation_id]
+            held = [a for a in ours if a.state is WarmState.IN_TURN]
+            ending = [a for a in ours if a.state is WarmState.CLOSING]
             left = deadline - time.monotonic()
-            if not held:
+            if not held and (not ending or left <= 0):
                 return
             if left <= 0:
                 for agy in held:
