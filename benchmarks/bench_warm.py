@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -49,16 +50,22 @@ class SimClock:
         from agy_provider.live import warm_turn
 
         self.turns: dict[int, dict[str, float]] = {}
+        self.conversations: dict[int, str] = {}  # each turn's conversation ("" for a new one)
         original_start, original_deliver = warm_turn.WarmTurn.start, warm_turn.WarmTurn.deliver
         clock = self
 
+        # Each turn's key: a count, not `id(turn)`, which a later turn may reuse.
+        keys = itertools.count()
+
         async def start(turn: Any) -> None:
-            clock.turns[id(turn)] = {"called": clock.turns.pop(-1, {}).get("called", 0.0)}
+            key = turn.bench_key = next(keys)
+            clock.turns[key] = {}
+            clock.conversations[key] = turn.request.conversation_id
             await original_start(turn)
-            clock.turns[id(turn)]["sent"] = time.perf_counter()
+            clock.turns[key]["sent"] = time.perf_counter()
 
         def deliver(turn: Any, data: bytes, ended: bool) -> None:
-            marks = clock.turns.setdefault(id(turn), {})
+            marks = clock.turns.setdefault(getattr(turn, "bench_key", -1), {})
             if "first_text" not in marks and b'"text_delta"' in data:
                 marks["first_text"] = time.perf_counter()
             if ended:
@@ -218,21 +225,28 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
     probe = live.LagProbe()
     probe.start()
     histories = [[_user("one"), _final(t)] for t in firsts]
-    called = time.perf_counter()
     seconds = await asyncio.gather(
         *(
             live.timed_turn(source, prompt="two", session=f"c-{k}", cwd=cwd, history=histories[k])
             for k in range(n)
         )
     )
-    calls = [called] * n  # every turn's `stream_simple` was called at once
     await probe.stop()
     behind = []  # the provider's overhead: our time to the first text, less agy-sim's own
     delivered = []  # the host's first text after agy-sim wrote its first text
-    for timing, marks, called in zip(seconds, list(clock.turns.values())[mark:], calls, strict=False):
+    # Each turn's agy-sim marks, found by its conversation (turns start in any order).
+    from agy_provider.store.sessions import SessionStore
+
+    by_conversation = {
+        clock.conversations.get(turn, ""): marks for turn, marks in list(clock.turns.items())[mark:]
+    }
+    store = SessionStore()
+    for k, timing in enumerate(seconds):
+        record = store.get(f"c-{k}")
+        marks = by_conversation.get(record.conversation_id, {}) if record is not None else {}
         if "first_text" in marks and "sent" in marks:
             behind.append((timing.first_text - (marks["first_text"] - marks["sent"])) * 1000)
-            delivered.append((called + timing.first_text - marks["first_text"]) * 1000)
+            delivered.append((timing.called_at + timing.first_text - marks["first_text"]) * 1000)
     agys, pool_mib = pool_memory()
     host_mib = psutil.Process().memory_info().rss / 2**20
     streamed = sum(t.ok and t.text_deltas >= 2 for t in seconds)

@@ -221,6 +221,7 @@ class TurnTiming:
     text_deltas: int = 0  # text deltas before `done`
     text: str = ""
     cpu: float = float("nan")  # this process's CPU (all threads) during the turn
+    called_at: float = float("nan")  # `time.perf_counter()` when `stream_simple` was called
 
 
 async def timed_turn(
@@ -237,7 +238,7 @@ async def timed_turn(
 
     timing = TurnTiming(source)
     cpu0 = time.process_time()
-    t0 = time.perf_counter()
+    t0 = timing.called_at = time.perf_counter()
     stream = stream_simple(
         model(),
         Context(messages=[*history, UserMessage(content=prompt, timestamp=0)]),
