@@ -337,6 +337,10 @@ def _spare_request(template: TurnRequest) -> TurnRequest:
     )
 
 
+# How long the registry's writer gathers changes before it writes them.
+_REGISTRY_COALESCE = 0.25
+
+
 class _Registry:
     """Tells other processes what is warm (`live/warm_registry.py`, read by `agy-provider
     status`): each change is queued and written by one thread of its own, newest state per agy,
@@ -366,6 +370,9 @@ class _Registry:
         started: dict[int, float | None] = {host: warm_registry.start_time(host)}
         while True:
             self._wake.wait()
+            # Changes close together go in one write per agy: a short turn's `in_turn` and
+            # `ready`, fifty turns starting at once (status may lag by this much).
+            time.sleep(_REGISTRY_COALESCE)
             self._wake.clear()
             with self._lock:
                 due, self._due = self._due, {}
