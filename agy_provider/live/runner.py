@@ -133,7 +133,8 @@ async def agy_version(binary: str, *, timeout: float = 10.0) -> str:
     key = _identity(binary)
     if key is None:
         return await _ask_version(binary, timeout)
-    cached = await off_loop(_cached_version, key)
+    known = _versions.get(key)  # asked already by this process: no trip to a worker
+    cached = known if known is not None else await off_loop(_cached_version, key)
     if cached is not None:
         return cached
     asking = _asking.get(key)
