@@ -158,6 +158,36 @@ class WarmPool:
             for old in retired:
                 old.end(interrupt=False, grace=KILL_AFTER)
 
+    def lease_now(self, request: TurnRequest) -> WarmAgy | None:
+        """`lease` without waiting, for the loop: the conversation's idle agy (or, for a new
+        conversation, a spare) when the pool's lock is free and nothing needs waiting for,
+        ending or starting; else None (then `lease`, off the loop, does the rest)."""
+        key = warm_key(request)
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._closed:
+                return None
+            conversation = request.conversation_id
+            if conversation and any(
+                a.conversation_id == conversation
+                and a.state in (WarmState.IN_TURN, WarmState.CLOSING)
+                for a in self._agys
+            ):
+                return None  # its previous turn still lets go of it, or it is being ended
+            for agy in self._agys:
+                if agy.state not in IDLE or agy.exited.is_set() or agy.key != key:
+                    continue
+                mine = agy.conversation_id == conversation and not agy.spare
+                if mine if conversation else agy.spare:
+                    agy.move(WarmState.IN_TURN)
+                    agy.spare = False
+                    REGISTRY.changed(agy)
+                    return agy
+            return None
+        finally:
+            self._lock.release()
+
     def _let_go_of(self, conversation_id: str) -> None:
         """Wait (lock held) while the conversation's agy is still held by its previous turn,
         which is letting go of it: its host already has the final event, the cleanup follows.

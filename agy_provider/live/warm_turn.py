@@ -124,6 +124,9 @@ class WarmTurn:
         await self._start_oneshot()
 
     async def _lease(self) -> WarmAgy | None:
+        ready = self.pool.lease_now(self._asked)  # the usual case: no trip to a worker
+        if ready is not None:
+            return ready
         offered = self.tools.offered if self.tools is not None else ()
         # Leased as the turn planned it: a replaced agy's log file, token and folders are not
         # this turn's settings.
