@@ -11,6 +11,7 @@ and may wait for the pipes' last bytes), never on the hub, which only ever reads
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import threading
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["HUB", "HubMember", "WarmHub"]
+
+log = logging.getLogger(__name__)
 
 # One read's bound: a pipe holds at most this much at once on Linux.
 _CHUNK = 65536
@@ -100,6 +103,13 @@ class WarmHub:
 
     def _run(self, selector: selectors.BaseSelector) -> None:
         while True:
+            try:
+                self._serve(selector)
+            except Exception:  # a bug of ours must not leave every warm agy unread
+                log.exception("the warm agys' reader failed on one event; it goes on")
+
+    def _serve(self, selector: selectors.BaseSelector) -> None:
+        while True:
             for key, _ in selector.select():
                 if key.data is None:
                     self._changes(selector)
@@ -118,14 +128,27 @@ class WarmHub:
                     chunk = b""
                 if not chunk:
                     selector.unregister(key.fd)
-                    self._open[id(member)] -= 1
-                    if not self._open[id(member)]:
+                    left = self._open.get(id(member), 1) - 1
+                    self._open[id(member)] = left
+                    if not left:
                         del self._open[id(member)]
                         member.pipes_closed()
-                elif what == "out":
-                    member.took_stdout(chunk)
-                else:
-                    member.took_stderr(chunk)
+                    continue
+                try:
+                    if what == "out":
+                        member.took_stdout(chunk)
+                    else:
+                        member.took_stderr(chunk)
+                except Exception:  # a bug of ours: that agy goes unread, never the others
+                    log.exception("a warm agy's output could not be handled; it is read no more")
+                    self._drop(selector, member)
+
+    def _drop(self, selector: selectors.BaseSelector, member: HubMember) -> None:
+        for key in list(selector.get_map().values()):
+            if key.data is not None and key.data[0] is member and key.data[1] != "exit":
+                selector.unregister(key.fd)
+        self._open.pop(id(member), None)
+        member.pipes_closed()
 
     def _changes(self, selector: selectors.BaseSelector) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -134,7 +157,10 @@ class WarmHub:
         with self._lock:
             changes, self._pending = self._pending, []
         for change in changes:
-            change(selector)
+            try:
+                change(selector)
+            except (OSError, ValueError, KeyError) as exc:  # a pipe already closed, say
+                log.warning("the warm agys' reader could not follow a change: %s", exc)
 
 
 def _wait_then(pid: int, then: Callable[[], None]) -> None:
