@@ -316,6 +316,23 @@ async def test_ask_continues_a_conversation(
 
 
 @pytest.mark.slow
+async def test_ask_keeps_nothing_on_disk(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """AskAntigravity's session store is its call's memory: no file in the folder it runs in
+    (a store of its own kind must not be written as a file by the shared session writer)."""
+    folder = tmp_path / "cwd"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    from agy_provider.live.provider import wait_for_turns
+
+    result = await ask_antigravity("Hello.")
+    assert result.ok, result.error
+    await wait_for_turns()  # the turn's save, whatever it does, is over
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.slow
 async def test_a_thinking_level_the_model_lacks_is_refused_before_agy_starts(
     live_env: Path,
 ) -> None:

@@ -481,3 +481,20 @@ def test_a_symlinked_lock_is_refused_and_its_target_never_created(
     with pytest.raises(OSError, match="symbolic link") as refused:
         save_config(Config(), config)
     assert refused.value.errno == errno.ELOOP and not target.exists()
+
+
+def test_a_store_that_keeps_records_its_own_way_is_saved_through_its_put_many(
+    tmp_path: Path,
+) -> None:
+    """A subclass keeping records elsewhere (in memory, say) overrides `put_many`; the turn's
+    save (`save_later`) must go through it, not write the file the base class would."""
+    kept: dict[str, SessionRecord] = {}
+
+    class Elsewhere(SessionStore):
+        def put_many(self, records: Any) -> None:
+            kept.update(records)
+
+    store = Elsewhere(tmp_path / "never-written.json")
+    store.save_later({"s": SessionRecord(conversation_id=UUID)}).result(10)
+    assert set(kept) == {"s"}
+    assert list(tmp_path.iterdir()) == []

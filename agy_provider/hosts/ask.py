@@ -8,6 +8,7 @@ Refuses to run inside an agy turn (agy would start agy).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import math
 import os
@@ -168,6 +169,12 @@ class _MemoryStore(SessionStore):
 
     def put_many(self, records: Mapping[str, SessionRecord]) -> None:
         self._mine.update(records)
+
+    def save_later(self, records: Mapping[str, SessionRecord]) -> concurrent.futures.Future[None]:
+        self._mine.update(records)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.set_result(None)
+        return done
 
     def delete(self, session_id: str) -> None:
         self._mine.pop(session_id, None)

@@ -266,6 +266,12 @@ class SessionStore:
         if not records:
             done.set_result(None)
             return done
+        if type(self).put_many is not SessionStore.put_many:
+            # A store of someone else's making keeps records its own way (in memory, say): its
+            # `put_many` is called, in a worker, as every save did before the shared writes.
+            from agy_provider.workers import in_background
+
+            return in_background(self.put_many, records)
 
         def said(written: concurrent.futures.Future[OSError | None]) -> None:
             try:
