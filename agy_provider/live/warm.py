@@ -139,10 +139,7 @@ class WarmPool:
                 self._let_go_of(request.conversation_id)
                 found = self._find(key, request.conversation_id, retired)
                 if found is not None:
-                    found.move(WarmState.IN_TURN)
-                    found.spare = False
-                    REGISTRY.changed(found)
-                    return found
+                    return _taken(found)
                 if not self._make_room(retired):
                     log.info(
                         "all %d warm agy processes are in turns (warm_max); this turn runs its "
@@ -176,14 +173,8 @@ class WarmPool:
             ):
                 return None  # its previous turn still lets go of it, or it is being ended
             for agy in self._agys:
-                if agy.state not in IDLE or agy.exited.is_set() or agy.key != key:
-                    continue
-                mine = agy.conversation_id == conversation and not agy.spare
-                if mine if conversation else agy.spare:
-                    agy.move(WarmState.IN_TURN)
-                    agy.spare = False
-                    REGISTRY.changed(agy)
-                    return agy
+                if agy.key == key and _answers(agy, conversation):
+                    return _taken(agy)
             return None
         finally:
             self._lock.release()
@@ -216,17 +207,13 @@ class WarmPool:
 
     def _find(self, key: str, conversation_id: str, retired: list[WarmAgy]) -> WarmAgy | None:
         for agy in self._agys:
-            if agy.state not in (WarmState.READY, WarmState.STARTING) or agy.exited.is_set():
+            if not _answers(agy, conversation_id):
                 continue
+            if agy.key == key:
+                return agy
             if conversation_id:
-                if agy.conversation_id != conversation_id or agy.spare:
-                    continue
-                if agy.key == key:
-                    return agy
                 agy.move(WarmState.CLOSING)  # its settings changed: a new agy continues it
                 retired.append(agy)
-            elif agy.spare and agy.key == key:
-                return agy
         return None
 
     def _make_room(self, retired: list[WarmAgy]) -> bool:
@@ -354,6 +341,24 @@ class WarmPool:
         REGISTRY.forget_all()
         with self._lock:
             self._closed = False
+
+
+def _answers(agy: WarmAgy, conversation_id: str) -> bool:
+    """Whether idle `agy` could take a turn of `conversation_id` (a spare, for a new one), its
+    key aside (lock held)."""
+    if agy.state not in IDLE or agy.exited.is_set():
+        return False
+    if conversation_id:
+        return agy.conversation_id == conversation_id and not agy.spare
+    return agy.spare
+
+
+def _taken(agy: WarmAgy) -> WarmAgy:
+    """`agy`, leased: in a turn, no longer a spare, and said so (lock held)."""
+    agy.move(WarmState.IN_TURN)
+    agy.spare = False
+    REGISTRY.changed(agy)
+    return agy
 
 
 def _spare_request(template: TurnRequest) -> TurnRequest:
