@@ -5,13 +5,19 @@ Collections are registered through a `register(...)` callback the core owns; "wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 import pluggy
 
 if TYPE_CHECKING:  # the types only: importing hookspecs stays cheap
-    from agy_provider.agy.step import PermissionRequest, Question, Step
+    from agy_provider.agy.step import PermissionRequest
+    from agy_provider.agy.step import Question
+    from agy_provider.agy.step import Step
     from agy_provider.live.sources import EventSource
     from agy_provider.live.turn_edges import TurnContext
     from agy_provider.pi.events import AssistantMessageEvent

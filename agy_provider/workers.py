@@ -14,7 +14,8 @@ import contextvars
 import functools
 import threading
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec
+from typing import TypeVar
 
 __all__ = ["WORKERS", "in_background", "off_loop", "start_workers"]
 

@@ -65,7 +65,11 @@ def alive(procs: dict[int, psutil.Process]) -> list[int]:
 
 
 async def aborted_turn(source: str, phase: str, cwd: Path) -> dict[str, Any]:
-    from agy_provider import AbortSignal, Context, SimpleStreamOptions, UserMessage, stream_simple
+    from agy_provider import AbortSignal
+    from agy_provider import Context
+    from agy_provider import SimpleStreamOptions
+    from agy_provider import UserMessage
+    from agy_provider import stream_simple
 
     me = psutil.Process()
     seen: dict[int, psutil.Process] = {}

@@ -31,7 +31,8 @@ SESSION_GRACE = 20.0
 
 def scenario_answer(name: str = "default") -> str:
     """The text the scenario's first turn answers: its planners' chunks, in order."""
-    from agy_provider.sim.scenario import PlannerSpec, load_scenario
+    from agy_provider.sim.scenario import PlannerSpec
+    from agy_provider.sim.scenario import load_scenario
 
     steps = load_scenario(name).turn(0).steps
     return "".join(chunk for s in steps if isinstance(s, PlannerSpec) for chunk in s.text)

@@ -28,9 +28,13 @@ import live_support as live
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.continuity import parse_mark
 from agy_provider.live.prompt import build_prompt
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import AssistantMessage, Context, Message, UserMessage
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
 
 CPU_GOAL = 1.0  # a stateless resume costs no more than a resume by session id

@@ -61,7 +61,8 @@ def cuts(size: int, deltas: int) -> list[int]:
 
 
 def sqlite_writer_main(db: str, size: int, deltas: int, ascii_only: bool) -> None:
-    from agy_provider.sim.bulk import _step, planner_step
+    from agy_provider.sim.bulk import _step
+    from agy_provider.sim.bulk import planner_step
     from agy_provider.sim.writer import ConversationWriter
 
     text = answer_text(size, ascii_only=ascii_only)
@@ -83,7 +84,8 @@ def sqlite_writer_main(db: str, size: int, deltas: int, ascii_only: bool) -> Non
 def rpc_frame(index: int, text: str, status: str) -> bytes:
     """The frame agy-sim's language server sends when the planner row `index` changed."""
     from agy_provider.sim.bulk import planner_step
-    from agy_provider.sim.step_reader import render_step, stream_shape
+    from agy_provider.sim.step_reader import render_step
+    from agy_provider.sim.step_reader import stream_shape
     from agy_provider.wire.connect import encode_json_envelope
 
     step = planner_step(text, "", status=status)
@@ -271,8 +273,11 @@ def parts_main(size: int, deltas: int, ascii_only: bool) -> None:
 
     from agy_provider.agy.growing_text import GrowingTexts
     from agy_provider.agy.rows import decode_step_row
-    from agy_provider.agy.rpcjson import CheckedTexts, decode_json_step
-    from agy_provider.agy.step import Step, StepKind, StepStatus
+    from agy_provider.agy.rpcjson import CheckedTexts
+    from agy_provider.agy.rpcjson import decode_json_step
+    from agy_provider.agy.step import Step
+    from agy_provider.agy.step import StepKind
+    from agy_provider.agy.step import StepStatus
     from agy_provider.assembly.assembler import StepAssembler
     from agy_provider.sim.bulk import planner_step
     from agy_provider.wire import jsontext

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
 
 import live_support as live
 
-from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+from agy_provider.sim.bulk import STEPS_PER_TURN
+from agy_provider.sim.bulk import write_conversation
 
 SIZES = (1_250, 2_500, 5_000, 10_000)
 GOAL_SECONDS = 2.0

@@ -31,8 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for live_support
 import live_support as live
 
 from agy_provider.live.provider import history_digest
-from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
-from agy_provider.store.sessions import SessionRecord, SessionStore
+from agy_provider.sim.bulk import STEPS_PER_TURN
+from agy_provider.sim.bulk import write_conversation
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
 
 SOURCES = ("sqlite", "rpc")
 SIZES = (12, 10_000)

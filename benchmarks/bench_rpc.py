@@ -27,10 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for bench_sqlite_sou
 import bench_sqlite_source as sqlite_bench
 
 from agy_provider.agy.rpcjson import decode_json_step
-from agy_provider.agy.step import StepKind, StepStatus
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.rpc.client import ConnectClient
-from agy_provider.wire.connect import ConnectStreamDecoder, encode_json_envelope
+from agy_provider.wire.connect import ConnectStreamDecoder
+from agy_provider.wire.connect import encode_json_envelope
 
 FRAMES = 120
 IDLE_SECONDS = 10.0

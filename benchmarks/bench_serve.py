@@ -94,7 +94,8 @@ class FirstDeltas:
 
 
 async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[float], Any]:
-    from agy_provider.hosts.serve_app import ServeServer, ServeSettings
+    from agy_provider.hosts.serve_app import ServeServer
+    from agy_provider.hosts.serve_app import ServeSettings
     from agy_provider.plugin_manager import get_plugin_manager
 
     observer = FirstDeltas()
@@ -204,7 +205,8 @@ def lag_text(probe: Any) -> tuple[str, float]:
 
 
 async def run(rounds: int, clients: int) -> list[str]:
-    from agy_provider.sim.scenario import PlannerSpec, load_scenario
+    from agy_provider.sim.scenario import PlannerSpec
+    from agy_provider.sim.scenario import load_scenario
 
     steps = load_scenario("default").turn(0).steps
     expected = "".join(c for s in steps if isinstance(s, PlannerSpec) for c in s.text)

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from agy_provider.plugins import sqlite_source
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
 from agy_provider.agy.rows import decode_step_row
-from agy_provider.sim.bulk import planner_step, write_conversation
+from agy_provider.sim.bulk import planner_step
+from agy_provider.sim.bulk import write_conversation
 from agy_provider.sim.writer import ConversationWriter
 
 P50_GOAL_MS, P99_GOAL_MS = 10.0, 30.0

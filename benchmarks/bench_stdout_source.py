@@ -20,12 +20,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agy_provider.plugins.sqlite_source import SqliteEventSource
-from agy_provider.plugins.streamjson_source import FLUSH_EVERY, StreamJsonEventSource
+from agy_provider.plugins.streamjson_source import FLUSH_EVERY
+from agy_provider.plugins.streamjson_source import StreamJsonEventSource
 from live_support import run_header
 
 from agy_provider.agy.stdout import StdoutEvents

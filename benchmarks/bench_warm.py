@@ -114,7 +114,8 @@ def _patch_timed_turn() -> None:
     original = live.timed_turn
 
     async def timed_turn(*args: Any, **kwargs: Any) -> live.TurnTiming:
-        from agy_provider import AssistantMessage, TextContent
+        from agy_provider import AssistantMessage
+        from agy_provider import TextContent
 
         timing = await original(*args, **kwargs)
         _finals[id(timing)] = AssistantMessage(
@@ -278,7 +279,10 @@ def _user(text: str) -> Any:
 
 async def abort_at(phase: str, source: str, cwd: Path) -> tuple[float, bool]:
     """Abort a warm turn at `phase`; (ms from abort() to the `aborted` event, its agy ended)."""
-    from agy_provider import AbortSignal, Context, SimpleStreamOptions, stream_simple
+    from agy_provider import AbortSignal
+    from agy_provider import Context
+    from agy_provider import SimpleStreamOptions
+    from agy_provider import stream_simple
     from agy_provider.live.warm import POOL
 
     session = f"abort-{phase}-{source}"

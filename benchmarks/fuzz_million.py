@@ -39,19 +39,20 @@ sys.path.insert(0, str(ROOT / "tests"))  # the fuzz tests' byte mutator, shared
 
 from test_fuzz_decoders import mutate_bytes as _mutate_bytes  # noqa: E402
 
-from agy_provider.agy.quota import (  # noqa: E402
-    parse_go_duration,
-    parse_usage,
-    quota_from_text,
-)
+from agy_provider.agy.quota import parse_go_duration  # noqa: E402
+from agy_provider.agy.quota import parse_usage  # noqa: E402
+from agy_provider.agy.quota import quota_from_text  # noqa: E402
 from agy_provider.agy.rows import decode_step_row  # noqa: E402
 from agy_provider.agy.rpcjson import decode_json_step  # noqa: E402
 from agy_provider.agy.streamjson import StreamJsonDecoder  # noqa: E402
 from agy_provider.agy.verdict import exit_verdict  # noqa: E402
-from agy_provider.errors import DecodeError, RpcError  # noqa: E402
+from agy_provider.errors import DecodeError  # noqa: E402
+from agy_provider.errors import RpcError  # noqa: E402
 from agy_provider.wire import jsontext  # noqa: E402
-from agy_provider.wire.connect import ConnectStreamDecoder, encode_envelope  # noqa: E402
-from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder  # noqa: E402
+from agy_provider.wire.connect import ConnectStreamDecoder  # noqa: E402
+from agy_provider.wire.connect import encode_envelope  # noqa: E402
+from agy_provider.wire.ndjson import NEED_DATA  # noqa: E402
+from agy_provider.wire.ndjson import JsonLineDecoder  # noqa: E402
 from agy_provider.wire.protowire import Message  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,10 @@ async def timed_turn(
     store: Any = None,
 ) -> TurnTiming:
     """Run one turn with `event_source=source` and time what the caller sees."""
-    from agy_provider import Context, SimpleStreamOptions, UserMessage, stream_simple
+    from agy_provider import Context
+    from agy_provider import SimpleStreamOptions
+    from agy_provider import UserMessage
+    from agy_provider import stream_simple
 
     timing = TurnTiming(source)
     cpu0 = time.process_time()

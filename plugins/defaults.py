@@ -5,7 +5,8 @@ Hosts override any of these with their own plugins; firstresult hooks take the f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from agy_provider.hookspecs import hookimpl

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import AsyncGenerator
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+from typing import Literal
 
 import llm
 from llm.parts import StreamEvent
@@ -52,7 +55,8 @@ def register_models(register: Any) -> None:
     if not catalog:
         return
     from agy_provider.errors import UsageError
-    from agy_provider.store.model_catalog import ALIASES, resolve_model
+    from agy_provider.store.model_catalog import ALIASES
+    from agy_provider.store.model_catalog import resolve_model
 
     aliases: dict[str, list[str]] = {}
     for word in ALIASES:
@@ -154,17 +158,16 @@ class _AgyModelBase:
 def _context(prompt: llm.Prompt) -> Any:
     """llm's messages (system, user, assistant text and tool calls, tool results) and tools as
     pi's context; the newest message is the user's, or the results of the tools agy called."""
-    from llm.parts import ToolCallPart, ToolResultPart
+    from llm.parts import ToolCallPart
+    from llm.parts import ToolResultPart
 
-    from agy_provider.pi.types import (
-        AssistantMessage,
-        Context,
-        TextContent,
-        Tool,
-        ToolCall,
-        ToolResultMessage,
-        UserMessage,
-    )
+    from agy_provider.pi.types import AssistantMessage
+    from agy_provider.pi.types import Context
+    from agy_provider.pi.types import TextContent
+    from agy_provider.pi.types import Tool
+    from agy_provider.pi.types import ToolCall
+    from agy_provider.pi.types import ToolResultMessage
+    from agy_provider.pi.types import UserMessage
 
     system: list[str] = []
     messages: list[Any] = []

@@ -10,12 +10,20 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
-from agy_provider.agy.rpcjson import CheckedTexts, decode_json_step
-from agy_provider.agy.step import InteractionKind, Step, StepStatus
-from agy_provider.errors import DecodeError, RpcError, SourceError
+from agy_provider.agy.rpcjson import CheckedTexts
+from agy_provider.agy.rpcjson import decode_json_step
+from agy_provider.agy.step import InteractionKind
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepStatus
+from agy_provider.errors import DecodeError
+from agy_provider.errors import RpcError
+from agy_provider.errors import SourceError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.wire.connect import SkippedFrame

@@ -14,19 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.database import (
-    data_version,
-    open_conversation_db,
-    read_snapshot,
-    read_step_rows,
-    scan_step_signatures,
-)
+from agy_provider.agy.database import data_version
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.database import read_snapshot
+from agy_provider.agy.database import read_step_rows
+from agy_provider.agy.database import scan_step_signatures
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
-from agy_provider.agy.step import STATUS_BY_NUMBER, Step, StepStatus
-from agy_provider.errors import DatabaseError, DecodeError
+from agy_provider.agy.step import STATUS_BY_NUMBER
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepStatus
+from agy_provider.errors import DatabaseError
+from agy_provider.errors import DecodeError
 from agy_provider.hookspecs import hookimpl
-from agy_provider.live.fswatch import FolderWatch, watch_folder
+from agy_provider.live.fswatch import FolderWatch
+from agy_provider.live.fswatch import watch_folder
 from agy_provider.workers import off_loop
 
 __all__ = ["SqliteEventSource", "register_event_sources"]

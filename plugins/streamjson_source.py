@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from agy_provider.agy.stdout import MAX_EVENT_BYTES, StdoutEvents
+from agy_provider.agy.stdout import MAX_EVENT_BYTES
+from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.agy.step import Step
-from agy_provider.errors import DecodeError, SourceError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import SourceError
 from agy_provider.hookspecs import hookimpl
 
 __all__ = ["FLUSH_EVERY", "StreamJsonEventSource", "register_event_sources"]

@@ -18,9 +18,12 @@ in one piece, and that garbage after valid input never changes the values decode
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic
+from typing import TypeVar
 
 __all__ = [
     "DEFAULT_GARBAGE",

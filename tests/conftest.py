@@ -64,4 +64,5 @@ def _no_warm_agy_left() -> Iterator[None]:
 
 
 # End-to-end fixtures (agy-sim as agy, a private state folder, a throwaway observing plugin).
-from live_helpers import live_env, recorder  # noqa: E402, F401
+from live_helpers import live_env  # noqa: E402, F401
+from live_helpers import recorder  # noqa: E402, F401

@@ -52,7 +52,8 @@ TOOL_PARAMETERS = {
 
 def tool_arguments() -> dict[str, object]:
     """The arguments the scenario's model passes to the host tool."""
-    from agy_provider.sim.scenario import PlannerSpec, load_scenario
+    from agy_provider.sim.scenario import PlannerSpec
+    from agy_provider.sim.scenario import load_scenario
 
     (spec,) = (
         t.mcp

@@ -12,7 +12,8 @@ import dataclasses
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,22 @@ import psutil
 import pytest
 
 from agy_provider.hookspecs import hookimpl
-from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import AssistantMessage, Context, Model, TextContent, UserMessage
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.sim.scenario import ErrorSpec, PlannerSpec, load_scenario
+from agy_provider.sim.scenario import ErrorSpec
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import load_scenario
 from agy_provider.store.sessions import SessionStore
 
 MODEL = Model(
@@ -275,7 +286,8 @@ def seed_resumable(
     whose "resume" session points at its last row: (conversation id, store, last row index)."""
     import uuid
 
-    from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+    from agy_provider.sim.bulk import STEPS_PER_TURN
+    from agy_provider.sim.bulk import write_conversation
     from agy_provider.store.sessions import SessionRecord
 
     conversation = str(uuid.uuid4())

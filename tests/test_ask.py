@@ -17,28 +17,38 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import Observed, agy_sim_path, leftovers, scenario_answer
+from live_helpers import Observed
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import collapse_tiers
-from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.agy.step import ToolCall as StepToolCall
 from agy_provider.agy.step import ToolResult as StepToolResult
-from agy_provider.assembly.tool_runs import render_tool_run, tool_run
-from agy_provider.errors import SourceError, UsageError
-from agy_provider.hosts.ask import (
-    ASK_TOOL_NAME,
-    TURN_ENV,
-    AskResult,
-    ask_antigravity,
-    ask_antigravity_sync,
-    nested_turn_reason,
-)
-from agy_provider.hosts.ask_tool import ask_tool, run_ask_tool
+from agy_provider.assembly.tool_runs import render_tool_run
+from agy_provider.assembly.tool_runs import tool_run
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
+from agy_provider.hosts.ask import ASK_TOOL_NAME
+from agy_provider.hosts.ask import TURN_ENV
+from agy_provider.hosts.ask import AskResult
+from agy_provider.hosts.ask import ask_antigravity
+from agy_provider.hosts.ask import ask_antigravity_sync
+from agy_provider.hosts.ask import nested_turn_reason
+from agy_provider.hosts.ask_tool import ask_tool
+from agy_provider.hosts.ask_tool import run_ask_tool
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import AbortSignal
-from agy_provider.pi.types import TextContent, ToolCall
-from agy_provider.sim.scenario import DEFAULT_CATALOG, load_scenario
-from agy_provider.store.model_catalog import cached_models, catalog_path, resolve_model
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.sim.scenario import DEFAULT_CATALOG
+from agy_provider.sim.scenario import load_scenario
+from agy_provider.store.model_catalog import cached_models
+from agy_provider.store.model_catalog import catalog_path
+from agy_provider.store.model_catalog import resolve_model
 
 SIM_MODELS = collapse_tiers((m.slug, m.name) for m in DEFAULT_CATALOG)
 AGY_PROVIDER = os.path.join(os.path.dirname(sys.executable), "agy-provider")

@@ -5,22 +5,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.agy.step import (
-    Step,
-    StepKind,
-    StepStatus,
-    StepUsage,
-    ToolCall,
-    ToolResult,
-    TurnOutcome,
-)
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.assembly.outcome import CANCELLED, EMPTY_ANSWER
-from agy_provider.pi.events import DoneEvent, ErrorEvent, ToolCallDeltaEvent
-from agy_provider.pi.types import TextContent, ThinkingContent
+from agy_provider.assembly.outcome import CANCELLED
+from agy_provider.assembly.outcome import EMPTY_ANSWER
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import ToolCallDeltaEvent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 
 USER = Step(index=0, kind=StepKind.USER, status=StepStatus.DONE, text="hi")
 

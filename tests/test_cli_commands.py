@@ -25,7 +25,8 @@ import pytest
 from conftest import FIXTURES
 from live_helpers import scenario_answer
 
-from agy_provider.cli import build_parser, main
+from agy_provider.cli import build_parser
+from agy_provider.cli import main
 from agy_provider.sim.record import FIXTURES as RECORDED
 from agy_provider.sim.scenario import load_scenario
 

@@ -21,10 +21,14 @@ from pathlib import Path
 import psutil
 import pytest
 from live_helpers import agy_sim_path
-from sim_support import AGY_PROVIDER, STARTUP, cli_env, run_cli
+from sim_support import AGY_PROVIDER
+from sim_support import STARTUP
+from sim_support import cli_env
+from sim_support import run_cli
 
 from agy_provider.cli import main
-from agy_provider.sim.scenario import PlannerSpec, load_scenario
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import load_scenario
 
 EXIT = 60.0
 

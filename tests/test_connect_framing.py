@@ -9,29 +9,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codec_helpers import run_tail, run_three_ways, split_at
-from hypothesis import given, settings
+from codec_helpers import run_tail
+from codec_helpers import run_three_ways
+from codec_helpers import split_at
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
-from agy_provider.wire.connect import (
-    CONNECT_PROTOCOL_VERSION,
-    CONTENT_TYPE_CONNECT_JSON,
-    CONTENT_TYPE_JSON,
-    FLAG_COMPRESSED,
-    FLAG_END_STREAM,
-    HEADER_BYTES,
-    MAX_FRAME_BYTES,
-    NEED_DATA,
-    ConnectStreamDecoder,
-    EnvelopeDecoder,
-    Frame,
-    SkippedFrame,
-    code_from_http_status,
-    encode_envelope,
-    encode_json_envelope,
-    parse_error_body,
-)
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import RpcError
+from agy_provider.errors import UsageError
+from agy_provider.wire.connect import CONNECT_PROTOCOL_VERSION
+from agy_provider.wire.connect import CONTENT_TYPE_CONNECT_JSON
+from agy_provider.wire.connect import CONTENT_TYPE_JSON
+from agy_provider.wire.connect import FLAG_COMPRESSED
+from agy_provider.wire.connect import FLAG_END_STREAM
+from agy_provider.wire.connect import HEADER_BYTES
+from agy_provider.wire.connect import MAX_FRAME_BYTES
+from agy_provider.wire.connect import NEED_DATA
+from agy_provider.wire.connect import ConnectStreamDecoder
+from agy_provider.wire.connect import EnvelopeDecoder
+from agy_provider.wire.connect import Frame
+from agy_provider.wire.connect import SkippedFrame
+from agy_provider.wire.connect import code_from_http_status
+from agy_provider.wire.connect import encode_envelope
+from agy_provider.wire.connect import encode_json_envelope
+from agy_provider.wire.connect import parse_error_body
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 

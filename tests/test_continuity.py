@@ -11,24 +11,21 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agy_provider.live.continuity import (
-    conversation_key,
-    find_continuation,
-    make_mark,
-    mark_message,
-    parse_mark,
-)
-from agy_provider.live.prompt import build_prompt, history_digest
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.live.continuity import conversation_key
+from agy_provider.live.continuity import find_continuation
+from agy_provider.live.continuity import make_mark
+from agy_provider.live.continuity import mark_message
+from agy_provider.live.continuity import parse_mark
+from agy_provider.live.prompt import build_prompt
+from agy_provider.live.prompt import history_digest
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 from agy_provider.store.sessions import SessionRecord
 
 CID = "0b6c1d2e-3f40-4a5b-8c6d-7e8f9a0b1c2d"

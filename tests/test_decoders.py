@@ -11,7 +11,11 @@ import pytest
 
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
-from agy_provider.agy.step import InteractionKind, StepKind, StepStatus, StepUsage, TurnOutcome
+from agy_provider.agy.step import InteractionKind
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.errors import DecodeError
 

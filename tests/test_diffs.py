@@ -13,21 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.agy.step import Step, StepKind, StepStatus, ToolCall, ToolResult
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
 from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.assembly.diffs import (
-    MAX_DIFF_LINES,
-    Baseline,
-    EditLedger,
-    GitBaselines,
-    edit_diff,
-    git_head_text,
-    looks_like_diff,
-)
-from agy_provider.assembly.tool_runs import render_tool_run, tool_run
+from agy_provider.assembly.diffs import MAX_DIFF_LINES
+from agy_provider.assembly.diffs import Baseline
+from agy_provider.assembly.diffs import EditLedger
+from agy_provider.assembly.diffs import GitBaselines
+from agy_provider.assembly.diffs import edit_diff
+from agy_provider.assembly.diffs import git_head_text
+from agy_provider.assembly.diffs import looks_like_diff
+from agy_provider.assembly.tool_runs import render_tool_run
+from agy_provider.assembly.tool_runs import tool_run
 
 NOTES = "alpha\nbeta\ngamma\ndelta\n"
 

@@ -12,7 +12,8 @@ import pytest
 
 from agy_provider.errors import TurnError
 from agy_provider.live.discovery import bind_database
-from agy_provider.live.runner import AgyProcess, TurnRequest
+from agy_provider.live.runner import AgyProcess
+from agy_provider.live.runner import TurnRequest
 
 CID = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
 

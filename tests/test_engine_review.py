@@ -15,34 +15,43 @@ import httpx
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
-from live_helpers import agy_sim_path, expect_done, run_turn, scenario_answer
-from test_turn_driver import (
-    CONVERSATION,
-    HANG,
-    Script,
-    collect,
-    edges_for,
-    planner,
-    start_turn,
-    until,
-    user,
-)
+from live_helpers import agy_sim_path
+from live_helpers import expect_done
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from test_turn_driver import CONVERSATION
+from test_turn_driver import HANG
+from test_turn_driver import Script
+from test_turn_driver import collect
+from test_turn_driver import edges_for
+from test_turn_driver import planner
+from test_turn_driver import start_turn
+from test_turn_driver import until
+from test_turn_driver import user
 
 from agy_provider.agy.step import StepStatus
-from agy_provider.errors import RpcError, TurnError
+from agy_provider.errors import RpcError
+from agy_provider.errors import TurnError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.discovery import Binding
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.runner import AgyProcess, TurnRequest
-from agy_provider.live.turn import TurnContext, history_digest
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.live.runner import AgyProcess
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.turn import TurnContext
+from agy_provider.live.turn import history_digest
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.types import UserMessage
-from agy_provider.plugin_manager import event_sources, get_plugin_manager
+from agy_provider.plugin_manager import event_sources
+from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.rpc.client import ConnectClient
 from agy_provider.rpc.language_server import prove_ownership
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
+from agy_provider.sim.bulk import STEPS_PER_TURN
+from agy_provider.sim.bulk import planner_step
+from agy_provider.sim.bulk import write_conversation
 from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 

@@ -16,29 +16,43 @@ import os
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import FIXTURES
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.agy.quota import parse_go_duration, parse_usage, quota_from_text
+from agy_provider.agy.quota import parse_go_duration
+from agy_provider.agy.quota import parse_usage
+from agy_provider.agy.quota import quota_from_text
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.rpcjson import decode_json_step
-from agy_provider.agy.step import Step, TurnOutcome
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.agy.verdict import exit_verdict
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.cli import main
-from agy_provider.errors import DecodeError, RpcError, UsageError
-from agy_provider.offline.formatters import event_line, markdown, step_line, transcript
+from agy_provider.errors import DecodeError
+from agy_provider.errors import RpcError
+from agy_provider.errors import UsageError
+from agy_provider.offline.formatters import event_line
+from agy_provider.offline.formatters import markdown
+from agy_provider.offline.formatters import step_line
+from agy_provider.offline.formatters import transcript
 from agy_provider.offline.replay import detect_format
 from agy_provider.wire import jsontext
-from agy_provider.wire.connect import ConnectStreamDecoder, parse_error_body
-from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder
+from agy_provider.wire.connect import ConnectStreamDecoder
+from agy_provider.wire.connect import parse_error_body
+from agy_provider.wire.ndjson import NEED_DATA
+from agy_provider.wire.ndjson import JsonLineDecoder
 from agy_provider.wire.protowire import Message
 
 LONG = os.environ.get("AGY_FUZZ_LONG") == "1"

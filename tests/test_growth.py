@@ -13,16 +13,21 @@ from pathlib import Path
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
-from agy_provider.agy.rpcjson import CheckedTexts, decode_json_step
-from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.rpcjson import CheckedTexts
+from agy_provider.agy.rpcjson import decode_json_step
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.errors import DecodeError
-from agy_provider.pi.types import TextContent, ToolCall
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.writer import ConversationWriter
 

@@ -14,32 +14,38 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
+from typing import TypedDict
 
 import pytest
-from host_helpers import slow_start_scenario, until_agy_runs
-from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer
+from host_helpers import slow_start_scenario
+from host_helpers import until_agy_runs
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.errors import UsageError
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.warm import POOL
 from agy_provider.pi.abort_bridge import bridge_signal
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import normalise_turn
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    ImageContent,
-    TextContent,
-    ThinkingContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-)
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import Usage
+from agy_provider.pi.types import UserMessage
 
 PI_MODEL = {
     "id": "gemini-3.7-flash",
@@ -610,7 +616,8 @@ LONE = "\ud83d"  # a high surrogate without its low half: not encodable as UTF-8
 
 
 def test_every_host_text_is_freed_of_lone_surrogates() -> None:
-    from agy_provider.live.prompt import build_prompt, history_digest
+    from agy_provider.live.prompt import build_prompt
+    from agy_provider.live.prompt import history_digest
 
     bad = f"text {LONE} here"
     context = Context(

@@ -15,32 +15,35 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import (
-    TOOL_PARAMETERS,
-    TOOL_SCENARIO,
-    conversations,
-    tool_answer,
-    tool_arguments,
-    tool_output,
-)
-from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import tool_answer
+from host_helpers import tool_arguments
+from host_helpers import tool_output
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import scenario_answer
+from live_helpers import terminal
 
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import build_argv
 from agy_provider.live.turn import PARKED
 from agy_provider.live.warm import POOL
 from agy_provider.pi.events import DoneEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    TextContent,
-    ThinkingContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

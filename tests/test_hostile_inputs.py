@@ -19,18 +19,28 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from agy_provider.agy.rpcjson import decode_json_step
 from agy_provider.agy.step import Step
 from agy_provider.cli import main
-from agy_provider.errors import DecodeError, FramingError, RpcError
-from agy_provider.offline.formatters import markdown, printable, transcript
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import RpcError
+from agy_provider.offline.formatters import markdown
+from agy_provider.offline.formatters import printable
+from agy_provider.offline.formatters import transcript
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 from agy_provider.wire import jsontext
-from agy_provider.wire.connect import ConnectStreamDecoder, encode_envelope, parse_error_body
-from agy_provider.wire.ndjson import NEED_DATA, JsonLineDecoder
+from agy_provider.wire.connect import ConnectStreamDecoder
+from agy_provider.wire.connect import encode_envelope
+from agy_provider.wire.connect import parse_error_body
+from agy_provider.wire.ndjson import NEED_DATA
+from agy_provider.wire.ndjson import JsonLineDecoder
 
 # JSON that Python's json module accepts or chokes on in ways that used to escape as foreign
 # exceptions (or as values nothing downstream could print).

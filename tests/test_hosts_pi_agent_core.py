@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import (
-    TOOL_SCENARIO,
-    conversations,
-    slow_start_scenario,
-    tool_answer,
-    tool_arguments,
-    tool_output,
-    until_agy_runs,
-)
-from live_helpers import agy_sim_path, leftovers, scenario_answer
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import slow_start_scenario
+from host_helpers import tool_answer
+from host_helpers import tool_arguments
+from host_helpers import tool_output
+from host_helpers import until_agy_runs
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
@@ -26,7 +26,9 @@ from agy_provider.live.provider import wait_for_turns
 core = pytest.importorskip(
     "pi_agent_core", reason="pi-agent-core is not installed (pip install -e '.[hosts]')"
 )
-from agy_provider.hosts.pi_agent_core import model, models, stream_fn  # noqa: E402
+from agy_provider.hosts.pi_agent_core import model  # noqa: E402
+from agy_provider.hosts.pi_agent_core import models  # noqa: E402
+from agy_provider.hosts.pi_agent_core import stream_fn  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import TOOL_SCENARIO, conversations, tool_answer, tool_arguments, tool_output
-from live_helpers import agy_sim_path, leftovers, scenario_answer
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import tool_answer
+from host_helpers import tool_arguments
+from host_helpers import tool_output
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
@@ -24,7 +30,11 @@ from pi_agents.agent.agent import Agent
 from pi_agents.ai import stream as pi_stream
 from pi_agents.ai import types as pi
 
-from agy_provider.hosts.pi_agents_py import model, models, register, stream_fn, unregister
+from agy_provider.hosts.pi_agents_py import model
+from agy_provider.hosts.pi_agents_py import models
+from agy_provider.hosts.pi_agents_py import register
+from agy_provider.hosts.pi_agents_py import stream_fn
+from agy_provider.hosts.pi_agents_py import unregister
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +102,8 @@ async def test_the_agents_tool_runs_once_through_agy_and_the_answer_uses_it(
     live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """agy calls the agent's tool through the MCP bridge (`host_helpers.TOOL_SCENARIO`)."""
-    from pi_agents.agent.types import AgentTool, AgentToolResult
+    from pi_agents.agent.types import AgentTool
+    from pi_agents.agent.types import AgentToolResult
 
     monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     runs: list[dict[str, Any]] = []

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import (
-    TOOL_SCENARIO,
-    conversations,
-    slow_start_scenario,
-    tool_answer,
-    tool_arguments,
-)
-from live_helpers import agy_sim_path, leftovers, scenario_answer
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import slow_start_scenario
+from host_helpers import tool_answer
+from host_helpers import tool_arguments
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import list_models
 

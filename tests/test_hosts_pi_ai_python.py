@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import conversations, slow_start_scenario, until_agy_runs
-from live_helpers import agy_sim_path, leftovers, scenario_answer
+from host_helpers import conversations
+from host_helpers import slow_start_scenario
+from host_helpers import until_agy_runs
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
@@ -22,7 +26,8 @@ pi_agent = pytest.importorskip(
     "pi_agent", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
 )
 from pi_ai.abort import AbortController  # noqa: E402
-from pi_ai.types import Context, UserMessage  # noqa: E402
+from pi_ai.types import Context  # noqa: E402
+from pi_ai.types import UserMessage  # noqa: E402
 
 from agy_provider.hosts.pi_ai_python import provider  # noqa: E402
 

@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from agy_provider.errors import UsageError
-from agy_provider.live.images import (
-    MAX_IMAGE_BYTES,
-    ImageStaging,
-    check_images,
-    image_lines,
-    newest_images,
-)
+from agy_provider.live.images import MAX_IMAGE_BYTES
+from agy_provider.live.images import ImageStaging
+from agy_provider.live.images import check_images
+from agy_provider.live.images import image_lines
+from agy_provider.live.images import newest_images
 from agy_provider.live.prompt import build_prompt
-from agy_provider.pi.types import Context, ImageContent, TextContent, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import UserMessage
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 24

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from live_helpers import agy_processes, scenario_planners
+from live_helpers import agy_processes
+from live_helpers import scenario_planners
 
-from agy_provider.bridge.mcp_bridge import (
-    HostTool,
-    HostToolBridge,
-    HostToolCall,
-    sweep_stale_folders,
-)
+from agy_provider.bridge.mcp_bridge import HostTool
+from agy_provider.bridge.mcp_bridge import HostToolBridge
+from agy_provider.bridge.mcp_bridge import HostToolCall
+from agy_provider.bridge.mcp_bridge import sweep_stale_folders
 
 # The bound: nothing of a killed host's turns is alive this long after it died.
 GONE_WITHIN = 2.0

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import agy_processes, expect_error, leftovers, run_turn
+from live_helpers import agy_processes
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import run_turn
 
 from agy_provider.pi.options import AbortSignal
 

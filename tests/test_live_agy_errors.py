@@ -7,15 +7,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import AGY_VERSIONS, MODEL, expect_error, leftovers, run_turn
+from live_helpers import AGY_VERSIONS
+from live_helpers import MODEL
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import run_turn
 
-from agy_provider.agy.quota import quota_error, quota_of
+from agy_provider.agy.quota import quota_error
+from agy_provider.agy.quota import quota_of
 from agy_provider.errors import QuotaExceededError
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 from agy_provider.sim.scenario import load_scenario
-from agy_provider.store.sessions import SessionRecord, SessionStore
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +48,9 @@ async def test_the_simulator_without_a_state_folder_uses_its_own_not_agys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """agy-sim on its defaults writes to its own folder; the turn must watch that folder."""
-    from live_helpers import agy_sim_path, expect_done, scenario_answer
+    from live_helpers import agy_sim_path
+    from live_helpers import expect_done
+    from live_helpers import scenario_answer
 
     home = tmp_path / "home"
     for name in ("ANTIGRAVITY_APP_DATA_DIR", "AGY_APP_DATA_DIR", "XDG_STATE_HOME"):

@@ -15,14 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, expect_done, leftovers, terminal
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import leftovers
+from live_helpers import terminal
 
-from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.live.runner import AgyProcess, TurnRequest
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.live.runner import AgyProcess
+from agy_provider.live.runner import TurnRequest
 from agy_provider.live.turn import TurnEdges
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

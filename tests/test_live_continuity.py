@@ -13,22 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, Observed, expect_done, final_text, scenario_answer
+from live_helpers import MODEL
+from live_helpers import Observed
+from live_helpers import expect_done
+from live_helpers import final_text
+from live_helpers import scenario_answer
 
-from agy_provider.agy.database import iter_step_rows, open_conversation_db
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
 from agy_provider.live.continuity import parse_mark
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Message,
-    TextContent,
-    UserMessage,
-)
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

@@ -19,20 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.hookspecs import hookimpl
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.events import AssistantMessageEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    ImageContent,
-    TextContent,
-    ThinkingContent,
-    UserMessage,
-)
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER
 

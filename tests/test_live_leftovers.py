@@ -7,7 +7,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from live_helpers import agy_sim_path, expect_done, leftovers, run_turn, scenario_answer
+from live_helpers import agy_sim_path
+from live_helpers import expect_done
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
 
 pytestmark = pytest.mark.slow
 

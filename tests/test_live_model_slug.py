@@ -6,11 +6,16 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from live_helpers import MODEL, expect_done, run_turn, scenario_answer
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import run_turn
+from live_helpers import scenario_answer
 
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

@@ -10,13 +10,18 @@ from typing import Any
 
 import pytest
 from agy_provider.plugins import sqlite_source
-from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import scenario_answer
+from live_helpers import seed_resumable
 
 from agy_provider.agy import rows
 from agy_provider.live import discovery
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

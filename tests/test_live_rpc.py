@@ -15,7 +15,10 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,23 +26,22 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from live_helpers import (
-    AGY_VERSIONS,
-    TERMINAL,
-    Observed,
-    agy_sim_path,
-    expect_done,
-    expect_error,
-    leftovers,
-    run_turn,
-    scenario_answer,
-    scenario_chunks,
-    scenario_error,
-    scenario_planners,
-    text_of,
-)
+from live_helpers import AGY_VERSIONS
+from live_helpers import TERMINAL
+from live_helpers import Observed
+from live_helpers import agy_sim_path
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from live_helpers import scenario_chunks
+from live_helpers import scenario_error
+from live_helpers import scenario_planners
+from live_helpers import text_of
 
-from agy_provider.agy.database import iter_step_rows, open_conversation_db
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.errors import AgyError
 from agy_provider.hookspecs import hookimpl

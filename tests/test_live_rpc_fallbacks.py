@@ -6,7 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import expect_done, leftovers, run_turn, scenario_answer
+from live_helpers import expect_done
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
 
 pytestmark = pytest.mark.slow
 

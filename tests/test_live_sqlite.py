@@ -15,28 +15,30 @@ import time
 from pathlib import Path
 
 import pytest
-from live_helpers import (
-    AGY_VERSIONS,
-    MODEL,
-    Observed,
-    agy_sim_path,
-    expect_done,
-    expect_error,
-    leftovers,
-    run_turn,
-    scenario_answer,
-    scenario_error,
-    scenario_planners,
-    terminal,
-    text_of,
-)
+from live_helpers import AGY_VERSIONS
+from live_helpers import MODEL
+from live_helpers import Observed
+from live_helpers import agy_sim_path
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from live_helpers import scenario_error
+from live_helpers import scenario_planners
+from live_helpers import terminal
+from live_helpers import text_of
 
-from agy_provider.agy.database import iter_step_rows, open_conversation_db
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
-from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -258,8 +260,10 @@ async def test_a_prompt_that_looks_like_a_flag_is_sent_as_is(live_env: Path) -> 
 
 def test_expectations_can_fail() -> None:
     """The checks above reject a wrong answer, a missing or doubled terminal event."""
-    from agy_provider.pi.events import DoneEvent, TextDeltaEvent
-    from agy_provider.pi.types import AssistantMessage, TextContent
+    from agy_provider.pi.events import DoneEvent
+    from agy_provider.pi.events import TextDeltaEvent
+    from agy_provider.pi.types import AssistantMessage
+    from agy_provider.pi.types import TextContent
 
     message = AssistantMessage(
         content=(TextContent(text="One."),), api="agy", provider="agy", model="m",

@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import Observed, agy_sim_path, leftovers, scenario_answer
+from live_helpers import Observed
+from live_helpers import agy_sim_path
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.agy.models import collapse_tiers
-from agy_provider.sim.scenario import DEFAULT_CATALOG, PlannerSpec, load_scenario
+from agy_provider.sim.scenario import DEFAULT_CATALOG
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import load_scenario
 
 llm = pytest.importorskip("llm", reason="llm is not installed: pip install -e '.[llm]'")
 
@@ -255,7 +260,9 @@ def _tool_runs() -> tuple[list[dict[str, Any]], Any]:
 def test_llms_chain_runs_a_tool_agy_calls_once_in_one_agy_turn(
     llm_env: dict[str, str], live_env: Path, recorder: Observed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from host_helpers import TOOL_SCENARIO, tool_answer, tool_arguments
+    from host_helpers import TOOL_SCENARIO
+    from host_helpers import tool_answer
+    from host_helpers import tool_arguments
 
     monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     runs, lookup_order = _tool_runs()
@@ -274,7 +281,9 @@ def test_llms_chain_runs_a_tool_agy_calls_once_in_one_agy_turn(
 async def test_llms_async_chain_runs_a_tool_agy_calls(
     llm_env: dict[str, str], live_env: Path, recorder: Observed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from host_helpers import TOOL_SCENARIO, tool_answer, tool_arguments
+    from host_helpers import TOOL_SCENARIO
+    from host_helpers import tool_answer
+    from host_helpers import tool_arguments
 
     monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     runs, lookup_order = _tool_runs()
@@ -287,7 +296,8 @@ async def test_llms_async_chain_runs_a_tool_agy_calls(
 def test_the_llm_command_runs_a_function_agy_calls(
     llm_env: dict[str, str], live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from host_helpers import TOOL_SCENARIO, tool_answer
+    from host_helpers import TOOL_SCENARIO
+    from host_helpers import tool_answer
 
     function = (
         "def lookup_order(order_id: str, verbose: bool = False) -> str:\n"

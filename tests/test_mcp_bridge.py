@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +29,19 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-from agy_provider.bridge.mcp_bridge import (  # noqa: E402
-    CONFIG_RELATIVE_PATH,
-    TOKEN_HEADER,
-    HostTool,
-    HostToolBridge,
-    HostToolCall,
-    HostToolResult,
-    ParkedToolCalls,
-    plugin_host_tools,
-    plugin_tool_handler,
-)
+from agy_provider.bridge.mcp_bridge import CONFIG_RELATIVE_PATH  # noqa: E402
+from agy_provider.bridge.mcp_bridge import TOKEN_HEADER  # noqa: E402
+from agy_provider.bridge.mcp_bridge import HostTool  # noqa: E402
+from agy_provider.bridge.mcp_bridge import HostToolBridge  # noqa: E402
+from agy_provider.bridge.mcp_bridge import HostToolCall  # noqa: E402
+from agy_provider.bridge.mcp_bridge import HostToolResult  # noqa: E402
+from agy_provider.bridge.mcp_bridge import ParkedToolCalls  # noqa: E402
+from agy_provider.bridge.mcp_bridge import plugin_host_tools  # noqa: E402
+from agy_provider.bridge.mcp_bridge import plugin_tool_handler  # noqa: E402
 from agy_provider.errors import UsageError  # noqa: E402
 from agy_provider.hookspecs import hookimpl  # noqa: E402
-from agy_provider.live.runner import TurnRequest, build_argv  # noqa: E402
+from agy_provider.live.runner import TurnRequest  # noqa: E402
+from agy_provider.live.runner import build_argv  # noqa: E402
 from agy_provider.pi.types import Tool  # noqa: E402
 from agy_provider.plugin_manager import get_plugin_manager  # noqa: E402
 
@@ -581,11 +581,15 @@ async def test_agy_sim_calls_a_host_tool_through_the_bridge_and_answers_with_it(
     """agy-sim reads the bridge's folder from its --add-dir roots, calls the scenario's host tool,
     writes the MCP tool step (type 38, field 47) and answers with the result; the replayed
     database shows both. `server_name` "" is a scenario naming no server (the first one found)."""
-    from live_helpers import agy_sim_path, scenario_answer
+    from live_helpers import agy_sim_path
+    from live_helpers import scenario_answer
 
     from agy_provider.agy.step import StepKind
-    from agy_provider.offline.replay import load_recording, replay
-    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER, PlannerSpec, load_scenario
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
+    from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+    from agy_provider.sim.scenario import PlannerSpec
+    from agy_provider.sim.scenario import load_scenario
 
     scenario_file = Path(__file__).parents[1] / "agy_provider/sim/scenarios/mcp-host-tool.json"
     document = json.loads(scenario_file.read_text())
@@ -661,7 +665,8 @@ async def test_agy_sim_without_a_bridge_folder_records_the_failed_mcp_call(tmp_p
     from live_helpers import agy_sim_path
 
     from agy_provider.agy.step import StepKind
-    from agy_provider.offline.replay import load_recording, replay
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
 
     workspace, state = tmp_path / "work", tmp_path / "state"
     workspace.mkdir()
@@ -687,9 +692,13 @@ def test_the_mcp_tool_step_reads_the_same_from_its_row_and_its_rpc_json() -> Non
     from agy_provider.agy.rpcjson import decode_json_step
     from agy_provider.sim import descriptors as pb
     from agy_provider.sim.engine import Clock
-    from agy_provider.sim.mcp_client import McpOutcome, finish_mcp_tool_step, mcp_tool_step
+    from agy_provider.sim.mcp_client import McpOutcome
+    from agy_provider.sim.mcp_client import finish_mcp_tool_step
+    from agy_provider.sim.mcp_client import mcp_tool_step
     from agy_provider.sim.payloads import StepFactory
-    from agy_provider.sim.scenario import DEFAULT_CATALOG, McpCallSpec, ToolSpec
+    from agy_provider.sim.scenario import DEFAULT_CATALOG
+    from agy_provider.sim.scenario import McpCallSpec
+    from agy_provider.sim.scenario import ToolSpec
     from agy_provider.sim.step_reader import render_step
 
     factory = StepFactory(Clock().now, "exec-1", DEFAULT_CATALOG[0])
@@ -719,9 +728,12 @@ def test_the_mcp_tool_step_reads_the_same_from_its_row_and_its_rpc_json() -> Non
 async def test_a_cancelled_agy_turn_stops_waiting_for_the_host(tmp_path: Path) -> None:
     """agy-sim's engine waiting on a parked host call: CancelCascadeSteps ends the turn CANCELED
     at once, its MCP step CANCELED, and the bridge's callback learns that agy went away."""
-    from agy_provider.agy.step import StepKind, StepStatus
-    from agy_provider.offline.replay import load_recording, replay
-    from agy_provider.sim.engine import Clock, Simulator
+    from agy_provider.agy.step import StepKind
+    from agy_provider.agy.step import StepStatus
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
+    from agy_provider.sim.engine import Clock
+    from agy_provider.sim.engine import Simulator
     from agy_provider.sim.scenario import load_scenario
 
     parked = ParkedToolCalls()

@@ -8,12 +8,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codec_helpers import DEFAULT_GARBAGE, run_tail, run_three_ways, split_at
-from hypothesis import given, settings
+from codec_helpers import DEFAULT_GARBAGE
+from codec_helpers import run_tail
+from codec_helpers import run_three_ways
+from codec_helpers import split_at
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.errors import DecodeError, FramingError, UsageError
-from agy_provider.wire.ndjson import MAX_LINE_BYTES, NEED_DATA, JsonLineDecoder, LineDecoder
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import UsageError
+from agy_provider.wire.ndjson import MAX_LINE_BYTES
+from agy_provider.wire.ndjson import NEED_DATA
+from agy_provider.wire.ndjson import JsonLineDecoder
+from agy_provider.wire.ndjson import LineDecoder
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 CAPTURE = REFERENCE / "stream-json" / "agy-1.1.17-print-denied-command.ndjson"

@@ -14,23 +14,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO
-from live_helpers import MODEL, expect_done, expect_error, leftovers, scenario_answer, terminal
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import scenario_answer
+from live_helpers import terminal
 
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.events import AssistantMessageEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Message,
-    TextContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-)
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import Usage
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 

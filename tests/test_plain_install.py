@@ -19,7 +19,10 @@ import venv
 from pathlib import Path
 
 import pytest
-from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO, tool_answer, tool_output
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from host_helpers import tool_answer
+from host_helpers import tool_output
 
 pytestmark = pytest.mark.slow
 

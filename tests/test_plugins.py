@@ -8,27 +8,28 @@ from typing import Any
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 
-from agy_provider.agy.step import (
-    Interaction,
-    InteractionKind,
-    PermissionRequest,
-    Question,
-    QuestionOption,
-    Step,
-    StepKind,
-    StepStatus,
-)
+from agy_provider.agy.step import Interaction
+from agy_provider.agy.step import InteractionKind
+from agy_provider.agy.step import PermissionRequest
+from agy_provider.agy.step import Question
+from agy_provider.agy.step import QuestionOption
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.errors import UsageError
 from agy_provider.hookspecs import hookimpl
-from agy_provider.live.provider import complete_simple, stream_simple
+from agy_provider.live.provider import complete_simple
+from agy_provider.live.provider import stream_simple
 from agy_provider.pi.events import ErrorEvent
-from agy_provider.pi.types import Context, ImageContent, Model, TextContent, UserMessage
-from agy_provider.plugin_manager import (
-    DEFAULT_PLUGINS,
-    event_sources,
-    get_plugin_manager,
-    load_plugins,
-)
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import UserMessage
+from agy_provider.plugin_manager import DEFAULT_PLUGINS
+from agy_provider.plugin_manager import event_sources
+from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.plugin_manager import load_plugins
 
 MODEL = Model(
     id="m",

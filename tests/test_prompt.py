@@ -7,14 +7,12 @@ import pytest
 from agy_provider.bridge.host_tools import ParkedTurns
 from agy_provider.errors import UsageError
 from agy_provider.live.prompt import build_prompt
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 
 CALL = ToolCall(id="mcp-1", name="lookup", arguments={"id": "A-1"})
 ASKED = AssistantMessage(

@@ -10,40 +10,40 @@ import contextlib
 import itertools
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 from codec_helpers import run_three_ways
-from google.protobuf import (
-    descriptor_pb2,
-    descriptor_pool,
-    message_factory,
-)
+from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pool
+from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.errors import DecodeError, UsageError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import UsageError
 from agy_provider.sim.descriptors import load_descriptor_set
 from agy_provider.wire import protowire
-from agy_provider.wire.protowire import (
-    EGROUP,
-    I32,
-    I64,
-    LEN,
-    MAX_DEPTH,
-    MAX_FIELD_NUMBER,
-    MAX_VARINT_BYTES,
-    SGROUP,
-    VARINT,
-    Field,
-    Message,
-    decode_varint,
-    iter_fields,
-)
+from agy_provider.wire.protowire import EGROUP
+from agy_provider.wire.protowire import I32
+from agy_provider.wire.protowire import I64
+from agy_provider.wire.protowire import LEN
+from agy_provider.wire.protowire import MAX_DEPTH
+from agy_provider.wire.protowire import MAX_FIELD_NUMBER
+from agy_provider.wire.protowire import MAX_VARINT_BYTES
+from agy_provider.wire.protowire import SGROUP
+from agy_provider.wire.protowire import VARINT
+from agy_provider.wire.protowire import Field
+from agy_provider.wire.protowire import Message
+from agy_provider.wire.protowire import decode_varint
+from agy_provider.wire.protowire import iter_fields
 
 REFERENCE = Path(__file__).parents[1].parent / "shared" / "reference"
 PAYLOADS = REFERENCE / "sqlite-payloads"

@@ -13,19 +13,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agy_provider.agy.quota import (
-    QuotaInfo,
-    UsageBucket,
-    is_quota_text,
-    parse_go_duration,
-    parse_usage,
-    quota_error,
-    quota_from_text,
-    quota_of,
-)
-from agy_provider.agy.verdict import agy_error, exit_verdict, without_stack_trace
-from agy_provider.errors import DecodeError, QuotaExceededError, SourceError
-from agy_provider.pi.types import AssistantMessage, Usage
+from agy_provider.agy.quota import QuotaInfo
+from agy_provider.agy.quota import UsageBucket
+from agy_provider.agy.quota import is_quota_text
+from agy_provider.agy.quota import parse_go_duration
+from agy_provider.agy.quota import parse_usage
+from agy_provider.agy.quota import quota_error
+from agy_provider.agy.quota import quota_from_text
+from agy_provider.agy.quota import quota_of
+from agy_provider.agy.verdict import agy_error
+from agy_provider.agy.verdict import exit_verdict
+from agy_provider.agy.verdict import without_stack_trace
+from agy_provider.errors import DecodeError
+from agy_provider.errors import QuotaExceededError
+from agy_provider.errors import SourceError
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Usage
 
 STREAM_WORDS = "Individual quota reached. Upgrade your plan for more. Resets in 120h9m43s."
 AGY_ERROR = (

@@ -16,15 +16,29 @@ from collections.abc import Iterator
 
 import pytest
 from realwriter.gemini_server import ScriptedGemini
-from realwriter.harness import RunResult, harness_unavailable, read_steps, run_scenario
-from realwriter.scenarios import SCENARIOS, Expect
+from realwriter.harness import RunResult
+from realwriter.harness import harness_unavailable
+from realwriter.harness import read_steps
+from realwriter.harness import run_scenario
+from realwriter.scenarios import SCENARIOS
+from realwriter.scenarios import Expect
 
-from agy_provider.agy.database import iter_generator_rows, open_conversation_db
-from agy_provider.agy.rows import decode_generator_record, model_of_turn
-from agy_provider.agy.step import STATUS_TRANSITIONS, StepKind, StepStatus
-from agy_provider.offline.replay import ReplayedTurn, load_recording, replay
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.agy.database import iter_generator_rows
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.rows import decode_generator_record
+from agy_provider.agy.rows import model_of_turn
+from agy_provider.agy.step import STATUS_TRANSITIONS
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.offline.replay import ReplayedTurn
+from agy_provider.offline.replay import load_recording
+from agy_provider.offline.replay import replay
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 from agy_provider.wire.protowire import Message
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES
+from conftest import ROOT
 
-from agy_provider.cli import build_parser, main
+from agy_provider.cli import build_parser
+from agy_provider.cli import main
 
 DBS = sorted((FIXTURES / "db").glob("*.db"))
 RPC = sorted((FIXTURES / "rpc").glob("*.json"))

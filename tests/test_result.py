@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 
-from agy_provider.agy.result import AgyResult, read_result
-from agy_provider.agy.step import StepUsage, TurnOutcome
+from agy_provider.agy.result import AgyResult
+from agy_provider.agy.result import read_result
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.agy.streamjson import StreamJsonDecoder
 from agy_provider.agy.verdict import exit_verdict
-from agy_provider.offline.replay import load_recording, replay
+from agy_provider.offline.replay import load_recording
+from agy_provider.offline.replay import replay
 from agy_provider.pi.events import ErrorEvent
 
 CID = "c3b66b04-872b-4fbe-a3a4-058a026ef20a"

@@ -15,18 +15,20 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from agy_provider.agy.rows import (
-    MAX_REQUESTED_TOOL_CALLS,
-    GeneratorRecord,
-    decode_generator_record,
-    decode_step_row,
-    model_of_turn,
-)
-from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.rows import MAX_REQUESTED_TOOL_CALLS
+from agy_provider.agy.rows import GeneratorRecord
+from agy_provider.agy.rows import decode_generator_record
+from agy_provider.agy.rows import decode_step_row
+from agy_provider.agy.rows import model_of_turn
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.tool_runs import render_tool_run
-from agy_provider.offline.replay import load_recording, replay
-from agy_provider.pi.types import TextContent, ThinkingContent
+from agy_provider.offline.replay import load_recording
+from agy_provider.offline.replay import replay
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 
 sim_support = pytest.importorskip("sim_support")
 

@@ -9,9 +9,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agy_provider.errors import RpcError, UsageError
-from agy_provider.rpc.client import CSRF_HEADER, SERVICE, ConnectClient, assert_loopback
-from agy_provider.wire.connect import encode_envelope, encode_json_envelope
+from agy_provider.errors import RpcError
+from agy_provider.errors import UsageError
+from agy_provider.rpc.client import CSRF_HEADER
+from agy_provider.rpc.client import SERVICE
+from agy_provider.rpc.client import ConnectClient
+from agy_provider.rpc.client import assert_loopback
+from agy_provider.wire.connect import encode_envelope
+from agy_provider.wire.connect import encode_json_envelope
 
 
 def frames(*messages: dict[str, Any], end: dict[str, Any] | None = None) -> bytes:

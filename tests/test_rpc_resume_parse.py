@@ -7,11 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import MODEL, expect_done, scenario_answer, seed_resumable
+from live_helpers import MODEL
+from live_helpers import expect_done
+from live_helpers import scenario_answer
+from live_helpers import seed_resumable
 
-from agy_provider.live.provider import stream_simple, wait_for_turns
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 from agy_provider.wire import connect
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agy_provider.live import runner
-from agy_provider.live.runner import StdoutEvents, agy_version
+from agy_provider.live.runner import StdoutEvents
+from agy_provider.live.runner import agy_version
 from agy_provider.rpc.language_server import LogPorts
 
 CID = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
@@ -94,7 +95,8 @@ async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
     """Cancelled while the fork runs in its thread: the process it makes is killed anyway."""
     import psutil
 
-    from agy_provider.live.runner import AgyProcess, TurnRequest
+    from agy_provider.live.runner import AgyProcess
+    from agy_provider.live.runner import TurnRequest
 
     script = tmp_path / "slow-agy"
     script.write_text("#!/bin/sh\nexec sleep 300\n")
@@ -129,7 +131,8 @@ async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
 
 
 async def test_agy_and_everything_it_runs_know_they_are_inside_a_turn(tmp_path: Path) -> None:
-    from agy_provider.live.runner import AgyProcess, TurnRequest
+    from agy_provider.live.runner import AgyProcess
+    from agy_provider.live.runner import TurnRequest
 
     seen = tmp_path / "seen"
     script = tmp_path / "agy"

@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from agy_provider.agy.models import model_arguments, parse_models
-from agy_provider.errors import AgyNotFoundError, UsageError
-from agy_provider.live.runner import MAX_ARG_BYTES, TurnRequest, build_argv, find_agy, go_duration
+from agy_provider.agy.models import model_arguments
+from agy_provider.agy.models import parse_models
+from agy_provider.errors import AgyNotFoundError
+from agy_provider.errors import UsageError
+from agy_provider.live.runner import MAX_ARG_BYTES
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.runner import build_argv
+from agy_provider.live.runner import find_agy
+from agy_provider.live.runner import go_duration
 
 
 def test_argv_prompt_follows_p_and_values_are_validated(tmp_path: Path) -> None:
@@ -114,7 +120,9 @@ def test_model_arguments() -> None:
 
 
 def test_chat_asks_the_person_at_the_terminal() -> None:
-    from agy_provider.agy.step import PermissionRequest, Question, QuestionOption
+    from agy_provider.agy.step import PermissionRequest
+    from agy_provider.agy.step import Question
+    from agy_provider.agy.step import QuestionOption
     from agy_provider.cli.chat_turn import TerminalDecisions
 
     said: list[str] = []
@@ -167,7 +175,8 @@ def test_models_of_agy_1_0_are_explained_not_blamed_on_sign_in(
 ) -> None:
     from live_helpers import agy_sim_path
 
-    from agy_provider.agy.models import display_names_only, list_models
+    from agy_provider.agy.models import display_names_only
+    from agy_provider.agy.models import list_models
     from agy_provider.errors import SourceError
 
     # agy-sim imitating 1.0.16 prints display names only, as agy before 1.1.5 did.

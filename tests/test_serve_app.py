@@ -16,17 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-from host_helpers import (
-    TOOL_PARAMETERS,
-    TOOL_SCENARIO,
-    conversations,
-    tool_answer,
-    tool_arguments,
-    tool_output,
-)
-from live_helpers import agy_processes, leftovers, scenario_answer
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import tool_answer
+from host_helpers import tool_arguments
+from host_helpers import tool_output
+from live_helpers import agy_processes
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
-from agy_provider.hosts.serve_app import ServeServer, ServeSettings
+from agy_provider.hosts.serve_app import ServeServer
+from agy_provider.hosts.serve_app import ServeSettings
 
 pytestmark = pytest.mark.slow
 

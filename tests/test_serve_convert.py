@@ -9,24 +9,22 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_convert import (
-    RequestError,
-    anthropic_ask,
-    openai_ask,
-    session_key,
-)
+from agy_provider.hosts.serve_convert import RequestError
+from agy_provider.hosts.serve_convert import anthropic_ask
+from agy_provider.hosts.serve_convert import openai_ask
+from agy_provider.hosts.serve_convert import session_key
 from agy_provider.hosts.serve_memory import DeliveredMessages
-from agy_provider.hosts.serve_turn import StructuredOutputError, parse_structured
-from agy_provider.live.continuity import make_mark, mark_message
-from agy_provider.pi.types import (
-    AssistantMessage,
-    ImageContent,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.hosts.serve_turn import StructuredOutputError
+from agy_provider.hosts.serve_turn import parse_structured
+from agy_provider.live.continuity import make_mark
+from agy_provider.live.continuity import mark_message
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 
 PNG = "iVBORw0KGgo="  # base64 of the PNG magic bytes
 MARK = make_mark("0b4f3c1e-aaaa-bbbb-cccc-000000000001", "f" * 32)

@@ -9,9 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from live_helpers import agy_sim_path, scenario_answer
+from live_helpers import agy_sim_path
+from live_helpers import scenario_answer
 
-from agy_provider.agy.argv import TurnRequest, build_argv, checked_json_schema
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.agy.argv import build_argv
+from agy_provider.agy.argv import checked_json_schema
 from agy_provider.errors import UsageError
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

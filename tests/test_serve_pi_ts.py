@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO, conversations, tool_answer, tool_output
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
+from host_helpers import tool_answer
+from host_helpers import tool_output
 from live_helpers import scenario_answer
-from test_serve_app import Served, served_fixture  # noqa: F401 (the `served` fixture)
+from test_serve_app import Served
+from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -13,14 +13,18 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from live_helpers import agy_processes, leftovers, scenario_answer
-from test_serve_app import Served, served_fixture  # noqa: F401 (the `served` fixture)
+from live_helpers import agy_processes
+from live_helpers import leftovers
+from live_helpers import scenario_answer
+from test_serve_app import Served
+from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.cli import main
 

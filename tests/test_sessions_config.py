@@ -19,8 +19,12 @@ from typing import Any
 import pytest
 
 from agy_provider.errors import UsageError
-from agy_provider.store.config import Config, load_config, save_config
-from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
+from agy_provider.store.config import Config
+from agy_provider.store.config import load_config
+from agy_provider.store.config import save_config
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
+from agy_provider.store.sessions import valid_conversation_id
 
 UUID = "2399249c-4a48-40f1-bf3b-4c6e5d3a5a0e"
 

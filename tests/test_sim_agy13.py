@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_support import databases, rows, run_sim, sim_argv, sim_env
+from sim_support import databases
+from sim_support import rows
+from sim_support import run_sim
+from sim_support import sim_argv
+from sim_support import sim_env
 
 from agy_provider.agy.quota import parse_usage
 from agy_provider.agy.rows import decode_step_row
@@ -123,7 +127,8 @@ def test_an_unknown_conversation_is_refused_before_1_2(tmp_path: Path) -> None:
 
 def test_finish_as_the_language_server_renders_it_decodes_as_bookkeeping(tmp_path: Path) -> None:
     from agy_provider.agy.rpcjson import decode_json_step
-    from agy_provider.sim.step_reader import render_step, stream_shape
+    from agy_provider.sim.step_reader import render_step
+    from agy_provider.sim.step_reader import stream_shape
 
     app = tmp_path / "app"
     assert run_sim(app, "-p", "hi", AGY_SIM_VERSION=V133).returncode == 0

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_support import REAL_FDS, databases, real_class, rows, run_sim, sim_argv, sim_env
+from sim_support import REAL_FDS
+from sim_support import databases
+from sim_support import real_class
+from sim_support import rows
+from sim_support import run_sim
+from sim_support import sim_argv
+from sim_support import sim_env
 
 from agy_provider.sim import descriptors as pb
 
@@ -400,7 +406,8 @@ def test_skip_permissions_is_always_proceed(tmp_path: Path) -> None:
 
 
 def test_running_totals_across_turns_of_one_process_and_on_resume(tmp_path: Path) -> None:
-    from agy_provider.agy.step import StepUsage, TurnOutcome
+    from agy_provider.agy.step import StepUsage
+    from agy_provider.agy.step import TurnOutcome
     from agy_provider.agy.streamjson import StreamJsonDecoder
 
     app = tmp_path / "app"

@@ -9,11 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, json_format
-from sim_support import REAL_FDS, real_class, real_pool, schema_problems
+from google.protobuf import descriptor_pb2
+from google.protobuf import json_format
+from sim_support import REAL_FDS
+from sim_support import real_class
+from sim_support import real_pool
+from sim_support import schema_problems
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.engine import Clock, Simulator
+from agy_provider.sim.engine import Clock
+from agy_provider.sim.engine import Simulator
 from agy_provider.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.skipif(not REAL_FDS.exists(), reason="../shared/reference is absent")

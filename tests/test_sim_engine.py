@@ -9,7 +9,9 @@ from typing import Any
 
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.control import ServerLink
-from agy_provider.sim.engine import Clock, Simulator, TurnResult
+from agy_provider.sim.engine import Clock
+from agy_provider.sim.engine import Simulator
+from agy_provider.sim.engine import TurnResult
 from agy_provider.sim.scenario import load_scenario
 from agy_provider.sim.state import AppState
 

@@ -15,10 +15,18 @@ from typing import Any
 
 import psutil
 import pytest
-from sim_support import PersistentSim, databases, rows, run_sim, user_line
+from sim_support import PersistentSim
+from sim_support import databases
+from sim_support import rows
+from sim_support import run_sim
+from sim_support import user_line
 
-from agy_provider.sim.scenario import PlannerSpec, load_scenario
-from agy_provider.sim.stream_input import Refused, Skipped, UserTurn, read_input_line
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import load_scenario
+from agy_provider.sim.stream_input import Refused
+from agy_provider.sim.stream_input import Skipped
+from agy_provider.sim.stream_input import UserTurn
+from agy_provider.sim.stream_input import read_input_line
 from agy_provider.sim.versions import AgyVersion
 
 pytestmark = pytest.mark.slow

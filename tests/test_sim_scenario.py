@@ -11,7 +11,9 @@ import pytest
 from agy_provider.errors import UsageError
 from agy_provider.sim.cli import parse_go_duration
 from agy_provider.sim.record import record
-from agy_provider.sim.scenario import builtin_scenarios, load_scenario, parse_scenario
+from agy_provider.sim.scenario import builtin_scenarios
+from agy_provider.sim.scenario import load_scenario
+from agy_provider.sim.scenario import parse_scenario
 
 REQUIRED = {
     "default", "thinking", "tools", "slow", "permission", "question", "crash", "hang", "quota-error",

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -397,7 +398,10 @@ def test_step_json_equals_the_real_schema_rendering(parent: FakeParent, conv: Co
     import importlib
     import sqlite3
 
-    from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+    from google.protobuf import descriptor_pb2
+    from google.protobuf import descriptor_pool
+    from google.protobuf import json_format
+    from google.protobuf import message_factory
 
     pool = descriptor_pool.DescriptorPool()
     loaded = set()
@@ -764,7 +768,8 @@ def test_fault_malformed_frame(tmp_path: Path) -> None:
         assert stream.next() == (0x02, b"{}")
         # The project's own client-side decoder reads the same bytes: it skips the bad frame.
         from agy_provider.errors import DecodeError
-        from agy_provider.wire.connect import NEED_DATA, ConnectStreamDecoder
+        from agy_provider.wire.connect import NEED_DATA
+        from agy_provider.wire.connect import ConnectStreamDecoder
 
         decoder = ConnectStreamDecoder()
         decoder.feed(bytes(stream.raw))
@@ -937,7 +942,8 @@ def test_tls_certificate_is_made_at_the_first_handshake_only(
 
 def test_a_number_of_non_ascii_digits_is_invalid_argument_not_a_crash() -> None:
     """"²".isdigit() is True, but int("²") raises: the simulator answers invalid_argument."""
-    from agy_provider.sim.rpc_methods import ConnectError, _int_field
+    from agy_provider.sim.rpc_methods import ConnectError
+    from agy_provider.sim.rpc_methods import _int_field
 
     for bad in ("²", "-٣"):
         with pytest.raises(ConnectError, match="invalid value"):

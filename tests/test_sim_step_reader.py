@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from agy_provider.sim import bulk, step_reader
-from agy_provider.sim.bulk import STEPS_PER_TURN, write_conversation
+from agy_provider.sim import bulk
+from agy_provider.sim import step_reader
+from agy_provider.sim.bulk import STEPS_PER_TURN
+from agy_provider.sim.bulk import write_conversation
 from agy_provider.sim.step_reader import ConversationSteps
 
 TURNS = 1500  # 6,000 earlier rows

@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.engine import Clock, Simulator
+from agy_provider.sim.engine import Clock
+from agy_provider.sim.engine import Simulator
 from agy_provider.sim.payloads import StepFactory
-from agy_provider.sim.scenario import DEFAULT_CATALOG, load_scenario
-from agy_provider.sim.writer import SCHEMA, ConversationWriter
+from agy_provider.sim.scenario import DEFAULT_CATALOG
+from agy_provider.sim.scenario import load_scenario
+from agy_provider.sim.writer import SCHEMA
+from agy_provider.sim.writer import ConversationWriter
 
 
 def _reader(path: Path) -> sqlite3.Connection:

@@ -11,8 +11,11 @@ import pytest
 from agy_provider.plugins import sqlite_source
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
-from agy_provider.agy.step import StepKind, StepStatus
-from agy_provider.sim.bulk import STEPS_PER_TURN, planner_step, write_conversation
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.sim.bulk import STEPS_PER_TURN
+from agy_provider.sim.bulk import planner_step
+from agy_provider.sim.bulk import write_conversation
 
 
 async def open_source(path: Path, min_index: int = -1) -> SqliteEventSource:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from agy_provider.agy.step import STATUS_BY_NUMBER, STATUS_TRANSITIONS, StepStatus
+from agy_provider.agy.step import STATUS_BY_NUMBER
+from agy_provider.agy.step import STATUS_TRANSITIONS
+from agy_provider.agy.step import StepStatus
 from agy_provider.sim.descriptors import Step as SimStep
 
 

@@ -5,22 +5,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import pytest
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-)
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import StartEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
 from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.pi.types import AssistantMessage, TextContent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
 
 T = TypeVar("T")
 

@@ -9,19 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
-from agy_provider.agy.streamjson import (
-    COALESCE_FROM,
-    StreamJsonDecoder,
-    decode_stream_json,
-)
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.agy.streamjson import COALESCE_FROM
+from agy_provider.agy.streamjson import StreamJsonDecoder
+from agy_provider.agy.streamjson import decode_stream_json
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.tool_runs import render_tool_run
-from agy_provider.errors import DecodeError, FramingError
-from agy_provider.pi.events import DoneEvent, ErrorEvent
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 
 CAPTURE = Path("stream-json") / "agy-1.1.17-print-denied-command.ndjson"
 CID = "c3b66b04-872b-4fbe-a3a4-058a026ef20a"

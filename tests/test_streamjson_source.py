@@ -12,18 +12,27 @@ from typing import Any
 import pytest
 from agy_provider.plugins.streamjson_source import StreamJsonEventSource
 from test_turn_collaborators import Exits
-from test_turn_driver import CONVERSATION, HANG, FakeProcess, Script, edges_for
+from test_turn_driver import CONVERSATION
+from test_turn_driver import HANG
+from test_turn_driver import FakeProcess
+from test_turn_driver import Script
+from test_turn_driver import edges_for
 
 from agy_provider.agy import stdout as stdout_module
 from agy_provider.agy.stdout import StdoutEvents
-from agy_provider.agy.step import StepKind, StepStatus
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.agy.streamjson import COALESCE_FROM
 from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.errors import SourceError, TurnError
-from agy_provider.live.handover import HandoverState, SourceHandover, database_source
+from agy_provider.errors import SourceError
+from agy_provider.errors import TurnError
+from agy_provider.live.handover import HandoverState
+from agy_provider.live.handover import SourceHandover
+from agy_provider.live.handover import database_source
 from agy_provider.live.launch import bind_turn
 from agy_provider.live.runner import TurnRequest
-from agy_provider.live.turn_edges import TurnContext, TurnPlan
+from agy_provider.live.turn_edges import TurnContext
+from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.plugin_manager import EventSourceSpec
 from agy_provider.store.config import Config
 

@@ -15,20 +15,23 @@ from pathlib import Path
 
 import psutil
 import pytest
-from host_helpers import conversations, slow_start_scenario
-from live_helpers import (
-    MODEL,
-    agy_processes,
-    expect_done,
-    expect_error,
-    leftovers,
-    scenario_answer,
-)
+from host_helpers import conversations
+from host_helpers import slow_start_scenario
+from live_helpers import MODEL
+from live_helpers import agy_processes
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import scenario_answer
 
 from agy_provider.errors import UsageError
-from agy_provider.hosts.sync import complete, iter_events
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.types import Context, UserMessage
+from agy_provider.hosts.sync import complete
+from agy_provider.hosts.sync import iter_events
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow

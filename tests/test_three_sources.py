@@ -15,20 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import (
-    leftovers,
-    run_turn,
-    scenario_answer,
-    scenario_error,
-    terminal,
-    text_of,
-)
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from live_helpers import scenario_error
+from live_helpers import terminal
+from live_helpers import text_of
 
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.tool_run import ToolRun
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, UserMessage
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import UserMessage
 from agy_provider.sim.payloads import ARGUMENT_META_KEYS
-from agy_provider.sim.scenario import PlannerSpec, load_scenario
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import load_scenario
 from agy_provider.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow

@@ -10,28 +10,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_turn_driver import (
-    HANG,
-    Script,
-    collect,
-    edges_for,
-    planner,
-    start_turn,
-    until,
-    user,
-)
+from test_turn_driver import HANG
+from test_turn_driver import Script
+from test_turn_driver import collect
+from test_turn_driver import edges_for
+from test_turn_driver import planner
+from test_turn_driver import start_turn
+from test_turn_driver import until
+from test_turn_driver import user
 
-from agy_provider.agy.step import Step, StepStatus, TurnOutcome
-from agy_provider.errors import SourceError, TurnError
-from agy_provider.live.handover import (
-    TRANSITIONS,
-    HandoverState,
-    SourceHandover,
-    database_source,
-)
-from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.errors import SourceError
+from agy_provider.errors import TurnError
+from agy_provider.live.handover import TRANSITIONS
+from agy_provider.live.handover import HandoverState
+from agy_provider.live.handover import SourceHandover
+from agy_provider.live.handover import database_source
+from agy_provider.live.parking import PARKED
+from agy_provider.live.parking import STOPPED_WAITING
+from agy_provider.live.parking import HostToolParking
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.settle import UnsavedRecords, reached_record
+from agy_provider.live.settle import UnsavedRecords
+from agy_provider.live.settle import reached_record
 from agy_provider.live.turn_edges import TurnContext
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import ToolCall

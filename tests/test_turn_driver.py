@@ -10,28 +10,43 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.outcome import EMPTY_ANSWER
-from agy_provider.errors import SourceError, TurnError
+from agy_provider.errors import SourceError
+from agy_provider.errors import TurnError
 from agy_provider.live.discovery import Binding
-from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.live.runner import StdoutEvents, TurnRequest
-from agy_provider.live.turn import TurnDriver, TurnEdges, history_digest
-from agy_provider.offline.replay import load_recording, replay
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import Context, Model, UserMessage
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.live.runner import StdoutEvents
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.turn import TurnDriver
+from agy_provider.live.turn import TurnEdges
+from agy_provider.live.turn import history_digest
+from agy_provider.offline.replay import load_recording
+from agy_provider.offline.replay import replay
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import EventSourceSpec
 from agy_provider.store.config import Config
-from agy_provider.store.sessions import SessionRecord, SessionStore
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODEL = Model(
@@ -492,14 +507,13 @@ def test_prepare_for_host_tools_gives_agys_own_clock_room_for_the_hosts_waits(
     """Waiting for the host's tool results pauses our deadlines, not agy's --print-timeout: a turn
     whose host runs the tools gives agy's clock room for them; tool results resume the session
     recorded with the `toolUse` message (its history is what precedes the results)."""
-    from agy_provider.live.planning import _HOST_WAITS_IN_AGY_CLOCK, _PRINT_TIMEOUT_MARGIN
-    from agy_provider.pi.types import (
-        AssistantMessage,
-        TextContent,
-        Tool,
-        ToolCall,
-        ToolResultMessage,
-    )
+    from agy_provider.live.planning import _HOST_WAITS_IN_AGY_CLOCK
+    from agy_provider.live.planning import _PRINT_TIMEOUT_MARGIN
+    from agy_provider.pi.types import AssistantMessage
+    from agy_provider.pi.types import TextContent
+    from agy_provider.pi.types import Tool
+    from agy_provider.pi.types import ToolCall
+    from agy_provider.pi.types import ToolResultMessage
 
     script = Script()
     edges = edges_for(script, tmp_path)

@@ -12,39 +12,38 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agy_provider.errors import DecodeError
-from agy_provider.pi.events import (
-    DoneEvent,
-    ErrorEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallDeltaEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-    event_from_json,
-)
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions, StreamOptions, ThinkingBudgets
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Cost,
-    ImageContent,
-    Model,
-    ModelCost,
-    TextContent,
-    ThinkingContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    content_from_json,
-    message_from_json,
-)
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import StartEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingEndEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.events import ToolCallDeltaEvent
+from agy_provider.pi.events import ToolCallEndEvent
+from agy_provider.pi.events import ToolCallStartEvent
+from agy_provider.pi.events import event_from_json
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.options import StreamOptions
+from agy_provider.pi.options import ThinkingBudgets
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Cost
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import ModelCost
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import Usage
+from agy_provider.pi.types import UserMessage
+from agy_provider.pi.types import content_from_json
+from agy_provider.pi.types import message_from_json
 
 # --- fixtures written by hand from pi's packages/ai/src/types.ts -------------------------------
 

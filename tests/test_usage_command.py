@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from sim_support import cli_env, run_cli
+from sim_support import cli_env
+from sim_support import run_cli
 
-from agy_provider.agy.usage_command import read_quota_usage, usage_argv
-from agy_provider.errors import SourceError, UsageError
+from agy_provider.agy.usage_command import read_quota_usage
+from agy_provider.agy.usage_command import usage_argv
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
 
 pytestmark = pytest.mark.slow
 

@@ -15,33 +15,37 @@ from typing import Any
 
 import psutil
 import pytest
-from host_helpers import TOOL_PARAMETERS, TOOL_SCENARIO, tool_output
-from live_helpers import (
-    MODEL,
-    Observed,
-    agy_sim_path,
-    expect_done,
-    expect_error,
-    leftovers,
-    run_turn,
-    scenario_answer,
-    scenario_planners,
-    text_of,
-)
+from host_helpers import TOOL_PARAMETERS
+from host_helpers import TOOL_SCENARIO
+from host_helpers import tool_output
+from live_helpers import MODEL
+from live_helpers import Observed
+from live_helpers import agy_sim_path
+from live_helpers import expect_done
+from live_helpers import expect_error
+from live_helpers import leftovers
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from live_helpers import scenario_planners
+from live_helpers import text_of
 
 from agy_provider.agy.argv import TurnRequest
-from agy_provider.live.provider import stream_simple, wait_for_turns
-from agy_provider.live.warm import POOL, TRANSITIONS, WarmAgy, WarmState, warm_key
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    TextContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.live.warm import POOL
+from agy_provider.live.warm import TRANSITIONS
+from agy_provider.live.warm import WarmAgy
+from agy_provider.live.warm import WarmState
+from agy_provider.live.warm import warm_key
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 
@@ -428,7 +432,8 @@ async def test_a_turn_longer_than_the_pipe_reaches_the_warm_agy_whole(
 ) -> None:
     """A line the pipe takes whole goes from the loop in one write; a longer one is written on
     as agy reads it. Either way agy gets the whole turn."""
-    from agy_provider.agy.database import iter_step_rows, open_conversation_db
+    from agy_provider.agy.database import iter_step_rows
+    from agy_provider.agy.database import open_conversation_db
     from agy_provider.agy.rows import decode_step_row
     from agy_provider.agy.step import StepKind
 

@@ -18,16 +18,14 @@ import psutil
 import pytest
 
 from agy_provider.live import warm_registry
-from agy_provider.live.warm_registry import (
-    WarmEntry,
-    forget,
-    forget_host,
-    key_summary,
-    list_warm,
-    record,
-    rss_of,
-    warm_dir,
-)
+from agy_provider.live.warm_registry import WarmEntry
+from agy_provider.live.warm_registry import forget
+from agy_provider.live.warm_registry import forget_host
+from agy_provider.live.warm_registry import key_summary
+from agy_provider.live.warm_registry import list_warm
+from agy_provider.live.warm_registry import record
+from agy_provider.live.warm_registry import rss_of
+from agy_provider.live.warm_registry import warm_dir
 
 
 @pytest.fixture(autouse=True)

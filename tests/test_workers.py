@@ -19,7 +19,8 @@ import pytest
 from live_helpers import live_env  # noqa: F401  (fixture)
 
 from agy_provider.live import fswatch
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import in_background
+from agy_provider.workers import off_loop
 
 
 def run_child(code: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 
 from agy_provider.errors import UsageError
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from agy_provider.errors import DecodeError
-from agy_provider.wire.protowire import LEN, Message, decode_varint
+from agy_provider.wire.protowire import LEN
+from agy_provider.wire.protowire import Message
+from agy_provider.wire.protowire import decode_varint
 
 __all__ = ["GrowingTexts"]
 

@@ -9,9 +9,11 @@ import dataclasses
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 
-from agy_provider.errors import SourceError, UsageError
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
 
 __all__ = [
     "AgyModel",

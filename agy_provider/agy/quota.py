@@ -29,9 +29,12 @@ import datetime
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any
+from typing import Final
+from typing import Protocol
 
-from agy_provider.errors import DecodeError, QuotaExceededError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import QuotaExceededError
 from agy_provider.wire import jsontext
 
 __all__ = [

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Final
 
 from agy_provider.agy import streamjson_values as values
-from agy_provider.agy.quota import QuotaInfo, quota_from_text
-from agy_provider.agy.step import StepUsage, TurnOutcome
+from agy_provider.agy.quota import QuotaInfo
+from agy_provider.agy.quota import quota_from_text
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.wire import jsontext
 
 __all__ = [

@@ -6,13 +6,18 @@ Owns the generic (140) and legacy typed tool bodies (AGY-FORMATS §3, §6); sans
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-from agy_provider.agy.step import StepStatus, ToolCall, ToolResult
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
-from agy_provider.wire.protowire import Message, iter_fields
+from agy_provider.wire.protowire import Message
+from agy_provider.wire.protowire import iter_fields
 
 __all__ = [
     "GENERIC_FIELD",

@@ -7,39 +7,36 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.agy.growing_text import GrowingTexts
-from agy_provider.agy.row_tools import (
-    GENERIC_FIELD,
-    LEGACY_TOOL_FIELDS,
-    MAX_REQUESTED_TOOL_CALLS,
-    MCP_FIELD,
-    METADATA_FIELD,
-    answers_text,
-    legacy_tool_field,
-    mcp_call,
-    parse_arguments,
-    requested_calls,
-    tool_call,
-    tool_from_body,
-    tool_result,
-)
-from agy_provider.agy.step import (
-    STATUS_BY_NUMBER,
-    Interaction,
-    InteractionKind,
-    PermissionRequest,
-    Question,
-    QuestionOption,
-    Step,
-    StepKind,
-    StepStatus,
-    StepUsage,
-    ToolCall,
-    ToolResult,
-)
+from agy_provider.agy.row_tools import GENERIC_FIELD
+from agy_provider.agy.row_tools import LEGACY_TOOL_FIELDS
+from agy_provider.agy.row_tools import MAX_REQUESTED_TOOL_CALLS
+from agy_provider.agy.row_tools import MCP_FIELD
+from agy_provider.agy.row_tools import METADATA_FIELD
+from agy_provider.agy.row_tools import answers_text
+from agy_provider.agy.row_tools import legacy_tool_field
+from agy_provider.agy.row_tools import mcp_call
+from agy_provider.agy.row_tools import parse_arguments
+from agy_provider.agy.row_tools import requested_calls
+from agy_provider.agy.row_tools import tool_call
+from agy_provider.agy.row_tools import tool_from_body
+from agy_provider.agy.row_tools import tool_result
+from agy_provider.agy.step import STATUS_BY_NUMBER
+from agy_provider.agy.step import Interaction
+from agy_provider.agy.step import InteractionKind
+from agy_provider.agy.step import PermissionRequest
+from agy_provider.agy.step import Question
+from agy_provider.agy.step import QuestionOption
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
 from agy_provider.errors import DecodeError
 from agy_provider.wire.protowire import Message
 

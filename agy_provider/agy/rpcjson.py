@@ -9,20 +9,19 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.agy.row_tools import answers_text, parse_arguments
-from agy_provider.agy.step import (
-    Interaction,
-    InteractionKind,
-    PermissionRequest,
-    Question,
-    QuestionOption,
-    Step,
-    StepKind,
-    StepStatus,
-    StepUsage,
-    ToolCall,
-    ToolResult,
-)
+from agy_provider.agy.row_tools import answers_text
+from agy_provider.agy.row_tools import parse_arguments
+from agy_provider.agy.step import Interaction
+from agy_provider.agy.step import InteractionKind
+from agy_provider.agy.step import PermissionRequest
+from agy_provider.agy.step import Question
+from agy_provider.agy.step import QuestionOption
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
 

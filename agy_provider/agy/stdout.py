@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from agy_provider.agy.argv import valid_conversation_id
 from agy_provider.errors import FramingError

@@ -27,21 +27,28 @@ import dataclasses
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
+from typing import TypeAlias
 
 from agy_provider.agy import streamjson_values as values
-from agy_provider.agy.result import AgyResult, read_result, result_outcome
-from agy_provider.agy.step import (
-    Step,
-    StepKind,
-    StepStatus,
-    StepUsage,
-    TurnOutcome,
-)
-from agy_provider.agy.streamjson_values import stream_json_usage, subtract_usage
+from agy_provider.agy.result import AgyResult
+from agy_provider.agy.result import read_result
+from agy_provider.agy.result import result_outcome
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.agy.streamjson_values import stream_json_usage
+from agy_provider.agy.streamjson_values import subtract_usage
 from agy_provider.errors import DecodeError
-from agy_provider.wire.ndjson import NEED_DATA, LineDecoder
+from agy_provider.wire.ndjson import NEED_DATA
+from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
     "COALESCE_FROM",

@@ -8,9 +8,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from agy_provider.agy.step import Step, StepStatus, StepUsage, ToolCall, ToolResult
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import ToolCall
+from agy_provider.agy.step import ToolResult
 
 __all__ = [
     "REPLACEMENT",

@@ -14,10 +14,15 @@ import dataclasses
 import os
 import subprocess
 import time
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from agy_provider.agy.quota import UsageBucket, parse_usage, quota_from_text
-from agy_provider.errors import DecodeError, SourceError, UsageError
+from agy_provider.agy.quota import UsageBucket
+from agy_provider.agy.quota import parse_usage
+from agy_provider.agy.quota import quota_from_text
+from agy_provider.errors import DecodeError
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
 from agy_provider.wire import jsontext
 
 __all__ = ["USAGE_TIMEOUT", "QuotaReport", "read_quota_usage", "usage_argv"]

@@ -15,9 +15,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from agy_provider.agy.result import failed_outcome, read_result, resets_hint, result_outcome
+from agy_provider.agy.result import failed_outcome
+from agy_provider.agy.result import read_result
+from agy_provider.agy.result import resets_hint
+from agy_provider.agy.result import result_outcome
 from agy_provider.agy.step import TurnOutcome
 
 __all__ = ["AGY_ERROR_PREFIX", "agy_error", "exit_verdict", "resets_hint", "without_stack_trace"]

@@ -8,33 +8,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection
+from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Literal
 
-from agy_provider.agy.step import Step, StepKind, StepStatus, StepUsage, TurnOutcome
-from agy_provider.assembly.diffs import (
-    BaselineProvider,
-    EditLedger,
-)
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.assembly.diffs import BaselineProvider
+from agy_provider.assembly.diffs import EditLedger
 from agy_provider.assembly.outcome import decide_ending
 from agy_provider.assembly.tool_runs import render_and_run
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    StartEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallDeltaEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import StartEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingEndEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.events import ToolCallDeltaEvent
+from agy_provider.pi.events import ToolCallEndEvent
+from agy_provider.pi.events import ToolCallStartEvent
 from agy_provider.pi.tool_run import ToolRun
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import Usage
 
 __all__ = ["API", "PROVIDER", "StepAssembler", "usage_to_pi"]
 

@@ -11,15 +11,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.agy.step import Step, StepStatus
-from agy_provider.assembly.diffs import (
-    EDIT_TOOLS,
-    EditLedger,
-    edit_diff,
-    edit_target,
-    looks_like_diff,
-    render_recorded_diff,
-)
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepStatus
+from agy_provider.assembly.diffs import EDIT_TOOLS
+from agy_provider.assembly.diffs import EditLedger
+from agy_provider.assembly.diffs import edit_diff
+from agy_provider.assembly.diffs import edit_target
+from agy_provider.assembly.diffs import looks_like_diff
+from agy_provider.assembly.diffs import render_recorded_diff
 from agy_provider.pi.tool_run import ToolRun
 
 __all__ = [

@@ -16,20 +16,27 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
 from agy_provider.errors import SourceError
-from agy_provider.pi.types import ImageContent, TextContent, Tool, ToolCall, ToolResultMessage
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
-    from agy_provider.bridge.mcp_bridge import (
-        HostTool,
-        HostToolBridge,
-        HostToolCall,
-        HostToolResult,
-    )
+    from agy_provider.bridge.mcp_bridge import HostTool
+    from agy_provider.bridge.mcp_bridge import HostToolBridge
+    from agy_provider.bridge.mcp_bridge import HostToolCall
+    from agy_provider.bridge.mcp_bridge import HostToolResult
 
 __all__ = [
     "ParkedTurns",

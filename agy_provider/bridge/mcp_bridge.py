@@ -24,7 +24,8 @@ import re
 import secrets
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,31 +40,34 @@ import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message
+from starlette.types import Receive
+from starlette.types import Scope
+from starlette.types import Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agy_provider import lifeline
-from agy_provider.bridge.bridge_folders import (
-    _FOLDER_PREFIX,
-    _remove_folder,
-    _start_stamp,
-    sweep_stale_folders,
-)
-from agy_provider.bridge.host_tool_values import (
-    MAX_RESULT_BYTES,
-    HostTool,
-    HostToolCall,
-    HostToolHandler,
-    HostToolResult,
-    _as_host_tools,
-    _as_result,
-    _capped,
-    _schema_of,
-)
-from agy_provider.bridge.mcp_requests import _handshake_era, _replay, _respond
+from agy_provider.bridge.bridge_folders import _FOLDER_PREFIX
+from agy_provider.bridge.bridge_folders import _remove_folder
+from agy_provider.bridge.bridge_folders import _start_stamp
+from agy_provider.bridge.bridge_folders import sweep_stale_folders
+from agy_provider.bridge.host_tool_values import MAX_RESULT_BYTES
+from agy_provider.bridge.host_tool_values import HostTool
+from agy_provider.bridge.host_tool_values import HostToolCall
+from agy_provider.bridge.host_tool_values import HostToolHandler
+from agy_provider.bridge.host_tool_values import HostToolResult
+from agy_provider.bridge.host_tool_values import _as_host_tools
+from agy_provider.bridge.host_tool_values import _as_result
+from agy_provider.bridge.host_tool_values import _capped
+from agy_provider.bridge.host_tool_values import _schema_of
+from agy_provider.bridge.mcp_requests import _handshake_era
+from agy_provider.bridge.mcp_requests import _replay
+from agy_provider.bridge.mcp_requests import _respond
 from agy_provider.bridge.parked_calls import ParkedToolCalls
-from agy_provider.bridge.plugin_tools import plugin_host_tools, plugin_tool_handler
-from agy_provider.errors import SourceError, UsageError
+from agy_provider.bridge.plugin_tools import plugin_host_tools
+from agy_provider.bridge.plugin_tools import plugin_tool_handler
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
 from agy_provider.pi.types import Tool
 from agy_provider.store.atomic import write_json_atomic
 from agy_provider.workers import off_loop

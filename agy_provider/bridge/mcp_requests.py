@@ -9,8 +9,12 @@ import logging
 from collections.abc import Sequence
 
 import mcp_types
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from starlette.types import Message, Receive, Scope, Send
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from starlette.types import Message
+from starlette.types import Receive
+from starlette.types import Scope
+from starlette.types import Send
 
 __all__: list[str] = []
 

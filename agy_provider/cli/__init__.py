@@ -12,30 +12,27 @@ import logging
 import sys
 
 from agy_provider import __version__
-from agy_provider.cli import (
-    ask,
-    chat,
-    config,
-    conversations,
-    demo,
-    doctor,
-    export,
-    models,
-    replay,
-    serve,
-    sessions,
-    status,
-    usage,
-)
-from agy_provider.cli.conventions import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    colour_for,
-)
+from agy_provider.cli import ask
+from agy_provider.cli import chat
+from agy_provider.cli import config
+from agy_provider.cli import conversations
+from agy_provider.cli import demo
+from agy_provider.cli import doctor
+from agy_provider.cli import export
+from agy_provider.cli import models
+from agy_provider.cli import replay
+from agy_provider.cli import serve
+from agy_provider.cli import sessions
+from agy_provider.cli import status
+from agy_provider.cli import usage
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_INTERRUPTED
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.conventions import EXIT_USAGE
+from agy_provider.cli.conventions import colour_for
 from agy_provider.cli.options import examples_epilog
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

@@ -6,15 +6,13 @@ Progress goes to stderr; the live path loads only when the turn runs.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import one_turn_alone
-from agy_provider.cli.options import (
-    add_agy_bin,
-    add_command,
-    add_cwd,
-    add_json,
-    add_model,
-    add_thinking,
-    add_timeout,
-)
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_cwd
+from agy_provider.cli.options import add_json
+from agy_provider.cli.options import add_model
+from agy_provider.cli.options import add_thinking
+from agy_provider.cli.options import add_timeout
 from agy_provider.cli.simulator_state import simulator_state
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name

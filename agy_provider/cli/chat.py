@@ -8,8 +8,14 @@ from __future__ import annotations
 import logging
 import sys
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK, one_turn_alone
-from agy_provider.cli.options import add_agy_bin, add_command, add_cwd, add_model, add_thinking
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.conventions import one_turn_alone
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_cwd
+from agy_provider.cli.options import add_model
+from agy_provider.cli.options import add_thinking
 from agy_provider.cli.simulator_state import simulator_state
 from agy_provider.errors import UsageError
 
@@ -140,7 +146,8 @@ def _interactive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     if args.format != "text":
         raise UsageError("--format events needs a PROMPT: the interactive chat is for people")
-    from agy_provider.cli.repl import ReplSettings, run_repl
+    from agy_provider.cli.repl import ReplSettings
+    from agy_provider.cli.repl import run_repl
     from agy_provider.store.config import load_config
 
     _system_for_a_new_conversation(args, err)

@@ -16,16 +16,24 @@ import logging
 import os
 import signal as signals
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+from typing import TextIO
 
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.provider import stream_simple
-from agy_provider.offline.formatters import LivePrinter, event_line
+from agy_provider.offline.formatters import LivePrinter
+from agy_provider.offline.formatters import event_line
 from agy_provider.pi.agy_model import agy_model
-from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
-from agy_provider.pi.types import AssistantMessage, Context, UserMessage
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.config import load_config
 

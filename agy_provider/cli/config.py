@@ -42,12 +42,10 @@ def add_parser(commands: SubParsers) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Show every setting, show one KEY, set KEY to VALUE, or unset KEY."""
-    from agy_provider.store.config import (
-        ENV_OVERRIDES,
-        config_path,
-        load_config,
-        set_config_value,
-    )
+    from agy_provider.store.config import ENV_OVERRIDES
+    from agy_provider.store.config import config_path
+    from agy_provider.store.config import load_config
+    from agy_provider.store.config import set_config_value
 
     if args.unset:
         if not args.key or args.value is not None:

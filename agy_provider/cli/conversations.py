@@ -6,7 +6,10 @@ It also owns which folder holds them, which `export` reads too.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_agy_bin, add_command, add_conversations_folder, add_json
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_conversations_folder
+from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

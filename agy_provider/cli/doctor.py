@@ -5,8 +5,12 @@ One line per check (marked, coloured on a terminal) or one JSON object per check
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK, colour_for
-from agy_provider.cli.options import add_agy_bin, add_command, add_json
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.conventions import colour_for
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

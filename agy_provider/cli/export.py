@@ -5,9 +5,12 @@ A progress bar is drawn on a terminal; agy's files are only read.
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conversations import conversation_folder
-from agy_provider.cli.options import add_agy_bin, add_command, add_conversations_folder
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_conversations_folder
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name

@@ -16,7 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from agy_provider.agy.state_folder import is_simulator, state_folder
+from agy_provider.agy.state_folder import is_simulator
+from agy_provider.agy.state_folder import state_folder
 from agy_provider.errors import AgyError
 
 __all__ = [
@@ -73,7 +74,8 @@ def warm_status(now: float | None = None) -> tuple[dict[str, object], ...]:
     `Status.warm` (and `--json`'s `warm`)."""
     import time
 
-    from agy_provider.live.warm_registry import list_warm, rss_of
+    from agy_provider.live.warm_registry import list_warm
+    from agy_provider.live.warm_registry import rss_of
 
     now = time.time() if now is None else now
     return tuple(
@@ -158,7 +160,8 @@ def _signed_in(binary: str, *, fresh: bool) -> tuple[bool | None, str]:
 
 
 def _count_sessions() -> tuple[Path, int, str]:
-    from agy_provider.store.sessions import SessionStore, default_store_path
+    from agy_provider.store.sessions import SessionStore
+    from agy_provider.store.sessions import default_store_path
 
     path = default_store_path()
     if not path.exists():
@@ -203,7 +206,10 @@ def gather_status(agy_bin: str = "") -> Status:
     settings, sessions, agy's saved conversations and the event sources. Raises `UsageError`
     for a broken config file."""
     from agy_provider.plugin_manager import event_sources
-    from agy_provider.store.config import CONFIG_ENV, ENV_OVERRIDES, config_path, load_config
+    from agy_provider.store.config import CONFIG_ENV
+    from agy_provider.store.config import ENV_OVERRIDES
+    from agy_provider.store.config import config_path
+    from agy_provider.store.config import load_config
 
     config = load_config()
     rows: list[tuple[str, str]] = []
@@ -324,7 +330,9 @@ def doctor_checks(agy_bin: str = "") -> list[Check]:
     """Every check, in order; none raises. A failed check's `fix` says what to do."""
     from agy_provider.errors import UsageError
     from agy_provider.live.runner import INSTALL_HINT
-    from agy_provider.store.config import CONFIG_ENV, config_path, load_config
+    from agy_provider.store.config import CONFIG_ENV
+    from agy_provider.store.config import config_path
+    from agy_provider.store.config import load_config
 
     checks: list[Check] = []
     try:
@@ -437,7 +445,8 @@ def _writable_check(name: str, folder: Path) -> Check:
 def _database_check(conversations: Path) -> Check:
     import sqlite3
 
-    from agy_provider.agy.database import open_conversation_db, user_step_indices
+    from agy_provider.agy.database import open_conversation_db
+    from agy_provider.agy.database import user_step_indices
 
     paths = _databases(conversations)
     if not paths:

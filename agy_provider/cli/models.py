@@ -6,7 +6,9 @@ As text, one model a line, or as one JSON object per model.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_agy_bin, add_command, add_json
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ import argparse
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
+    from collections.abc import Sequence
     from typing import TextIO
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -22,14 +22,21 @@ import signal as signals
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable
+from collections.abc import Coroutine
+from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, ModuleType
-from typing import Any, TextIO
+from types import FrameType
+from types import ModuleType
+from typing import Any
+from typing import TextIO
 
-from agy_provider.cli.chat_turn import ABORT_SIGNALS, ChatResult, run_chat
+from agy_provider.cli.chat_turn import ABORT_SIGNALS
+from agy_provider.cli.chat_turn import ChatResult
+from agy_provider.cli.chat_turn import run_chat
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
 from agy_provider.pi.options import AbortSignal
 
 __all__ = [

@@ -5,7 +5,8 @@ It imports replay and the formatters only when it runs; it never loads the live 
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_OK, colour_for
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.conventions import colour_for
 from agy_provider.cli.options import add_command
 from agy_provider.errors import UsageError
 
@@ -49,8 +50,12 @@ def add_parser(commands: SubParsers) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Print the recording at PATH in the chosen format, turn by turn as each is replayed."""
     from agy_provider.assembly.diffs import GitBaselines
-    from agy_provider.offline.formatters import event_line, markdown, step_line, transcript
-    from agy_provider.offline.replay import load_recording, replay
+    from agy_provider.offline.formatters import event_line
+    from agy_provider.offline.formatters import markdown
+    from agy_provider.offline.formatters import step_line
+    from agy_provider.offline.formatters import transcript
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
 
     def warn(text: str) -> None:
         print(f"warning: {text}", file=err)

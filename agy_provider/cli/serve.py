@@ -6,8 +6,11 @@ prints the base URL (and a token it made) once on stderr, and serves until SIGTE
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_OK, EXIT_USAGE
-from agy_provider.cli.options import add_agy_bin, add_command, add_cwd
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.conventions import EXIT_USAGE
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_cwd
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
     import secrets
 
-    from agy_provider.hosts.serve_app import DEFAULT_PORT, is_loopback
+    from agy_provider.hosts.serve_app import DEFAULT_PORT
+    from agy_provider.hosts.serve_app import is_loopback
 
     token = args.token or os.environ.get(TOKEN_VARIABLE, "")
     port = DEFAULT_PORT if args.port is None else args.port
@@ -95,7 +99,8 @@ def _serve(args: argparse.Namespace, token: str, port: int, made: bool, err: Tex
     import signal
 
     from agy_provider.cli.simulator_state import simulator_state
-    from agy_provider.hosts.serve_app import ServeServer, ServeSettings
+    from agy_provider.hosts.serve_app import ServeServer
+    from agy_provider.hosts.serve_app import ServeSettings
     from agy_provider.pi.host_input import checked_cwd
     from agy_provider.store.config import load_config
 

@@ -6,7 +6,8 @@ Only the provider's own session store is written; agy's files are never touched.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command, add_json
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_json
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name

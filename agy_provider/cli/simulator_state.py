@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
+from agy_provider.agy.state_folder import chosen_state_folder
+from agy_provider.agy.state_folder import is_simulator
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

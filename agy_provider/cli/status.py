@@ -6,8 +6,11 @@ The facts come from cli/health.py; exit 1 when any of them is a problem.
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
-from agy_provider.cli.options import add_agy_bin, add_command, add_json
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:

@@ -5,8 +5,12 @@ A quota already spent is reported as the failure it is (exit 1), with when it re
 
 from __future__ import annotations
 
-from agy_provider.cli.conventions import EXIT_FAILED, EXIT_OK
-from agy_provider.cli.options import add_agy_bin, add_command, add_json, add_timeout
+from agy_provider.cli.conventions import EXIT_FAILED
+from agy_provider.cli.conventions import EXIT_OK
+from agy_provider.cli.options import add_agy_bin
+from agy_provider.cli.options import add_command
+from agy_provider.cli.options import add_json
+from agy_provider.cli.options import add_timeout
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name

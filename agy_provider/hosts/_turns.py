@@ -13,17 +13,23 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agy_provider.agy.models import AgyModel, list_models
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.agy.models import AgyModel
+from agy_provider.agy.models import list_models
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.runner import find_agy
 from agy_provider.pi.abort_bridge import forward_until_turn_ends
-from agy_provider.pi.agy_model import AGY_API, agy_model
-from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent
-from agy_provider.pi.host_input import HostTurn, normalise_turn
+from agy_provider.pi.agy_model import AGY_API
+from agy_provider.pi.agy_model import agy_model
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.host_input import HostTurn
+from agy_provider.pi.host_input import normalise_turn
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.pi.types import AssistantMessage, Model
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Model
 from agy_provider.store.config import load_config
 
 __all__ = [

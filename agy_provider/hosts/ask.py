@@ -14,33 +14,39 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypeAlias
+from typing import Any
+from typing import Literal
+from typing import ParamSpec
+from typing import TypeAlias
 
-from agy_provider.agy.state_folder import chosen_state_folder, is_simulator
+from agy_provider.agy.state_folder import chosen_state_folder
+from agy_provider.agy.state_folder import is_simulator
 from agy_provider.assembly.tool_runs import TOOL_RUN_MARK
 from agy_provider.errors import UsageError
 from agy_provider.pi.agy_model import agy_model
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    ThinkingDeltaEvent,
-)
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
 from agy_provider.pi.host_input import HostTurn
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import TurnFacts
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Model,
-    TextContent,
-    Usage,
-    UserMessage,
-)
-from agy_provider.store.config import Config, load_config
-from agy_provider.store.sessions import SessionRecord, SessionStore, valid_conversation_id
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import Usage
+from agy_provider.pi.types import UserMessage
+from agy_provider.store.config import Config
+from agy_provider.store.config import load_config
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
+from agy_provider.store.sessions import valid_conversation_id
 
 __all__ = [
     "ASK_TOOL_NAME",
@@ -274,7 +280,8 @@ def _plan(request: _Request, signal: AbortSignal | None) -> _Plan:
         raise UsageError(f"cwd {folder} is not a folder")
     from agy_provider.live.discovery import conversations_dir
     from agy_provider.live.runner import find_agy
-    from agy_provider.store.model_catalog import cached_models, resolve_model
+    from agy_provider.store.model_catalog import cached_models
+    from agy_provider.store.model_catalog import resolve_model
 
     edges = turn_edges(mode=mode, timeout=timeout, store=_MemoryStore(), agy_bin=agy_bin)
     config: Config = edges.config()

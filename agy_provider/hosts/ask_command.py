@@ -9,7 +9,9 @@ import asyncio
 import json
 from typing import TextIO
 
-from agy_provider.hosts.ask import Mode, Thinking, ask_antigravity
+from agy_provider.hosts.ask import Mode
+from agy_provider.hosts.ask import Thinking
+from agy_provider.hosts.ask import ask_antigravity
 from agy_provider.pi.options import AbortSignal
 
 __all__ = ["ask_command"]

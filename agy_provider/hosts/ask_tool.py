@@ -10,16 +10,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.errors import AgyError, UsageError
-from agy_provider.hosts.ask import (
-    _MODES,
-    _THINKING,
-    ASK_TOOL_NAME,
-    ProgressCallback,
-    ask_antigravity,
-)
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
+from agy_provider.hosts.ask import _MODES
+from agy_provider.hosts.ask import _THINKING
+from agy_provider.hosts.ask import ASK_TOOL_NAME
+from agy_provider.hosts.ask import ProgressCallback
+from agy_provider.hosts.ask import ask_antigravity
 from agy_provider.pi.options import AbortSignal
-from agy_provider.pi.types import TextContent, Tool, ToolCall, ToolResultMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
 
 __all__ = ["ASK_TOOL_DESCRIPTION", "ASK_TOOL_PARAMETERS", "ask_tool", "run_ask_tool"]
 

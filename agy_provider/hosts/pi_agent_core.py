@@ -12,13 +12,20 @@ pi-agent-core takes a provider as an `AgentOptions(stream_fn=...)` returning
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any
 
 import pi_agent_core
 
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID, PROVIDER_ID, agy_catalog, host_events
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.hosts._turns import DEFAULT_MODEL_ID
+from agy_provider.hosts._turns import PROVIDER_ID
+from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts._turns import host_events
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 
 __all__ = ["model", "models", "stream_fn"]
 

@@ -19,13 +19,20 @@ from collections.abc import Callable
 from typing import Any
 
 from pi_agents.ai import types as pi
-from pi_agents.ai.api_registry import register_api_provider, unregister_api_providers
+from pi_agents.ai.api_registry import register_api_provider
+from pi_agents.ai.api_registry import unregister_api_providers
 from pi_agents.ai.utils.event_stream import AssistantMessageEventStream
 
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID, PROVIDER_ID, agy_catalog, host_events
+from agy_provider.hosts._turns import DEFAULT_MODEL_ID
+from agy_provider.hosts._turns import PROVIDER_ID
+from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts._turns import host_events
 from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
 
 __all__ = ["SOURCE_ID", "model", "models", "register", "stream_fn", "unregister"]
 

@@ -11,18 +11,28 @@ Owns the translation between pi_ai's data classes and ours, through pi's JSON, b
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-from pi_ai.auth.types import ApiKeyAuth, AuthResult, ModelAuth, ProviderAuth
+from pi_ai.auth.types import ApiKeyAuth
+from pi_ai.auth.types import AuthResult
+from pi_ai.auth.types import ModelAuth
+from pi_ai.auth.types import ProviderAuth
 from pi_ai.event_stream import AssistantMessageEventStream
-from pi_ai.models import Provider, create_provider
-from pi_ai.serialization import event_from_dict, model_from_dict
-from pi_ai.types import Model, TranscriptContext
+from pi_ai.models import Provider
+from pi_ai.models import create_provider
+from pi_ai.serialization import event_from_dict
+from pi_ai.serialization import model_from_dict
+from pi_ai.types import Model
+from pi_ai.types import TranscriptContext
 
 from agy_provider.agy.models import AgyModel
 from agy_provider.errors import AgyError
-from agy_provider.hosts._turns import PROVIDER_ID, agy_catalog, host_events, pi_models
+from agy_provider.hosts._turns import PROVIDER_ID
+from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts._turns import host_events
+from agy_provider.hosts._turns import pi_models
 
 __all__ = ["provider"]
 

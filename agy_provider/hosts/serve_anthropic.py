@@ -14,18 +14,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agy_provider.hosts.serve_turn import RunningTurn
-from agy_provider.pi.events import (
-    DoneEvent,
-    ErrorEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-    ToolCallEndEvent,
-)
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingEndEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.events import ToolCallEndEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import Usage
 
 __all__ = ["anthropic_usage", "message", "message_events", "model_list", "stop_reason"]
 

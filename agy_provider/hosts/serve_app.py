@@ -17,39 +17,42 @@ import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from agy_provider.errors import AgyError
-from agy_provider.hosts import serve_anthropic, serve_openai
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID, agy_catalog
-from agy_provider.hosts.serve_convert import (
-    RequestError,
-    ServeAsk,
-    anthropic_ask,
-    openai_ask,
-    session_key,
-)
-from agy_provider.hosts.serve_http import (
-    MAX_BODY_BYTES,
-    Guard,
-    Shape,
-    SseResponse,
-    error_body,
-    error_response,
-    shape_of,
-    sse,
-    until_disconnected,
-)
-from agy_provider.hosts.serve_turn import RunningTurn, ServeTurns
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.hosts import serve_anthropic
+from agy_provider.hosts import serve_openai
+from agy_provider.hosts._turns import DEFAULT_MODEL_ID
+from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts.serve_convert import RequestError
+from agy_provider.hosts.serve_convert import ServeAsk
+from agy_provider.hosts.serve_convert import anthropic_ask
+from agy_provider.hosts.serve_convert import openai_ask
+from agy_provider.hosts.serve_convert import session_key
+from agy_provider.hosts.serve_http import MAX_BODY_BYTES
+from agy_provider.hosts.serve_http import Guard
+from agy_provider.hosts.serve_http import Shape
+from agy_provider.hosts.serve_http import SseResponse
+from agy_provider.hosts.serve_http import error_body
+from agy_provider.hosts.serve_http import error_response
+from agy_provider.hosts.serve_http import shape_of
+from agy_provider.hosts.serve_http import sse
+from agy_provider.hosts.serve_http import until_disconnected
+from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.hosts.serve_turn import ServeTurns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.workers import off_loop
 

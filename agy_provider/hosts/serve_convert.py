@@ -12,24 +12,23 @@ import binascii
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.pi.options import ThinkingLevel
-from agy_provider.pi.types import (
-    AssistantContent,
-    AssistantMessage,
-    Context,
-    ImageContent,
-    Message,
-    TextContent,
-    ThinkingContent,
-    Tool,
-    ToolCall,
-    ToolResultMessage,
-    UserContent,
-    UserMessage,
-)
+from agy_provider.pi.types import AssistantContent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserContent
+from agy_provider.pi.types import UserMessage
 
 __all__ = [
     "RequestError",

@@ -13,11 +13,17 @@ import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 from urllib.parse import unquote_to_bytes
 
-from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.responses import JSONResponse
+from starlette.responses import Response
+from starlette.types import ASGIApp
+from starlette.types import Message
+from starlette.types import Receive
+from starlette.types import Scope
+from starlette.types import Send
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -14,13 +14,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Message,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-)
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
 
 __all__ = ["DELIVERED_BOUND", "DeliveredMessages", "visible_text"]
 

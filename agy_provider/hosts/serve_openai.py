@@ -15,16 +15,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agy_provider.hosts.serve_turn import RunningTurn
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    TextDeltaEvent,
-    ThinkingDeltaEvent,
-    ThinkingStartEvent,
-    ToolCallEndEvent,
-)
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent, ToolCall, Usage
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.events import ToolCallEndEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import Usage
 
 __all__ = ["completion", "completion_chunks", "finish_reason", "model_list", "openai_usage"]
 

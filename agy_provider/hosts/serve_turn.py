@@ -14,29 +14,35 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.agy.argv import JSON_SCHEMA_OPTION
-from agy_provider.errors import AgyError, UsageError
-from agy_provider.hosts._turns import refusal, start_turn
-from agy_provider.hosts.serve_convert import RequestError, ServeAsk
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
+from agy_provider.hosts._turns import refusal
+from agy_provider.hosts._turns import start_turn
+from agy_provider.hosts.serve_convert import RequestError
+from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_memory import DeliveredMessages
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.runner import agy_version, find_agy
+from agy_provider.live.runner import agy_version
+from agy_provider.live.runner import find_agy
 from agy_provider.pi.agy_model import agy_model
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-)
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
 from agy_provider.pi.host_input import HostTurn
-from agy_provider.pi.options import AbortSignal, SimpleStreamOptions
+from agy_provider.pi.options import AbortSignal
+from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.pi.types import AssistantMessage, TextContent, ToolCall
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import load_config
 from agy_provider.workers import off_loop
 

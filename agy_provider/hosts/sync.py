@@ -20,10 +20,14 @@ from typing import Any
 from agy_provider.errors import IncompleteStreamError
 from agy_provider.hosts._turns import start_turn
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.turn import PARKED, STOPPED_WAITING
+from agy_provider.live.turn import PARKED
+from agy_provider.live.turn import STOPPED_WAITING
 from agy_provider.pi.abort_bridge import forward_until_turn_ends
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.host_input import HostTurn, normalise_turn
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.host_input import HostTurn
+from agy_provider.pi.host_input import normalise_turn
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.stream import TurnFacts
 from agy_provider.pi.types import AssistantMessage

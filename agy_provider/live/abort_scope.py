@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from collections.abc import Callable
+from typing import Any
+from typing import TypeVar
 
 from agy_provider.errors import AgyError
 from agy_provider.pi.options import AbortSignal

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 
 from agy_provider.live.prompt import history_digest
-from agy_provider.pi.types import (
-    AssistantContent,
-    AssistantMessage,
-    Message,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-)
+from agy_provider.pi.types import AssistantContent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
 from agy_provider.store.sessions import SessionRecord
 
 __all__ = [

@@ -12,15 +12,21 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 import psutil
 
-from agy_provider.agy.database import iter_step_rows, open_conversation_db, read_conversation_id
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.database import read_conversation_id
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
-from agy_provider.errors import DatabaseError, DecodeError, TurnError
-from agy_provider.live.fswatch import FolderWatch, watch_folder
+from agy_provider.errors import DatabaseError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import TurnError
+from agy_provider.live.fswatch import FolderWatch
+from agy_provider.live.fswatch import watch_folder
 from agy_provider.workers import off_loop
 
 __all__ = [

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agy_provider.workers import in_background, off_loop
+from agy_provider.workers import in_background
+from agy_provider.workers import off_loop
 
 try:  # Linux only; elsewhere callers tick on their own.
     import inotify_simple

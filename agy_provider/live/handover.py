@@ -9,12 +9,16 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
 
 from agy_provider.agy.step import Step
-from agy_provider.errors import AgyError, SourceError
+from agy_provider.errors import AgyError
+from agy_provider.errors import SourceError
 from agy_provider.live.sources import EventSource
-from agy_provider.live.turn_edges import TurnContext, TurnProcess
+from agy_provider.live.turn_edges import TurnContext
+from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.plugin_manager import EventSourceSpec
 
 __all__ = ["TRANSITIONS", "HandoverState", "SourceHandover", "database_source", "stdout_source"]

@@ -18,8 +18,11 @@ import tempfile
 from collections.abc import Sequence
 from typing import Final
 
-from agy_provider.errors import TurnError, UsageError
-from agy_provider.pi.types import Context, ImageContent, UserMessage
+from agy_provider.errors import TurnError
+from agy_provider.errors import UsageError
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import UserMessage
 
 __all__ = [
     "IMAGE_TYPES",

@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING
 from agy_provider.agy.step import TurnOutcome
 from agy_provider.live.provider import bare_error
 from agy_provider.live.settle import final_message
-from agy_provider.pi.events import AssistantMessageEvent, ErrorEvent, StartEvent
-from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
-from agy_provider.pi.types import AssistantMessage, Model
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import StartEvent
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.stream import TurnFacts
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Model
 
 if TYPE_CHECKING:
     from agy_provider.live.planning import TurnPlanner

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from agy_provider.bridge.host_tools import ParkedTurns
-from agy_provider.pi.types import AssistantMessage, ToolCall, ToolResultMessage
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
 
 __all__ = ["PARKED", "STOPPED_WAITING", "HostToolParking", "end_parked"]
 

@@ -16,17 +16,28 @@ from agy_provider.agy.database import last_step_index
 from agy_provider.agy.models import model_arguments
 from agy_provider.bridge.host_tools import plugin_tools_registered
 from agy_provider.errors import UsageError
-from agy_provider.live.continuity import Continuation, conversation_key, find_continuation
-from agy_provider.live.discovery import agy_log_dir, conversations_dir
-from agy_provider.live.images import check_images, newest_images
-from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.live.continuity import Continuation
+from agy_provider.live.continuity import conversation_key
+from agy_provider.live.continuity import find_continuation
+from agy_provider.live.discovery import agy_log_dir
+from agy_provider.live.discovery import conversations_dir
+from agy_provider.live.images import check_images
+from agy_provider.live.images import newest_images
+from agy_provider.live.prompt import build_prompt
+from agy_provider.live.prompt import history_digest
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.settle import UNSAVED
-from agy_provider.live.turn_edges import TurnContext, TurnEdges, TurnPlan
+from agy_provider.live.turn_edges import TurnContext
+from agy_provider.live.turn_edges import TurnEdges
+from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
-from agy_provider.live.warm import POOL, WarmSettings
+from agy_provider.live.warm import POOL
+from agy_provider.live.warm import WarmSettings
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import Context, Message, Model, ToolResultMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import ToolResultMessage
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.sessions import SessionRecord
 

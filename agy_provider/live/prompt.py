@@ -10,17 +10,16 @@ import json
 from collections.abc import Sequence
 
 from agy_provider.errors import UsageError
-from agy_provider.live.images import check_images, image_lines
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    ImageContent,
-    Message,
-    TextContent,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from agy_provider.live.images import check_images
+from agy_provider.live.images import image_lines
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 
 __all__ = ["build_prompt", "history_digest"]
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.types import AssistantMessage, Context, Model
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Model
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +71,8 @@ def stream_simple(
     `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
     functions run in a worker thread) agy's calls run at once instead: the turn stays one message.
     """
-    from agy_provider.pi.host_input import checked_cwd, normalise_turn
+    from agy_provider.pi.host_input import checked_cwd
+    from agy_provider.pi.host_input import normalise_turn
     from agy_provider.pi.stream import AssistantMessageEventStream
 
     turn = normalise_turn(model, context, options)
@@ -186,7 +190,8 @@ async def wait_for_turns() -> None:
     loop = asyncio.get_running_loop()
     if not _running and _PARKING not in sys.modules:
         return  # no turn ever started here
-    from agy_provider.live.parking import PARKED, STOPPED_WAITING
+    from agy_provider.live.parking import PARKED
+    from agy_provider.live.parking import STOPPED_WAITING
 
     PARKED.stopping.add(loop)  # a turn that parks from now on ends at once
     try:

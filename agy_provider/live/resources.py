@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agy_provider.live.images import ImageStaging, newest_images
+from agy_provider.live.images import ImageStaging
+from agy_provider.live.images import newest_images
 from agy_provider.live.prompt import build_prompt
 from agy_provider.live.warm_turn import WarmTurn
 from agy_provider.workers import off_loop
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
     from agy_provider.bridge.host_tools import TurnTools
     from agy_provider.live.conversation_lock import ConversationLock
     from agy_provider.live.handover import SourceHandover
-    from agy_provider.live.turn_edges import TurnPlan, TurnProcess
-    from agy_provider.pi.types import Context, Message
+    from agy_provider.live.turn_edges import TurnPlan
+    from agy_provider.live.turn_edges import TurnProcess
+    from agy_provider.pi.types import Context
+    from agy_provider.pi.types import Message
 
 # After an abort, how long agy may take to stop on SIGTERM before SIGKILL: a bound, rarely
 # reached (the `aborted` event typically follows the signal within tens of ms).

@@ -19,22 +19,24 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+from typing import Any
 
 import psutil
 
 from agy_provider import lifeline
-from agy_provider.agy.argv import (
-    MAX_ARG_BYTES,
-    TurnRequest,
-    build_argv,
-    go_duration,
-    prompt_fits_argv,
-    stdin_turn,
-)
-from agy_provider.agy.stdout import MAX_CAPTURE_BYTES, StdoutEvents
-from agy_provider.errors import AgyNotFoundError, TurnError
-from agy_provider.store.atomic import read_json, write_json_atomic
+from agy_provider.agy.argv import MAX_ARG_BYTES
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.agy.argv import build_argv
+from agy_provider.agy.argv import go_duration
+from agy_provider.agy.argv import prompt_fits_argv
+from agy_provider.agy.argv import stdin_turn
+from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
+from agy_provider.agy.stdout import StdoutEvents
+from agy_provider.errors import AgyNotFoundError
+from agy_provider.errors import TurnError
+from agy_provider.store.atomic import read_json
+from agy_provider.store.atomic import write_json_atomic
 from agy_provider.store.sessions import default_store_path
 from agy_provider.workers import off_loop
 

@@ -11,19 +11,30 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agy_provider.agy.database import newest_generator_rows, open_conversation_db
-from agy_provider.agy.rows import decode_generator_record, model_of_turn
+from agy_provider.agy.database import newest_generator_rows
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.rows import decode_generator_record
+from agy_provider.agy.rows import model_of_turn
 from agy_provider.agy.step import TurnOutcome
-from agy_provider.errors import AgyError, DecodeError
-from agy_provider.live.continuity import conversation_key, make_mark, mark_message, parse_mark
+from agy_provider.errors import AgyError
+from agy_provider.errors import DecodeError
+from agy_provider.live.continuity import conversation_key
+from agy_provider.live.continuity import make_mark
+from agy_provider.live.continuity import mark_message
+from agy_provider.live.continuity import parse_mark
 from agy_provider.live.prompt import history_digest
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
-from agy_provider.pi.types import AssistantMessage, Message
-from agy_provider.store.sessions import SessionRecord, SessionStore
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Message
+from agy_provider.store.sessions import SessionRecord
+from agy_provider.store.sessions import SessionStore
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:

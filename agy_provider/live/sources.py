@@ -5,7 +5,8 @@ Sources only read agy and hand back Step snapshots; they never emit pi events th
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
+from typing import runtime_checkable
 
 from agy_provider.agy.step import Step
 

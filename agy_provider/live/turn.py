@@ -17,59 +17,56 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-from agy_provider.agy.step import Step, TurnOutcome
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.bridge.host_tools import (
-    ToolExecutor,
-    TurnTools,
-)
+from agy_provider.bridge.host_tools import ToolExecutor
+from agy_provider.bridge.host_tools import TurnTools
 from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
-from agy_provider.live.discovery import (
-    conversations_dir,
-    snapshot_stems,
-)
-from agy_provider.live.handover import SourceHandover, database_source
+from agy_provider.live.discovery import conversations_dir
+from agy_provider.live.discovery import snapshot_stems
+from agy_provider.live.handover import SourceHandover
+from agy_provider.live.handover import database_source
 from agy_provider.live.images import newest_images
-from agy_provider.live.launch import (
-    Forked,
-    bind_turn,
-    exit_outcome,
-    lock_conversation,
-    plan_off_loop,
-)
+from agy_provider.live.launch import Forked
+from agy_provider.live.launch import bind_turn
+from agy_provider.live.launch import exit_outcome
+from agy_provider.live.launch import lock_conversation
+from agy_provider.live.launch import plan_off_loop
 from agy_provider.live.outlet import EventOutlet
-from agy_provider.live.parking import PARKED, STOPPED_WAITING, HostToolParking, end_parked
+from agy_provider.live.parking import PARKED
+from agy_provider.live.parking import STOPPED_WAITING
+from agy_provider.live.parking import HostToolParking
+from agy_provider.live.parking import end_parked
 from agy_provider.live.planning import TurnPlanner
-from agy_provider.live.prompt import build_prompt, history_digest
+from agy_provider.live.prompt import build_prompt
+from agy_provider.live.prompt import history_digest
 from agy_provider.live.provider import bare_error
-from agy_provider.live.resources import ABORT_GRACE, TurnResources
-from agy_provider.live.settle import (
-    SessionSave,
-    answering_model,
-    final_message,
-    mark_events,
-    read_answering_model,
-    turn_records,
-)
+from agy_provider.live.resources import ABORT_GRACE
+from agy_provider.live.resources import TurnResources
+from agy_provider.live.settle import SessionSave
+from agy_provider.live.settle import answering_model
+from agy_provider.live.settle import final_message
+from agy_provider.live.settle import mark_events
+from agy_provider.live.settle import read_answering_model
+from agy_provider.live.settle import turn_records
 from agy_provider.live.sources import EventSource
-from agy_provider.live.turn_edges import (
-    Launched,
-    TurnContext,
-    TurnEdges,
-    TurnPlan,
-    TurnProcess,
-)
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent
+from agy_provider.live.turn_edges import Launched
+from agy_provider.live.turn_edges import TurnContext
+from agy_provider.live.turn_edges import TurnEdges
+from agy_provider.live.turn_edges import TurnPlan
+from agy_provider.live.turn_edges import TurnProcess
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.stream import AssistantMessageEventStream, TurnFacts
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Model,
-    ToolCall,
-    ToolResultMessage,
-)
+from agy_provider.pi.stream import AssistantMessageEventStream
+from agy_provider.pi.stream import TurnFacts
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import ToolResultMessage
 from agy_provider.workers import off_loop
 
 __all__ = [

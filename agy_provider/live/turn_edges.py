@@ -6,18 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
 from agy_provider.agy.stdout import StdoutEvents
-from agy_provider.live.discovery import Binding, bind_database
-from agy_provider.live.runner import TurnRequest, agy_version, find_agy
+from agy_provider.live.discovery import Binding
+from agy_provider.live.discovery import bind_database
+from agy_provider.live.runner import TurnRequest
+from agy_provider.live.runner import agy_version
+from agy_provider.live.runner import find_agy
 from agy_provider.live.warm_turn import spawn_turn
-from agy_provider.plugin_manager import EventSourceSpec, event_sources
-from agy_provider.store.config import Config, load_config
+from agy_provider.plugin_manager import EventSourceSpec
+from agy_provider.plugin_manager import event_sources
+from agy_provider.store.config import Config
+from agy_provider.store.config import load_config
 from agy_provider.store.sessions import SessionStore
 
 if TYPE_CHECKING:

@@ -11,7 +11,10 @@ import time
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import GitBaselines
 from agy_provider.bridge.host_tools import ToolExecutor
-from agy_provider.live.turn import PARKED, TurnDriver, TurnEdges, bare_error
+from agy_provider.live.turn import PARKED
+from agy_provider.live.turn import TurnDriver
+from agy_provider.live.turn import TurnEdges
+from agy_provider.live.turn import bare_error
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.stream import AssistantMessageEventStream

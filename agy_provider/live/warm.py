@@ -17,20 +17,20 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
-from agy_provider.agy.argv import TurnRequest, build_warm_argv
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.agy.argv import build_warm_argv
 from agy_provider.live import warm_registry
-from agy_provider.live.warm_agy import (
-    IDLE,
-    KILL_AFTER,
-    READ_AFTER_EXIT,
-    TRANSITIONS,
-    WarmAgy,
-    WarmState,
-    WarmTurnSink,
-)
+from agy_provider.live.warm_agy import IDLE
+from agy_provider.live.warm_agy import KILL_AFTER
+from agy_provider.live.warm_agy import READ_AFTER_EXIT
+from agy_provider.live.warm_agy import TRANSITIONS
+from agy_provider.live.warm_agy import WarmAgy
+from agy_provider.live.warm_agy import WarmState
+from agy_provider.live.warm_agy import WarmTurnSink
 
 __all__ = [
     "POOL",

@@ -16,18 +16,26 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Protocol
 
 import psutil
 
 from agy_provider import lifeline
-from agy_provider.agy.argv import TurnRequest, build_warm_argv
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.agy.argv import build_warm_argv
 from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.agy.step import StepUsage
 from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
-from agy_provider.live.runner import _alive, _in_group, _signal, _spawn, remember_tree
+from agy_provider.live.runner import _alive
+from agy_provider.live.runner import _in_group
+from agy_provider.live.runner import _signal
+from agy_provider.live.runner import _spawn
+from agy_provider.live.runner import remember_tree
 from agy_provider.live.warm_bridge import WarmBridge
 from agy_provider.live.warm_hub import HUB
 from agy_provider.wire.ndjson import LineDecoder

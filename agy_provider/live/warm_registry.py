@@ -22,7 +22,8 @@ from typing import Any
 
 import psutil
 
-from agy_provider.store.atomic import read_json, write_text_atomic
+from agy_provider.store.atomic import read_json
+from agy_provider.store.atomic import write_text_atomic
 from agy_provider.store.sessions import default_store_path
 
 __all__ = [

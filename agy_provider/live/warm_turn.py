@@ -17,12 +17,14 @@ from typing import Any
 
 import psutil
 
-from agy_provider.agy.argv import TurnRequest, stdin_turn
+from agy_provider.agy.argv import TurnRequest
+from agy_provider.agy.argv import stdin_turn
 from agy_provider.agy.result import read_result
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.agy.step import StepUsage
 from agy_provider.live.runner import AgyProcess
-from agy_provider.live.warm import POOL, WarmPool
+from agy_provider.live.warm import POOL
+from agy_provider.live.warm import WarmPool
 from agy_provider.live.warm_agy import WarmAgy
 from agy_provider.workers import off_loop
 

@@ -8,26 +8,31 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Sequence
-from typing import IO, Any
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import IO
+from typing import Any
 
 from agy_provider.agy.rpcjson import decode_json_step
-from agy_provider.agy.step import Step, StepKind, TurnOutcome
-from agy_provider.agy.streamjson import StreamJsonDecoder, decode_stream_json
-from agy_provider.errors import DecodeError, FramingError, UsageError
-from agy_provider.offline.recording import (
-    DEFAULT_MODEL,
-    Recording,
-    TurnInput,
-    Warn,
-    file_chunks,
-    guarded_decode,
-    in_memory_recording,
-    open_regular,
-    read_bytes,
-    short_reason,
-    split_turns,
-)
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.agy.streamjson import StreamJsonDecoder
+from agy_provider.agy.streamjson import decode_stream_json
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import UsageError
+from agy_provider.offline.recording import DEFAULT_MODEL
+from agy_provider.offline.recording import Recording
+from agy_provider.offline.recording import TurnInput
+from agy_provider.offline.recording import Warn
+from agy_provider.offline.recording import file_chunks
+from agy_provider.offline.recording import guarded_decode
+from agy_provider.offline.recording import in_memory_recording
+from agy_provider.offline.recording import open_regular
+from agy_provider.offline.recording import read_bytes
+from agy_provider.offline.recording import short_reason
+from agy_provider.offline.recording import split_turns
 from agy_provider.wire import jsontext
 
 __all__ = ["load_rpc", "load_stream_json"]

@@ -11,11 +11,15 @@ import dataclasses
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed
 from pathlib import Path
 
-from agy_provider.errors import AgyError, UsageError
+from agy_provider.errors import AgyError
+from agy_provider.errors import UsageError
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -125,7 +129,8 @@ def _quiet(text: str) -> None:
 
 def summarise_conversation(path: str | os.PathLike[str]) -> ConversationSummary:
     """Read one database (read-only) into its summary; never raises for a bad file."""
-    from agy_provider.offline.replay import load_recording, replay
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
 
     path = Path(path)
     stem = path.stem
@@ -208,8 +213,10 @@ class _ExportJob:
 
 
 def _export_one(path: Path, destination: Path, fmt: str) -> tuple[str, str]:
-    from agy_provider.offline.formatters import json_line, markdown
-    from agy_provider.offline.replay import load_recording, replay
+    from agy_provider.offline.formatters import json_line
+    from agy_provider.offline.formatters import markdown
+    from agy_provider.offline.replay import load_recording
+    from agy_provider.offline.replay import replay
 
     target = destination / (path.stem + _SUFFIX[fmt])
     partial = target.with_name(f".{target.name}.{os.getpid()}.part")

@@ -8,22 +8,25 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from typing import Any
+from typing import Final
 
 from agy_provider.agy.step import Step
-from agy_provider.pi.events import (
-    AssistantMessageEvent,
-    DoneEvent,
-    ErrorEvent,
-    TextDeltaEvent,
-    TextEndEvent,
-    TextStartEvent,
-    ThinkingDeltaEvent,
-    ThinkingEndEvent,
-    ThinkingStartEvent,
-)
-from agy_provider.pi.types import AssistantMessage, TextContent, ThinkingContent
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingEndEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 
 __all__ = [
     "TOOL_MARK",

@@ -9,11 +9,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Final
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import IO
+from typing import Final
 
-from agy_provider.agy.step import Step, StepKind, TurnOutcome
-from agy_provider.errors import DecodeError, UsageError
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import TurnOutcome
+from agy_provider.errors import DecodeError
+from agy_provider.errors import UsageError
 
 __all__ = [
     "CHUNK_BYTES",

@@ -8,17 +8,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Final
 
 from agy_provider.agy.step import Step
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import BaselineProvider
 from agy_provider.errors import UsageError
-from agy_provider.offline.capture_recording import load_rpc, load_stream_json
-from agy_provider.offline.recording import DEFAULT_MODEL, Recording, Warn, open_regular, read_bytes
+from agy_provider.offline.capture_recording import load_rpc
+from agy_provider.offline.capture_recording import load_stream_json
+from agy_provider.offline.recording import DEFAULT_MODEL
+from agy_provider.offline.recording import Recording
+from agy_provider.offline.recording import Warn
+from agy_provider.offline.recording import open_regular
+from agy_provider.offline.recording import read_bytes
 from agy_provider.offline.sqlite_recording import load_sqlite
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import AssistantMessage
 
 __all__ = [

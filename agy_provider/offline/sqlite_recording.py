@@ -11,34 +11,35 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
-from agy_provider.agy.database import (
-    StepRow,
-    first_step_index,
-    iter_generator_rows,
-    iter_step_rows,
-    newest_checkpoint_rows,
-    next_step_index,
-    open_conversation_db,
-    read_conversation_id,
-    step_columns,
-    user_step_indices,
-)
+from agy_provider.agy.database import StepRow
+from agy_provider.agy.database import first_step_index
+from agy_provider.agy.database import iter_generator_rows
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import newest_checkpoint_rows
+from agy_provider.agy.database import next_step_index
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.database import read_conversation_id
+from agy_provider.agy.database import step_columns
+from agy_provider.agy.database import user_step_indices
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import Step
-from agy_provider.errors import DatabaseError, DecodeError, UsageError
-from agy_provider.offline.recording import (
-    CHUNK_BYTES,
-    DEFAULT_MODEL,
-    Recording,
-    TurnInput,
-    Warn,
-    guarded_decode,
-    open_regular,
-    short_reason,
-)
+from agy_provider.errors import DatabaseError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import UsageError
+from agy_provider.offline.recording import CHUNK_BYTES
+from agy_provider.offline.recording import DEFAULT_MODEL
+from agy_provider.offline.recording import Recording
+from agy_provider.offline.recording import TurnInput
+from agy_provider.offline.recording import Warn
+from agy_provider.offline.recording import guarded_decode
+from agy_provider.offline.recording import open_regular
+from agy_provider.offline.recording import short_reason
 from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message
 

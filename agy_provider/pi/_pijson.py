@@ -11,8 +11,15 @@ Readers take the decoded mapping, the key and a `what` naming the value for the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NamedTuple, Self, TypeAlias, TypeVar, get_args
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+from typing import ClassVar
+from typing import NamedTuple
+from typing import Self
+from typing import TypeAlias
+from typing import TypeVar
+from typing import get_args
 
 from agy_provider.errors import DecodeError
 

@@ -5,23 +5,27 @@ Owns their camelCase JSON (as in `types`), with or without the `partial` message
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import ClassVar
+from typing import Literal
+from typing import TypeAlias
 
-from agy_provider.pi._pijson import (
-    INT,
-    STR,
-    JsonDict,
-    JsonShape,
-    Kind,
-    PiJson,
-    by_tag,
-    literal,
-    nested,
-)
+from agy_provider.pi._pijson import INT
+from agy_provider.pi._pijson import STR
+from agy_provider.pi._pijson import JsonDict
+from agy_provider.pi._pijson import JsonShape
+from agy_provider.pi._pijson import Kind
+from agy_provider.pi._pijson import PiJson
+from agy_provider.pi._pijson import by_tag
+from agy_provider.pi._pijson import literal
+from agy_provider.pi._pijson import nested
 from agy_provider.pi.tool_run import ToolRun
-from agy_provider.pi.types import AssistantMessage, ToolCall
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import ToolCall
 
 __all__ = [
     "AssistantMessageEvent",

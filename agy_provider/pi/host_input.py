@@ -11,25 +11,31 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, get_args
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Final
+from typing import get_args
 
-from agy_provider.errors import DecodeError, UsageError
-from agy_provider.pi.abort_bridge import SignalBridge, bridge_signal
+from agy_provider.errors import DecodeError
+from agy_provider.errors import UsageError
+from agy_provider.pi.abort_bridge import SignalBridge
+from agy_provider.pi.abort_bridge import bridge_signal
 from agy_provider.pi.agy_model import agy_model
-from agy_provider.pi.options import SimpleStreamOptions, ThinkingBudgets, ThinkingLevel
-from agy_provider.pi.types import (
-    AssistantMessage,
-    Context,
-    Message,
-    Model,
-    ModelCost,
-    Tool,
-    ToolResultMessage,
-    UserMessage,
-    message_from_json,
-)
-from agy_provider.wire.jsontext import MAX_DEPTH, clean_text
+from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.options import ThinkingBudgets
+from agy_provider.pi.options import ThinkingLevel
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import Message
+from agy_provider.pi.types import Model
+from agy_provider.pi.types import ModelCost
+from agy_provider.pi.types import Tool
+from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
+from agy_provider.pi.types import message_from_json
+from agy_provider.wire.jsontext import MAX_DEPTH
+from agy_provider.wire.jsontext import clean_text
 
 __all__ = ["HostTurn", "checked_cwd", "normalise_turn"]
 

@@ -8,19 +8,22 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import Self
+from typing import TypeAlias
 
-from agy_provider.pi._pijson import (
-    OPT_DICT,
-    OPT_INT,
-    OPT_NUM,
-    OPT_STR,
-    JsonShape,
-    PiJson,
-    literal,
-    nested,
-)
+from agy_provider.pi._pijson import OPT_DICT
+from agy_provider.pi._pijson import OPT_INT
+from agy_provider.pi._pijson import OPT_NUM
+from agy_provider.pi._pijson import OPT_STR
+from agy_provider.pi._pijson import JsonShape
+from agy_provider.pi._pijson import PiJson
+from agy_provider.pi._pijson import literal
+from agy_provider.pi._pijson import nested
 
 if TYPE_CHECKING:
     # asyncio costs a host that only builds options more than the rest of pi's types: `wait`,

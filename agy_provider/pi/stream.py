@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.pi.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import AssistantMessage
 
 __all__ = ["AssistantMessageEventStream", "TurnFacts"]

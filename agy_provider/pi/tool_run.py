@@ -6,7 +6,8 @@ pi has no such type (agy runs its own tools); pi's JSON leaves the value out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 __all__ = ["ToolRun"]

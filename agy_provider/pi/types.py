@@ -12,33 +12,40 @@ does not know and raises `DecodeError` when a key pi requires is missing or has 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeAlias, TypeVar, get_args
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import ClassVar
+from typing import Generic
+from typing import Literal
+from typing import TypeAlias
+from typing import TypeVar
+from typing import get_args
 
 from agy_provider.errors import DecodeError
-from agy_provider.pi._pijson import (
-    BOOL,
-    DICT,
-    INT,
-    KEPT,
-    NUM,
-    OPT_BOOL,
-    OPT_DICT,
-    OPT_STR,
-    STR,
-    JsonDict,
-    JsonShape,
-    Kind,
-    PiJson,
-    _list,
-    _obj,
-    _present,
-    by_tag,
-    items,
-    literal,
-    nested,
-)
+from agy_provider.pi._pijson import BOOL
+from agy_provider.pi._pijson import DICT
+from agy_provider.pi._pijson import INT
+from agy_provider.pi._pijson import KEPT
+from agy_provider.pi._pijson import NUM
+from agy_provider.pi._pijson import OPT_BOOL
+from agy_provider.pi._pijson import OPT_DICT
+from agy_provider.pi._pijson import OPT_STR
+from agy_provider.pi._pijson import STR
+from agy_provider.pi._pijson import JsonDict
+from agy_provider.pi._pijson import JsonShape
+from agy_provider.pi._pijson import Kind
+from agy_provider.pi._pijson import PiJson
+from agy_provider.pi._pijson import _list
+from agy_provider.pi._pijson import _obj
+from agy_provider.pi._pijson import _present
+from agy_provider.pi._pijson import by_tag
+from agy_provider.pi._pijson import items
+from agy_provider.pi._pijson import literal
+from agy_provider.pi._pijson import nested
 from agy_provider.pi.tool_run import ToolRun
 
 __all__ = [

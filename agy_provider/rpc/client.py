@@ -13,23 +13,25 @@ import ipaddress
 import json
 import ssl
 import urllib.parse
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import RpcError
+from agy_provider.errors import UsageError
 from agy_provider.rpc.loopback_http import LoopbackTransport
 from agy_provider.wire import jsontext
-from agy_provider.wire.connect import (
-    CONNECT_PROTOCOL_VERSION,
-    CONTENT_TYPE_CONNECT_JSON,
-    CONTENT_TYPE_JSON,
-    ConnectStreamDecoder,
-    SkippedFrame,
-    encode_json_envelope,
-    parse_error_body,
-)
+from agy_provider.wire.connect import CONNECT_PROTOCOL_VERSION
+from agy_provider.wire.connect import CONTENT_TYPE_CONNECT_JSON
+from agy_provider.wire.connect import CONTENT_TYPE_JSON
+from agy_provider.wire.connect import ConnectStreamDecoder
+from agy_provider.wire.connect import SkippedFrame
+from agy_provider.wire.connect import encode_json_envelope
+from agy_provider.wire.connect import parse_error_body
 from agy_provider.workers import off_loop
 
 __all__ = [

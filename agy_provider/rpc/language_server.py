@@ -10,12 +10,16 @@ import contextlib
 import ipaddress
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterable
 
 import psutil
 
-from agy_provider.errors import RpcError, TurnError
-from agy_provider.rpc.client import PROBE_TIMEOUT, ConnectClient
+from agy_provider.errors import RpcError
+from agy_provider.errors import TurnError
+from agy_provider.rpc.client import PROBE_TIMEOUT
+from agy_provider.rpc.client import ConnectClient
 from agy_provider.workers import off_loop
 
 __all__ = ["LogPorts", "connect_to_language_server", "listening_ports", "prove_ownership"]

@@ -16,7 +16,8 @@ import contextlib
 import select
 import ssl
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import httpx
 

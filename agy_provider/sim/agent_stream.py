@@ -11,11 +11,17 @@ import enum
 import logging
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Final
+from typing import Protocol
 
-from agy_provider.sim.step_reader import ConversationSteps, RowKey, stream_shape
-from agy_provider.wire.connect import encode_envelope, encode_json_envelope
+from agy_provider.sim.step_reader import ConversationSteps
+from agy_provider.sim.step_reader import RowKey
+from agy_provider.sim.step_reader import stream_shape
+from agy_provider.wire.connect import encode_envelope
+from agy_provider.wire.connect import encode_json_envelope
 
 _log = logging.getLogger("agy_provider.sim.server")
 

@@ -17,19 +17,34 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
+from typing import NoReturn
 
 from agy_provider.errors import UsageError
-from agy_provider.sim.commands import cli_command, command_data
+from agy_provider.sim.commands import cli_command
+from agy_provider.sim.commands import command_data
 from agy_provider.sim.control import ServerLink
-from agy_provider.sim.engine import Clock, Conversation, SimCrash, Simulator, TurnResult
-from agy_provider.sim.output import StreamJsonPrinter, dumps, emit_line
+from agy_provider.sim.engine import Clock
+from agy_provider.sim.engine import Conversation
+from agy_provider.sim.engine import SimCrash
+from agy_provider.sim.engine import Simulator
+from agy_provider.sim.engine import TurnResult
+from agy_provider.sim.output import StreamJsonPrinter
+from agy_provider.sim.output import dumps
+from agy_provider.sim.output import emit_line
 from agy_provider.sim.payloads import IdSource
 from agy_provider.sim.persistent import run_persistent
 from agy_provider.sim.plays import TurnPlays
-from agy_provider.sim.scenario import CatalogModel, Scenario, TurnPlay, load_scenario
-from agy_provider.sim.state import CONVERSATION_ID, AppState, default_app_dir
-from agy_provider.sim.versions import NEWEST, AgyVersion, sim_version
+from agy_provider.sim.scenario import CatalogModel
+from agy_provider.sim.scenario import Scenario
+from agy_provider.sim.scenario import TurnPlay
+from agy_provider.sim.scenario import load_scenario
+from agy_provider.sim.state import CONVERSATION_ID
+from agy_provider.sim.state import AppState
+from agy_provider.sim.state import default_app_dir
+from agy_provider.sim.versions import NEWEST
+from agy_provider.sim.versions import AgyVersion
+from agy_provider.sim.versions import sim_version
 
 __all__ = [
     "COLD_START_ENV",

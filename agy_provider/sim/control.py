@@ -19,7 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agy_provider.sim.engine import Conversation, Simulator
+from agy_provider.sim.engine import Conversation
+from agy_provider.sim.engine import Simulator
 from agy_provider.sim.state import AppState
 
 __all__ = ["ServerLink"]

@@ -12,41 +12,42 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER, image_views
-from agy_provider.sim.payloads import IdSource, StepFactory
-from agy_provider.sim.scenario import (
-    MCP_RESULT_PLACEHOLDER,
-    CatalogModel,
-    ErrorSpec,
-    PlannerSpec,
-    Scenario,
-    StepSpec,
-    SubagentSpec,
-    SystemMessageSpec,
-    ToolSpec,
-    TurnPlay,
-    Usage,
-)
-from agy_provider.sim.turn_values import (
-    Clock,
-    Conversation,
-    SimCrash,
-    TurnResult,
-    _add,
-    _AutoDenied,
-    _Canceled,
-    _PrintTimeout,
-    _totals,
-    _Turn,
-    _TurnFailed,
-    settle_denial,
-)
-from agy_provider.sim.versions import AgyVersion, sim_version
+from agy_provider.sim.image_views import VIEWED_IMAGES_PLACEHOLDER
+from agy_provider.sim.image_views import image_views
+from agy_provider.sim.payloads import IdSource
+from agy_provider.sim.payloads import StepFactory
+from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER
+from agy_provider.sim.scenario import CatalogModel
+from agy_provider.sim.scenario import ErrorSpec
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import Scenario
+from agy_provider.sim.scenario import StepSpec
+from agy_provider.sim.scenario import SubagentSpec
+from agy_provider.sim.scenario import SystemMessageSpec
+from agy_provider.sim.scenario import ToolSpec
+from agy_provider.sim.scenario import TurnPlay
+from agy_provider.sim.scenario import Usage
+from agy_provider.sim.turn_values import Clock
+from agy_provider.sim.turn_values import Conversation
+from agy_provider.sim.turn_values import SimCrash
+from agy_provider.sim.turn_values import TurnResult
+from agy_provider.sim.turn_values import _add
+from agy_provider.sim.turn_values import _AutoDenied
+from agy_provider.sim.turn_values import _Canceled
+from agy_provider.sim.turn_values import _PrintTimeout
+from agy_provider.sim.turn_values import _totals
+from agy_provider.sim.turn_values import _Turn
+from agy_provider.sim.turn_values import _TurnFailed
+from agy_provider.sim.turn_values import settle_denial
+from agy_provider.sim.versions import AgyVersion
+from agy_provider.sim.versions import sim_version
 from agy_provider.sim.writer import ConversationWriter
 
 __all__ = ["Clock", "Conversation", "SimCrash", "Simulator", "StepListener", "TurnResult"]

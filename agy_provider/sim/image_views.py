@@ -14,7 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from agy_provider.sim.scenario import PlannerSpec, ToolSpec, Usage
+from agy_provider.sim.scenario import PlannerSpec
+from agy_provider.sim.scenario import ToolSpec
+from agy_provider.sim.scenario import Usage
 
 __all__ = ["VIEWED_IMAGES_PLACEHOLDER", "ImageViews", "image_views"]
 

@@ -13,7 +13,9 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 

@@ -13,13 +13,15 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
+from typing import TextIO
 
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.payloads import ARGUMENT_META_KEYS
 from agy_provider.sim.scenario import Usage
 from agy_provider.sim.turn_values import usage_json
-from agy_provider.sim.versions import AgyVersion, sim_version
+from agy_provider.sim.versions import AgyVersion
+from agy_provider.sim.versions import sim_version
 
 __all__ = ["StreamJsonPrinter", "dumps", "emit_line"]
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.scenario import CatalogModel, QuestionSpec, ToolSpec, Usage
+from agy_provider.sim.scenario import CatalogModel
+from agy_provider.sim.scenario import QuestionSpec
+from agy_provider.sim.scenario import ToolSpec
+from agy_provider.sim.scenario import Usage
 
 __all__ = [
     "ARGUMENT_META_KEYS",

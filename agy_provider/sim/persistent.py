@@ -18,11 +18,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
+from typing import NoReturn
 
-from agy_provider.sim.engine import Conversation, SimCrash, TurnResult
-from agy_provider.sim.scenario import CatalogModel, Scenario, Usage
-from agy_provider.sim.stream_input import Refused, Skipped, read_input_line
+from agy_provider.sim.engine import Conversation
+from agy_provider.sim.engine import SimCrash
+from agy_provider.sim.engine import TurnResult
+from agy_provider.sim.scenario import CatalogModel
+from agy_provider.sim.scenario import Scenario
+from agy_provider.sim.scenario import Usage
+from agy_provider.sim.stream_input import Refused
+from agy_provider.sim.stream_input import Skipped
+from agy_provider.sim.stream_input import read_input_line
 
 if TYPE_CHECKING:
     from agy_provider.sim.cli import Session

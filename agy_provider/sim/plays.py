@@ -15,7 +15,9 @@ import re
 from collections.abc import Mapping
 
 from agy_provider.errors import UsageError
-from agy_provider.sim.scenario import Scenario, TurnPlay, load_scenario
+from agy_provider.sim.scenario import Scenario
+from agy_provider.sim.scenario import TurnPlay
+from agy_provider.sim.scenario import load_scenario
 
 __all__ = ["MARKER", "TURNS_ENV", "TurnPlays"]
 

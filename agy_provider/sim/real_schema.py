@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 
-from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, timestamp_pb2
+from google.protobuf import any_pb2
+from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pool
+from google.protobuf import timestamp_pb2
 
 __all__ = ["load_descriptor_set"]
 
@@ -18,13 +21,11 @@ def load_descriptor_set(path: str | os.PathLike[str]) -> descriptor_pool.Descrip
     carries its own copy), then every file of the set in order. For conformance tests and
     benchmarks; the simulator itself never reads the real schema.
     """
-    from google.protobuf import (
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        struct_pb2,
-        wrappers_pb2,
-    )
+    from google.protobuf import duration_pb2
+    from google.protobuf import empty_pb2
+    from google.protobuf import field_mask_pb2
+    from google.protobuf import struct_pb2
+    from google.protobuf import wrappers_pb2
 
     with open(path, "rb") as handle:
         fds = descriptor_pb2.FileDescriptorSet.FromString(handle.read())

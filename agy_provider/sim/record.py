@@ -20,7 +20,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from agy_provider.sim import descriptors as pb
-from agy_provider.sim.engine import Clock, Simulator
+from agy_provider.sim.engine import Clock
+from agy_provider.sim.engine import Simulator
 from agy_provider.sim.output import StreamJsonPrinter
 from agy_provider.sim.payloads import IdSource
 from agy_provider.sim.scenario import load_scenario

@@ -9,20 +9,23 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any
+from typing import Final
+from typing import Protocol
 
-from agy_provider.sim.agent_stream import (
-    AgentStateStream,
-    Conversation,
-    FrameSink,
-    FrameWriter,
-    ServerFaults,
-    StreamPhase,
-    present,
-)
-from agy_provider.wire.connect import FLAG_COMPRESSED, encode_json_envelope
+from agy_provider.sim.agent_stream import AgentStateStream
+from agy_provider.sim.agent_stream import Conversation
+from agy_provider.sim.agent_stream import FrameSink
+from agy_provider.sim.agent_stream import FrameWriter
+from agy_provider.sim.agent_stream import ServerFaults
+from agy_provider.sim.agent_stream import StreamPhase
+from agy_provider.sim.agent_stream import present
+from agy_provider.wire.connect import FLAG_COMPRESSED
+from agy_provider.wire.connect import encode_json_envelope
 
 __all__ = [
     "CONNECT_CODE_HTTP_STATUS",

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any

@@ -25,25 +25,24 @@ import socket
 import ssl
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from agy_provider.errors import UsageError
-from agy_provider.sim.agent_stream import Conversation, ServerFaults, StreamPhase
-from agy_provider.sim.http1 import (
-    MAX_HEADER_BYTES,
-    ChunkedResponse,
-    HttpProtocolError,
-    HttpRequest,
-    read_request,
-    write_response,
-)
-from agy_provider.sim.rpc_methods import (
-    SERVICE_PATH_PREFIX,
-    STREAM_METHOD,
-    ConnectError,
-    LanguageServerService,
-    ModelEntry,
-)
+from agy_provider.sim.agent_stream import Conversation
+from agy_provider.sim.agent_stream import ServerFaults
+from agy_provider.sim.agent_stream import StreamPhase
+from agy_provider.sim.http1 import MAX_HEADER_BYTES
+from agy_provider.sim.http1 import ChunkedResponse
+from agy_provider.sim.http1 import HttpProtocolError
+from agy_provider.sim.http1 import HttpRequest
+from agy_provider.sim.http1 import read_request
+from agy_provider.sim.http1 import write_response
+from agy_provider.sim.rpc_methods import SERVICE_PATH_PREFIX
+from agy_provider.sim.rpc_methods import STREAM_METHOD
+from agy_provider.sim.rpc_methods import ConnectError
+from agy_provider.sim.rpc_methods import LanguageServerService
+from agy_provider.sim.rpc_methods import ModelEntry
 from agy_provider.sim.step_reader import ConversationSteps
 from agy_provider.sim.tls import lazy_server_context
 

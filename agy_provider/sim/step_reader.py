@@ -12,7 +12,8 @@ import logging
 import sqlite3
 import urllib.parse
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError

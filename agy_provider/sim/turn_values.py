@@ -13,8 +13,11 @@ from typing import Any
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.image_views import NO_IMAGES
 from agy_provider.sim.payloads import StepFactory
-from agy_provider.sim.scenario import CatalogModel, ToolSpec, Usage
-from agy_provider.sim.versions import AgyVersion, sim_version
+from agy_provider.sim.scenario import CatalogModel
+from agy_provider.sim.scenario import ToolSpec
+from agy_provider.sim.scenario import Usage
+from agy_provider.sim.versions import AgyVersion
+from agy_provider.sim.versions import sim_version
 from agy_provider.sim.writer import ConversationWriter
 
 __all__ = ["Clock", "Conversation", "SimCrash", "TurnResult", "settle_denial", "usage_json"]

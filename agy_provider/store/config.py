@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from agy_provider.errors import UsageError
-from agy_provider.store.atomic import file_lock, read_json, write_json_atomic
+from agy_provider.store.atomic import file_lock
+from agy_provider.store.atomic import read_json
+from agy_provider.store.atomic import write_json_atomic
 
 __all__ = [
     "CONFIG_ENV",

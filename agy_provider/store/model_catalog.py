@@ -15,9 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.models import AgyModel, list_models
-from agy_provider.errors import SourceError, UsageError
-from agy_provider.store.atomic import file_lock, read_json, write_json_atomic
+from agy_provider.agy.models import AgyModel
+from agy_provider.agy.models import list_models
+from agy_provider.errors import SourceError
+from agy_provider.errors import UsageError
+from agy_provider.store.atomic import file_lock
+from agy_provider.store.atomic import read_json
+from agy_provider.store.atomic import write_json_atomic
 from agy_provider.store.sessions import default_store_path
 
 __all__ = [

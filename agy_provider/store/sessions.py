@@ -16,13 +16,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agy_provider.agy.argv import valid_conversation_id
 from agy_provider.errors import DecodeError
-from agy_provider.store.atomic import file_lock, write_text_atomic
+from agy_provider.store.atomic import file_lock
+from agy_provider.store.atomic import write_text_atomic
 from agy_provider.wire import jsontext
 
 __all__ = [

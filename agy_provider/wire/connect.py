@@ -9,11 +9,20 @@ import enum
 import json
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Final
+from typing import NoReturn
+from typing import ParamSpec
+from typing import TypeVar
 
-from agy_provider.errors import DecodeError, FramingError, RpcError, UsageError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import RpcError
+from agy_provider.errors import UsageError
 from agy_provider.wire import jsontext
 
 __all__ = [

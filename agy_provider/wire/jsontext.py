@@ -16,7 +16,8 @@ import itertools
 import json
 import math
 import re
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from agy_provider.errors import DecodeError
 

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, Final, NoReturn
+from typing import Any
+from typing import Final
+from typing import NoReturn
 
-from agy_provider.errors import DecodeError, FramingError, UsageError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import FramingError
+from agy_provider.errors import UsageError
 from agy_provider.wire import jsontext
-from agy_provider.wire.connect import NEED_DATA, NeedData
+from agy_provider.wire.connect import NEED_DATA
+from agy_provider.wire.connect import NeedData
 
 __all__ = [
     "MAX_LINE_BYTES",

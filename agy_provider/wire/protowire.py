@@ -6,10 +6,15 @@ Owns varints, field iteration and the lazy `Message` view; sans-I/O, only `Decod
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, TypeAlias, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import NamedTuple
+from typing import TypeAlias
+from typing import TypeVar
 
-from agy_provider.errors import DecodeError, UsageError
+from agy_provider.errors import DecodeError
+from agy_provider.errors import UsageError
 
 # The contract:
 # - Input is never trusted. Truncation, overlong varints, groups (wire types 3/4), reserved wire

@@ -11,8 +11,10 @@ import json
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 __all__ = ["Reply", "ScriptedGemini"]

@@ -20,12 +20,16 @@ from typing import Any
 
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
-from agy_provider.agy.database import iter_step_rows, open_conversation_db
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.rows import decode_step_row
-from agy_provider.agy.step import Step, StepKind, StepStatus
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.pi.events import AssistantMessageEvent
-from realwriter.gemini_server import Reply, ScriptedGemini
+from realwriter.gemini_server import Reply
+from realwriter.gemini_server import ScriptedGemini
 
 __all__ = [
     "HERE",
@@ -105,7 +109,8 @@ def harness_unavailable() -> str:
 
 
 def _config(s: Scenario, server: ScriptedGemini, storage: Path, workspace: Path, cid: str) -> Any:
-    from google.antigravity import LocalAgentConfig, types
+    from google.antigravity import LocalAgentConfig
+    from google.antigravity import types
     from google.antigravity.hooks import policy
 
     endpoint = types.GeminiAPIEndpoint(base_url=server.url, api_key="scripted")
