@@ -19,6 +19,7 @@ from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.database import read_snapshot
 from agy_provider.agy.database import read_step_rows
 from agy_provider.agy.database import scan_step_signatures
+from agy_provider.agy.database import wal_commit_pending
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER
@@ -41,11 +42,14 @@ TICK_ACTIVE = 0.05
 TICK_IDLE = 0.5
 TICK_ACTIVE_NO_NOTIFY = 0.01
 TICK_IDLE_NO_NOTIFY = 0.25
-# A notification on `-wal` fires when agy writes a commit's frames, a moment *before* the commit
-# is published in the WAL index (`-shm`, written through mmap, which notifies nothing). So after
-# a notification we re-check every SETTLE_TICK until data_version moves, for at most SETTLE_WINDOW.
+# agy writes a commit's frames to the `-wal` one write at a time (each one a notification), and
+# publishes the commit in the WAL index (`-shm`, through mmap, which notifies nothing) right after
+# the last. So while the log ends mid-commit no read is made (the last frame's write notifies
+# again), for at most PENDING_WINDOW in case the log misleads; and a read that finds a written
+# commit not yet visible looks again every SETTLE_TICK, at most SETTLE_TRIES times.
+PENDING_WINDOW = 0.05
 SETTLE_TICK = 0.002
-SETTLE_WINDOW = 0.05
+SETTLE_TRIES = 3
 # Files' modification times are coarse (a commit in the same tick as our look, same size, is
 # invisible to stat): a real read runs at least this often whatever the files say.
 RECHECK_EVERY = 0.5
@@ -97,7 +101,8 @@ class SqliteEventSource:
         self._unclaimed: list[Step] = []  # what a cancelled poll's read took, for the next poll
         self._watch: FolderWatch | None = None
         self._idle_ticks = 0
-        self._settle_until = 0.0
+        self._changed_at: float | None = None  # when the files were first seen changed, unread
+        self._settle_tries = 0  # reads left that look again for a written, unseen commit
         self.skipped: list[tuple[int, str]] = []
         # (rows the light scan returned, payloads fetched) by the last read, and the UTF-8 bytes
         # of growing texts decoded so far: tests hold the reader to "cost follows what changed".
@@ -149,7 +154,7 @@ class SqliteEventSource:
 
     async def wait(self, timeout: float) -> None:
         """Sleep until the database may have changed, at most `timeout` (and one fallback tick)."""
-        if time.monotonic() < self._settle_until:
+        if self._settle_tries:
             await asyncio.sleep(min(timeout, SETTLE_TICK))
             return
         notify = self._watch is not None
@@ -158,8 +163,7 @@ class SqliteEventSource:
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            if await self._watch.wait(delay):
-                self._settle_until = time.monotonic() + SETTLE_WINDOW
+            await self._watch.wait(delay)
         else:
             await asyncio.sleep(delay)
 
@@ -168,7 +172,7 @@ class SqliteEventSource:
     async def poll(self, *, force: bool = False) -> list[Step]:
         """Changed snapshots since the last poll; [] while nothing moved or the database is busy.
 
-        Whether anything moved is one cheap pragma on the loop; the read and the decoding run in
+        Whether anything moved is a `stat` on the loop; the read and the decoding run in
         a worker thread, so a large change never stalls the caller's event loop. A cancelled
         poll lets its thread finish; `aclose` waits for it.
         """
@@ -198,16 +202,18 @@ class SqliteEventSource:
         modification times mean nothing moved (modification times are coarse, so a real read
         still happens every `RECHECK_EVERY`): a `stat`, which never waits on SQLite's locks
         (even `PRAGMA data_version` can spin on the WAL's read locks), so it runs on the loop
-        and the many idle checks of many turns cost no thread hop. Right after a notification
-        the commit may not be published yet (`SETTLE_WINDOW`): then the read decides.
+        and the many idle checks of many turns cost no thread hop. A log that ends mid-commit
+        is not read either: that commit is not visible yet, and its last write notifies.
         """
         now = time.monotonic()
-        if now < self._settle_until or now - self._read_at >= RECHECK_EVERY:
+        if self._settle_tries or now - self._read_at >= RECHECK_EVERY:
             return True
-        if _file_signature(self.path) != self._seen_files:
-            return True
-        self._idle_ticks += 1
-        return False
+        if _file_signature(self.path) == self._seen_files:
+            self._idle_ticks += 1
+            return False
+        if self._changed_at is None:
+            self._changed_at = now
+        return now - self._changed_at >= PENDING_WINDOW or not wal_commit_pending(self.path)
 
     def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
         if not read.cancelled() and read.exception() is None:
@@ -219,14 +225,14 @@ class SqliteEventSource:
         if conn is None:
             raise RuntimeError("read() before open()")
         self._read_at = time.monotonic()
+        self._changed_at = None
         try:
             files = _file_signature(self.path)
             version = data_version(conn)
             if version == self._data_version and not force:
-                if time.monotonic() >= self._settle_until:
-                    self._idle_ticks += 1  # settling after a notification is not idleness
+                self._unseen(files)
                 return []
-            self._settle_until = 0.0  # the notified commit is visible now
+            self._settle_tries = 0
             changed = self._read_changes(conn)
         except sqlite3.OperationalError as exc:
             # Locked or busy: agy holds a write lock. Try again next tick, nothing is lost.
@@ -241,6 +247,19 @@ class SqliteEventSource:
         self._seen_files = files
         self._idle_ticks = 0 if changed else self._idle_ticks + 1
         return changed
+
+    def _unseen(self, files: tuple[int, ...]) -> None:
+        """A read found nothing new although the files changed: a commit written but not yet
+        published is looked for again, `SETTLE_TRIES` times; after that the change was no commit
+        (a checkpoint, say) and the files as they are count as seen."""
+        if files == self._seen_files:
+            self._idle_ticks += 1
+        elif not self._settle_tries:
+            self._settle_tries = SETTLE_TRIES
+        else:
+            self._settle_tries -= 1
+            if not self._settle_tries:
+                self._seen_files = files
 
     def _read_changes(self, conn: sqlite3.Connection) -> list[Step]:
         """One read transaction: a light scan, then payloads of the rows that changed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import uuid
@@ -153,3 +154,92 @@ def test_a_database_that_fails_to_open_leaves_no_descriptor_behind(tmp_path: Pat
         assert open_here() == 0
     finally:
         gc.enable()
+
+
+def _wal_frames(tmp_path: Path) -> tuple[bytes, int]:
+    """A real `-wal` whose one commit spans several frames, and its frame size."""
+    db = tmp_path / "real.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t(x BLOB)")
+    conn.execute("INSERT INTO t VALUES (?)", (b"x" * 20_000,))  # ~5 pages: one multi-frame commit
+    wal = (tmp_path / "real.db-wal").read_bytes()
+    conn.close()
+    return wal, 24 + int.from_bytes(wal[8:12], "big")
+
+
+def test_a_log_that_ends_mid_commit_is_told_from_one_that_ends_a_commit(tmp_path: Path) -> None:
+    from agy_provider.agy.database import wal_commit_pending
+
+    wal, frame = _wal_frames(tmp_path)
+    assert (len(wal) - 32) % frame == 0 and (len(wal) - 32) // frame >= 3
+    cases = {
+        "whole": (wal, False),
+        "half a frame header": (wal[: len(wal) - frame + 10], True),
+        "a header without its page": (wal[: len(wal) - frame + 24], True),
+        "the commit's last frame not yet written": (wal[: len(wal) - frame], True),
+        "only the log's header": (wal[:32], False),
+        "not a log": (b"\0" * len(wal), False),
+        # The log restarted: frames from its previous round carry the old salts.
+        "a frame of the previous round": (wal[:-frame] + wal[-frame:][:8] + b"\xff" * 8 + wal[-frame + 16 :], False),
+    }
+    for name, (data, pending) in cases.items():
+        (tmp_path / "c.db-wal").write_bytes(data)
+        assert wal_commit_pending(tmp_path / "c.db") is pending, name
+    assert wal_commit_pending(tmp_path / "absent.db") is False
+
+
+async def test_a_commit_still_being_written_is_not_read_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The window bounds how long a misleading log can hold reads back: not the point here.
+    monkeypatch.setattr(sqlite_source, "PENDING_WINDOW", 3600.0)
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    source = await open_source(db)
+    await source.poll()
+    statements: list[str] = []
+    assert source._conn is not None
+    source._conn.set_trace_callback(statements.append)
+    # What agy's -wal holds between the first and the last write of a commit: a frame's header
+    # past the log's end (SQLite ignores it, and overwrites it with the next real commit).
+    with open(f"{db}-wal", "ab") as wal:
+        wal.write(b"\0\0\0\1" + b"\0" * 20)
+    for _ in range(3):
+        assert await source.poll() == []
+    assert statements == []  # not even a pragma while the commit cannot be visible
+    writer.append(planner_step("whole", ""))
+    assert [s.text for s in await source.poll()] == ["whole"]
+    # A log that keeps saying "mid-commit" is read anyway once the window is over.
+    with open(f"{db}-wal", "ab") as wal:
+        wal.write(b"\0\0\0\1" + b"\0" * 20)
+    assert await source.poll() == []
+    monkeypatch.setattr(sqlite_source, "PENDING_WINDOW", 0.0)
+    statements.clear()
+    assert await source.poll() == []
+    assert statements == ["PRAGMA data_version"]
+    source.close()
+    writer.close()
+
+
+async def test_a_change_that_is_no_commit_is_looked_at_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    source = await open_source(db)
+    await source.poll()
+    statements: list[str] = []
+    assert source._conn is not None
+    source._conn.set_trace_callback(statements.append)
+    # The files change but nothing is committed (a checkpoint looks so to a reader): one read,
+    # then a few more in case a written commit was not yet published, then no more.
+    os.utime(f"{db}-wal", ns=(1, 1))
+    for _ in range(10):
+        assert await source.poll() == []
+    assert statements == ["PRAGMA data_version"] * (1 + sqlite_source.SETTLE_TRIES)
+    writer.append(planner_step("later", ""))
+    assert [s.text for s in await source.poll()] == ["later"]
+    source.close()
+    writer.close()

@@ -34,7 +34,16 @@ __all__ = [
     "scan_step_signatures",
     "step_columns",
     "user_step_indices",
+    "wal_commit_pending",
 ]
+
+# SQLite's write-ahead log (sqlite.org/fileformat2.html, "WAL File Format"): a 32-byte header
+# (magic, version, page size at bytes 8-11, checkpoint sequence, salts at 16-23, checksums),
+# then frames of a 24-byte header and one page. A frame header's bytes 4-7 are the database's
+# size after a commit, nonzero only on the frame that ends a commit; bytes 8-15 repeat the salts.
+WAL_HEADER_BYTES = 32
+WAL_FRAME_HEADER_BYTES = 24
+WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 # The columns we know (newer builds add some: select by name, never `*`).
 STEP_COLUMNS = ("idx", "step_type", "status", "metadata", "error_details", "step_payload")
@@ -173,6 +182,40 @@ def iter_step_rows(
             )
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"reading steps failed: {exc}", path=path) from exc
+
+
+def wal_commit_pending(path: str | os.PathLike[str]) -> bool:
+    """Whether agy is in the middle of writing a commit to `path`'s `-wal`: the log ends in half
+    a frame, or in a frame that does not end a commit. The write of its last frame changes the
+    file again, so a reader can wait for that instead of reading a commit not yet visible.
+
+    Read with `pread` on the `-wal`, outside SQLite (no lock there to disturb: SQLite locks the
+    database and `-shm`, never the log). False whenever the log cannot tell (absent, unknown
+    format, or its last frame left from before the log restarted): then reading decides.
+    """
+    try:
+        fd = os.open(f"{os.fspath(path)}-wal", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        header = os.pread(fd, WAL_HEADER_BYTES, 0)
+        if len(header) < WAL_HEADER_BYTES or int.from_bytes(header[:4], "big") not in WAL_MAGIC:
+            return False
+        frame = WAL_FRAME_HEADER_BYTES + int.from_bytes(header[8:12], "big")
+        frames = size - WAL_HEADER_BYTES
+        if frames <= 0:
+            return False
+        if frames % frame:
+            return True  # a frame's header or page is still being written
+        last = os.pread(fd, WAL_FRAME_HEADER_BYTES, size - frame)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if len(last) < WAL_FRAME_HEADER_BYTES or last[8:16] != header[16:24]:
+        return False  # a frame of the log's previous round: where this round ends is unknown
+    return int.from_bytes(last[4:8], "big") == 0
 
 
 def data_version(conn: sqlite3.Connection) -> int:
