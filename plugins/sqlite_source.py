@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agy_provider.agy.database import WalEnd
 from agy_provider.agy.database import data_version
 from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.database import read_snapshot
 from agy_provider.agy.database import read_step_rows
 from agy_provider.agy.database import scan_step_signatures
-from agy_provider.agy.database import wal_commit_pending
+from agy_provider.agy.database import wal_end
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER
@@ -45,11 +46,16 @@ TICK_IDLE_NO_NOTIFY = 0.25
 # agy writes a commit's frames to the `-wal` one write at a time (each one a notification), and
 # publishes the commit in the WAL index (`-shm`, through mmap, which notifies nothing) right after
 # the last. So while the log ends mid-commit no read is made (the last frame's write notifies
-# again), for at most PENDING_WINDOW in case the log misleads; and a read that finds a written
-# commit not yet visible looks again every SETTLE_TICK, at most SETTLE_TRIES times.
+# again), for at most PENDING_WINDOW in case the log misleads. A read that finds a written commit
+# not yet visible looks again after SETTLE_TICK, doubling up to SETTLE_TICK_MAX, until it is (at
+# most SETTLE_TRIES_WRITTEN times, about a second: a writer that died right there); where the log
+# cannot tell what it holds, at most SETTLE_TRIES times.
 PENDING_WINDOW = 0.05
+NOTIFIED_PAUSE = 0.001
 SETTLE_TICK = 0.002
+SETTLE_TICK_MAX = 0.032
 SETTLE_TRIES = 3
+SETTLE_TRIES_WRITTEN = 40
 # Files' modification times are coarse (a commit in the same tick as our look, same size, is
 # invisible to stat): a real read runs at least this often whatever the files say.
 RECHECK_EVERY = 0.5
@@ -102,7 +108,8 @@ class SqliteEventSource:
         self._watch: FolderWatch | None = None
         self._idle_ticks = 0
         self._changed_at: float | None = None  # when the files were first seen changed, unread
-        self._settle_tries = 0  # reads left that look again for a written, unseen commit
+        self._seen_commit: bytes | None = None  # the log's last commit at the last read that moved
+        self._settling = 0  # reads so far that looked again for a written, unseen commit
         self.skipped: list[tuple[int, str]] = []
         # (rows the light scan returned, payloads fetched) by the last read, and the UTF-8 bytes
         # of growing texts decoded so far: tests hold the reader to "cost follows what changed".
@@ -154,8 +161,9 @@ class SqliteEventSource:
 
     async def wait(self, timeout: float) -> None:
         """Sleep until the database may have changed, at most `timeout` (and one fallback tick)."""
-        if self._settle_tries:
-            await asyncio.sleep(min(timeout, SETTLE_TICK))
+        if self._settling:
+            tick = min(SETTLE_TICK_MAX, SETTLE_TICK * 2 ** (self._settling - 1))
+            await asyncio.sleep(min(timeout, tick))
             return
         notify = self._watch is not None
         active = TICK_ACTIVE if notify else TICK_ACTIVE_NO_NOTIFY
@@ -163,7 +171,10 @@ class SqliteEventSource:
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            await self._watch.wait(delay)
+            if await self._watch.wait(delay):
+                # The write that notified is one of a commit's several, and the woken reader
+                # often runs before agy publishes the commit: give agy the CPU to finish it.
+                await asyncio.sleep(min(timeout, NOTIFIED_PAUSE))
         else:
             await asyncio.sleep(delay)
 
@@ -202,18 +213,28 @@ class SqliteEventSource:
         modification times mean nothing moved (modification times are coarse, so a real read
         still happens every `RECHECK_EVERY`): a `stat`, which never waits on SQLite's locks
         (even `PRAGMA data_version` can spin on the WAL's read locks), so it runs on the loop
-        and the many idle checks of many turns cost no thread hop. A log that ends mid-commit
-        is not read either: that commit is not visible yet, and its last write notifies.
+        and the many idle checks of many turns cost no thread hop. Nor is a log read that ends
+        mid-commit (that commit is not visible yet, and its last write notifies), or one whose
+        last commit is the one already read (the change was a checkpoint).
         """
         now = time.monotonic()
-        if self._settle_tries or now - self._read_at >= RECHECK_EVERY:
+        if self._settling or now - self._read_at >= RECHECK_EVERY:
             return True
-        if _file_signature(self.path) == self._seen_files:
+        files = _file_signature(self.path)
+        if files == self._seen_files:
             self._idle_ticks += 1
             return False
-        if self._changed_at is None:
-            self._changed_at = now
-        return now - self._changed_at >= PENDING_WINDOW or not wal_commit_pending(self.path)
+        end = wal_end(self.path)
+        if end is None:
+            return True
+        if end.pending:
+            if self._changed_at is None:
+                self._changed_at = now
+            return now - self._changed_at >= PENDING_WINDOW
+        if end.commit == self._seen_commit:
+            self._seen_files = files
+            return False
+        return True
 
     def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
         if not read.cancelled() and read.exception() is None:
@@ -228,11 +249,12 @@ class SqliteEventSource:
         self._changed_at = None
         try:
             files = _file_signature(self.path)
+            end = wal_end(self.path)
             version = data_version(conn)
             if version == self._data_version and not force:
-                self._unseen(files)
+                self._unseen(files, end)
                 return []
-            self._settle_tries = 0
+            self._settling = 0
             changed = self._read_changes(conn)
         except sqlite3.OperationalError as exc:
             # Locked or busy: agy holds a write lock. Try again next tick, nothing is lost.
@@ -245,21 +267,22 @@ class SqliteEventSource:
         self._data_version = version
         # What the files looked like before this read: if they change again, read again.
         self._seen_files = files
+        self._seen_commit = end.commit if end is not None else None
         self._idle_ticks = 0 if changed else self._idle_ticks + 1
         return changed
 
-    def _unseen(self, files: tuple[int, ...]) -> None:
-        """A read found nothing new although the files changed: a commit written but not yet
-        published is looked for again, `SETTLE_TRIES` times; after that the change was no commit
-        (a checkpoint, say) and the files as they are count as seen."""
+    def _unseen(self, files: tuple[int, ...], end: WalEnd | None) -> None:
+        """A read found nothing new although the files changed. A commit the log shows written
+        is looked for until it is published; where the log cannot tell, `SETTLE_TRIES` times, and
+        after that the change counts as no commit (a checkpoint, say)."""
         if files == self._seen_files:
             self._idle_ticks += 1
-        elif not self._settle_tries:
-            self._settle_tries = SETTLE_TRIES
-        else:
-            self._settle_tries -= 1
-            if not self._settle_tries:
-                self._seen_files = files
+            return
+        self._settling += 1
+        written = end is not None and not end.pending and end.commit != self._seen_commit
+        if self._settling > (SETTLE_TRIES_WRITTEN if written else SETTLE_TRIES):
+            self._settling = 0
+            self._seen_files = files
 
     def _read_changes(self, conn: sqlite3.Connection) -> list[Step]:
         """One read transaction: a light scan, then payloads of the rows that changed."""

@@ -12,6 +12,7 @@ import pytest
 from agy_provider.plugins import sqlite_source
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
+from agy_provider.agy import database
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
 from agy_provider.sim.bulk import STEPS_PER_TURN
@@ -170,24 +171,43 @@ def _wal_frames(tmp_path: Path) -> tuple[bytes, int]:
 
 
 def test_a_log_that_ends_mid_commit_is_told_from_one_that_ends_a_commit(tmp_path: Path) -> None:
-    from agy_provider.agy.database import wal_commit_pending
+    from agy_provider.agy.database import wal_end
 
     wal, frame = _wal_frames(tmp_path)
     assert (len(wal) - 32) % frame == 0 and (len(wal) - 32) // frame >= 3
     cases = {
-        "whole": (wal, False),
-        "half a frame header": (wal[: len(wal) - frame + 10], True),
-        "a header without its page": (wal[: len(wal) - frame + 24], True),
-        "the commit's last frame not yet written": (wal[: len(wal) - frame], True),
-        "only the log's header": (wal[:32], False),
-        "not a log": (b"\0" * len(wal), False),
-        # The log restarted: frames from its previous round carry the old salts.
-        "a frame of the previous round": (wal[:-frame] + wal[-frame:][:8] + b"\xff" * 8 + wal[-frame + 16 :], False),
+        "half a frame header": wal[: len(wal) - frame + 10],
+        "a header without its page": wal[: len(wal) - frame + 24],
+        "the commit's last frame not yet written": wal[: len(wal) - frame],
     }
-    for name, (data, pending) in cases.items():
+    for name, data in cases.items():
         (tmp_path / "c.db-wal").write_bytes(data)
-        assert wal_commit_pending(tmp_path / "c.db") is pending, name
-    assert wal_commit_pending(tmp_path / "absent.db") is False
+        assert wal_end(tmp_path / "c.db") == database.WalEnd(pending=True, commit=None), name
+    (tmp_path / "c.db-wal").write_bytes(wal)
+    whole = wal_end(tmp_path / "c.db")
+    assert whole is not None and not whole.pending and whole.commit
+    # Another commit (its checksums differ) is another mark.
+    other = wal[: -frame + 16] + bytes(b ^ 0xFF for b in wal[-frame + 16 : -frame + 24]) + wal[-frame + 24 :]
+    (tmp_path / "c.db-wal").write_bytes(other)
+    again = wal_end(tmp_path / "c.db")
+    assert again is not None and again.commit not in (None, whole.commit)
+    unknown = {
+        "only the log's header": wal[:32],
+        "not a log": b"\0" * len(wal),
+        # The log restarted: frames from its previous round carry the old salts.
+        "a frame of the previous round": wal[:-frame] + wal[-frame:][:8] + b"\xff" * 8 + wal[-frame + 16 :],
+    }
+    for name, data in unknown.items():
+        (tmp_path / "c.db-wal").write_bytes(data)
+        assert wal_end(tmp_path / "c.db") is None, name
+    assert wal_end(tmp_path / "absent.db") is None
+
+
+def _traced(source: SqliteEventSource) -> list[str]:
+    statements: list[str] = []
+    assert source._conn is not None
+    source._conn.set_trace_callback(statements.append)
+    return statements
 
 
 async def test_a_commit_still_being_written_is_not_read_until_it_ends(
@@ -199,9 +219,7 @@ async def test_a_commit_still_being_written_is_not_read_until_it_ends(
     writer = write_conversation(db, str(uuid.uuid4()), turns=1)
     source = await open_source(db)
     await source.poll()
-    statements: list[str] = []
-    assert source._conn is not None
-    source._conn.set_trace_callback(statements.append)
+    statements = _traced(source)
     # What agy's -wal holds between the first and the last write of a commit: a frame's header
     # past the log's end (SQLite ignores it, and overwrites it with the next real commit).
     with open(f"{db}-wal", "ab") as wal:
@@ -223,23 +241,68 @@ async def test_a_commit_still_being_written_is_not_read_until_it_ends(
     writer.close()
 
 
-async def test_a_change_that_is_no_commit_is_looked_at_a_bounded_number_of_times(
-    tmp_path: Path,
-) -> None:
+async def test_files_that_change_with_no_new_commit_are_not_read(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     writer = write_conversation(db, str(uuid.uuid4()), turns=1)
     source = await open_source(db)
     await source.poll()
-    statements: list[str] = []
-    assert source._conn is not None
-    source._conn.set_trace_callback(statements.append)
-    # The files change but nothing is committed (a checkpoint looks so to a reader): one read,
-    # then a few more in case a written commit was not yet published, then no more.
+    statements = _traced(source)
+    # The files change, the log's last commit does not (a checkpoint looks so to a reader).
     os.utime(f"{db}-wal", ns=(1, 1))
-    for _ in range(10):
+    os.utime(db, ns=(1, 1))
+    for _ in range(5):
         assert await source.poll() == []
-    assert statements == ["PRAGMA data_version"] * (1 + sqlite_source.SETTLE_TRIES)
+    assert statements == []
     writer.append(planner_step("later", ""))
     assert [s.text for s in await source.poll()] == ["later"]
     source.close()
     writer.close()
+
+
+async def test_a_written_commit_not_yet_visible_is_looked_for_until_it_is(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    source = await open_source(db)
+    await source.poll()
+    statements = _traced(source)
+    # A log that ends in a commit no read has seen, while SQLite's index does not show it yet:
+    # the last frame's checksums changed in place (readers go by the index, not by them).
+    wal_path = f"{db}-wal"
+    original = Path(wal_path).read_bytes()
+    frame = 24 + int.from_bytes(original[8:12], "big")
+    at = len(original) - frame + 16
+    with open(wal_path, "r+b") as wal:
+        wal.seek(at)
+        wal.write(bytes(b ^ 0xFF for b in original[at : at + 8]))
+    os.utime(wal_path, ns=(1, 1))  # the same size: make sure the times differ
+    looks = sqlite_source.SETTLE_TRIES + 5
+    for _ in range(looks):
+        assert await source.poll() == []
+    assert statements == ["PRAGMA data_version"] * looks  # still looking past SETTLE_TRIES
+    with open(wal_path, "r+b") as wal:
+        wal.seek(at)
+        wal.write(original[at : at + 8])
+    writer.append(planner_step("published", ""))
+    assert [s.text for s in await source.poll()] == ["published"]
+    assert source._settling == 0
+    source.close()
+    writer.close()
+
+
+async def test_a_change_the_log_cannot_explain_is_looked_at_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    writer.close(checkpoint=True)  # no -wal: the log tells nothing
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    source = await open_source(db)
+    await source.poll()
+    statements = _traced(source)
+    os.utime(db, ns=(1, 1))
+    for _ in range(10):
+        assert await source.poll() == []
+    assert statements == ["PRAGMA data_version"] * (1 + sqlite_source.SETTLE_TRIES)
+    source.close()
