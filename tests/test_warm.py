@@ -180,10 +180,22 @@ async def test_a_change_of_settings_recycles_the_agy_on_the_same_conversation(
 ) -> None:
     _, first = await run_turn("one", session="s")
     (old,) = [a for a in agys() if not a.spare]
+    # Another agy on the conversation while the old one lives would be a second writer of its
+    # database: the old one must be gone before the new one starts.
+    alive_at_start: list[bool] = []
+    start = WarmAgy.start
+
+    def start_after_the_old_one(agy: WarmAgy) -> None:
+        if agy.conversation_id == old.conversation_id:
+            alive_at_start.append(alive(old.pid))
+        start(agy)
+
+    monkeypatch.setattr(WarmAgy, "start", start_after_the_old_one)
     monkeypatch.setenv("AGY_MODE", "accept-edits")
     history = [UserMessage(content="one", timestamp=0), first]
     _events, second = await run_turn("two", session="s", history=history)
     assert second.stop_reason == "stop", second.error_message
+    assert alive_at_start == [False]
     assert not alive(old.pid) and old.state is WarmState.CLOSED
     new = the_agy_of(old.conversation_id)
     assert new.pid != old.pid and "accept-edits" in new.argv

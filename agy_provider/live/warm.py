@@ -131,29 +131,39 @@ class WarmPool:
         a new one (serving `offered`, the turn's host tools, from a bridge of its own). None when
         the bound is reached by agys all in turns (the turn runs `-p`)."""
         key = warm_key(request)
-        retired: list[WarmAgy] = []
-        try:
-            with self._lock:
-                if self._closed:
-                    return None
-                self._let_go_of(request.conversation_id)
-                found = self._find(key, request.conversation_id, retired)
-                if found is not None:
-                    return _taken(found)
-                if not self._make_room(retired):
-                    log.info(
-                        "all %d warm agy processes are in turns (warm_max); this turn runs its "
-                        "own agy -p",
-                        self.settings.max,
-                    )
-                    return None
-                agy = self._add(key, request, spare=False, offered=offered)
-                agy.move(WarmState.IN_TURN)
-                REGISTRY.changed(agy)
-            return agy
-        finally:
-            for old in retired:
-                old.end(interrupt=False, grace=KILL_AFTER)
+        while True:
+            retired: list[WarmAgy] = []
+            try:
+                with self._lock:
+                    if self._closed:
+                        return None
+                    self._let_go_of(request.conversation_id)
+                    found = self._find(key, request.conversation_id, retired)
+                    if found is not None:
+                        return _taken(found)
+                    if not retired:
+                        return self._start_for(key, request, offered, retired)
+            finally:
+                for old in retired:
+                    old.end(interrupt=False, grace=KILL_AFTER)
+            # The conversation's agy of other settings is ended now: only then may another
+            # start on the conversation (two would be two writers of its database).
+
+    def _start_for(
+        self, key: str, request: TurnRequest, offered: Sequence[object], retired: list[WarmAgy]
+    ) -> WarmAgy | None:
+        """A new agy, in `request`'s turn, after making room (lock held; the agys it retires
+        join `retired`, for the caller to end); None when every agy is in a turn."""
+        if not self._make_room(retired):
+            log.info(
+                "all %d warm agy processes are in turns (warm_max); this turn runs its own agy -p",
+                self.settings.max,
+            )
+            return None
+        agy = self._add(key, request, spare=False, offered=offered)
+        agy.move(WarmState.IN_TURN)
+        REGISTRY.changed(agy)
+        return agy
 
     def lease_now(self, request: TurnRequest) -> WarmAgy | None:
         """`lease` without waiting, for the loop: the conversation's idle agy (or, for a new
