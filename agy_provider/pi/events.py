@@ -128,37 +128,38 @@ class TextEndEvent(_BlockEnd):
     type: ClassVar[Literal["text_end"]] = "text_end"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingStartEvent(_BlockStart):
-    """A thinking block opened at `content_index`.
+# The three thinking events carry the tool run their block shows. This base is not slotted (two
+# slotted bases would clash in layout); listed first, it puts `tool_run` after the block's fields.
+@dataclass(frozen=True, kw_only=True)
+class _ThinkingEvent:
+    """`tool_run`: the tool run the block is, as known at this event (not in pi's JSON)."""
 
-    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
-    """
+    __slots__ = ()
+    tool_run: ToolRun | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingStartEvent(_ThinkingEvent, _BlockStart):
+    """A thinking block opened at `content_index`; `tool_run` is the run it shows."""
 
     type: ClassVar[Literal["thinking_start"]] = "thinking_start"
-    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingDeltaEvent(_BlockDelta):
-    """Thinking appended to the block at `content_index`.
-
-    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
-    """
+class ThinkingDeltaEvent(_ThinkingEvent, _BlockDelta):
+    """Thinking appended to the block at `content_index`; `tool_run` is the run it shows."""
 
     type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
-    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThinkingEndEvent(_BlockEnd):
+class ThinkingEndEvent(_ThinkingEvent, _BlockEnd):
     """The thinking block at `content_index` is complete; `content` is its whole thinking.
 
-    `tool_run`: the tool run the block is, as known at this event (not in pi's JSON).
+    `tool_run` is the run it shows.
     """
 
     type: ClassVar[Literal["thinking_end"]] = "thinking_end"
-    tool_run: ToolRun | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
