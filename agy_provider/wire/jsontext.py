@@ -309,13 +309,9 @@ def _elements(data: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
     while True:
         end = value_end(data, pos)
         spans.append((pos, end))
-        pos = _skip_ws(data, end)
-        separator = data[pos : pos + 1]
-        if separator == b"]":
-            return spans, pos + 1
-        if separator != b",":
-            raise DecodeError("expected , or ] after an array element", pos)
-        pos = _skip_ws(data, pos + 1)
+        pos, closed = _after_item(data, end, b"]", "an array element")
+        if closed:
+            return spans, pos
 
 
 def _member(data: bytes, pos: int, key: str) -> tuple[list[tuple[int, int]] | None, int]:
@@ -336,10 +332,18 @@ def _member(data: bytes, pos: int, key: str) -> tuple[list[tuple[int, int]] | No
             found, end = _elements(data, pos)  # a repeated member: the last one wins, as in JSON
         else:
             end = value_end(data, pos)
-        pos = _skip_ws(data, end)
-        separator = data[pos : pos + 1]
-        if separator == b"}":
-            return found, pos + 1
-        if separator != b",":
-            raise DecodeError("expected , or } after an object member", pos)
-        pos = _skip_ws(data, pos + 1)
+        pos, closed = _after_item(data, end, b"}", "an object member")
+        if closed:
+            return found, pos
+
+
+def _after_item(data: bytes, end: int, close: bytes, what: str) -> tuple[int, bool]:
+    """Past the separator after an element or member ending at `end`: (where the next one starts,
+    False), or (just past `close`, True) when the array or object ends there."""
+    pos = _skip_ws(data, end)
+    separator = data[pos : pos + 1]
+    if separator == close:
+        return pos + 1, True
+    if separator != b",":
+        raise DecodeError(f"expected , or {close.decode()} after {what}", pos)
+    return _skip_ws(data, pos + 1), False
