@@ -142,7 +142,73 @@ def encode_json_envelope(obj: object, *, end_stream: bool = False) -> bytes:
     return encode_envelope(text.encode("utf-8"), end_stream=end_stream)
 
 
-class EnvelopeDecoder:
+class FedChunks:
+    """The bytes a sans-I/O framer was fed and has not consumed yet, in the chunks they came in.
+
+    Holds the contract every framer here shares: `feed()` keeps a chunk (copying only a caller's
+    reusable buffer), refuses to grow past `bound` plus `slack` bytes before a feed (a drained
+    decoder holds at most one partial `unit`), and a framing error poisons the stream: `_fail`
+    raises it and lets the memory go, and every later call raises `failed_again` at once.
+    A subclass consumes `_chunks` from `_head_offset` on, keeping `_buffered` in step.
+    """
+
+    def __init__(self, *, bound: int, slack: int, unit: str) -> None:
+        # Chunks as fed, oldest first; `_head_offset` is how much of `_chunks[0]` is consumed, so a
+        # big chunk holding many small frames is never re-sliced (which would be quadratic).
+        self._chunks: deque[bytes] = deque()
+        self._head_offset = 0
+        self._buffered = 0
+        self._failure: FramingError | None = None
+        self._input_ended = False
+        self._bound = bound
+        self._slack = slack
+        self._unit = unit
+        self.bytes_copied = 0
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes from the wire. Raises the poisoning `FramingError` if the stream has failed.
+
+        A decoder that is drained after every feed holds at most one partial unit, so holding more
+        than the bound (plus its slack) before a feed means a caller is not draining it.
+        """
+        self._check_failed()
+        if self._input_ended:
+            raise UsageError("feed() after end_of_input()")
+        if self._held() > self._bound + self._slack:
+            self._fail(f"over {self._bound} bytes buffered without a complete {self._unit}")
+        if not data:
+            return
+        if type(data) is not bytes:
+            # A bytearray or memoryview may be reused by the caller's read loop: keep our own copy.
+            data = bytes(data)
+            self.bytes_copied += len(data)
+        self._chunks.append(data)
+        self._buffered += len(data)
+
+    def _held(self) -> int:
+        """Bytes held towards the unit being framed."""
+        return self._buffered
+
+    def _fail(self, message: str, offset: int | None = None) -> NoReturn:
+        self._failure = FramingError(message, offset)
+        self._chunks.clear()  # nothing more will be read: let the memory go
+        self._buffered = 0
+        raise self._failure
+
+    def _check_failed(self) -> None:
+        if self._failure is not None:
+            raise failed_again(self._failure)
+
+
+def failed_again(failure: FramingError) -> FramingError:
+    """The error a poisoned stream raises on every call after `failure`: it names and chains it."""
+    again = FramingError(f"stream already failed: {failure}")
+    again.offset = failure.offset
+    again.__cause__ = failure
+    return again
+
+
+class EnvelopeDecoder(FedChunks):
     """Turns a byte stream of `[flags][4-byte big-endian length][payload]` envelopes into `Frame`s.
 
     Feed bytes with `feed()`, pull frames with `next_frame()` (or `frames()`) until `NEED_DATA`,
@@ -154,16 +220,10 @@ class EnvelopeDecoder:
     """
 
     def __init__(self) -> None:
-        # Chunks as fed, oldest first; `_head_offset` is how much of `_chunks[0]` is consumed, so a
-        # big chunk holding many small frames is never re-sliced (which would be quadratic).
-        self._chunks: deque[bytes] = deque()
-        self._head_offset = 0
-        self._buffered = 0
+        # At most one partial frame and the header after it.
+        super().__init__(bound=MAX_FRAME_BYTES, slack=HEADER_BYTES, unit="frame")
         self._consumed = 0  # stream offset of the first buffered byte
         self._header: tuple[int, int, int] | None = None  # (flags, length, offset) once read
-        self._failure: FramingError | None = None
-        self._input_ended = False
-        self.bytes_copied = 0
 
     @property
     def consumed(self) -> int:
@@ -174,26 +234,6 @@ class EnvelopeDecoder:
     def buffered(self) -> int:
         """Bytes fed but not yet returned in a frame (a header already parsed is not counted)."""
         return self._buffered
-
-    def feed(self, data: bytes) -> None:
-        """Add bytes from the wire. Raises the poisoning `FramingError` if the stream has failed.
-
-        A decoder that is drained after every feed holds at most one partial frame, so holding more
-        than `MAX_FRAME_BYTES` plus a header before a feed means a caller is not draining it.
-        """
-        self._check_failed()
-        if self._input_ended:
-            raise UsageError("feed() after end_of_input()")
-        if self._buffered > MAX_FRAME_BYTES + HEADER_BYTES:
-            self._fail(f"over {MAX_FRAME_BYTES} bytes buffered without a complete frame")
-        if not data:
-            return
-        if type(data) is not bytes:
-            # A bytearray or memoryview may be reused by the caller's read loop: keep our own copy.
-            data = bytes(data)
-            self.bytes_copied += len(data)
-        self._chunks.append(data)
-        self._buffered += len(data)
 
     def next_frame(self) -> Frame | NeedData:
         """Return the next complete frame, or `NEED_DATA` until enough bytes have arrived.
@@ -283,24 +323,6 @@ class EnvelopeDecoder:
                 remaining = 0
         self._head_offset = start
         return b"".join(parts)
-
-    def _fail(self, message: str, offset: int | None = None) -> NoReturn:
-        self._failure = FramingError(message, offset)
-        self._chunks.clear()  # nothing more will be read: let the memory go
-        self._buffered = 0
-        raise self._failure
-
-    def _check_failed(self) -> None:
-        if self._failure is not None:
-            raise _refail(self._failure)
-
-
-def _refail(failure: FramingError) -> FramingError:
-    again = FramingError(f"stream already failed: {failure}")
-    again.offset = failure.offset
-    again.__cause__ = failure
-    return again
-
 
 class ConnectStreamDecoder:
     """Decodes a Connect server-stream body (`application/connect+json`) into JSON objects.
@@ -426,7 +448,7 @@ class ConnectStreamDecoder:
         if self._error is not None:
             raise self._error
         if self._failure is not None:
-            raise _refail(self._failure)
+            raise failed_again(self._failure)
 
 
 def _text(value: object) -> str:
