@@ -26,7 +26,7 @@ class FedChunks:
 
     def __init__(self, *, bound: int, slack: int, unit: str) -> None:
         # Chunks as fed, oldest first; `_head_offset` is how much of `_chunks[0]` is consumed, so a
-        # big chunk holding many small frames is never re-sliced (which would be quadratic).
+        # big chunk holding many small frames or lines is never re-sliced (quadratic otherwise).
         self._chunks: deque[bytes] = deque()
         self._head_offset = 0
         self._buffered = 0

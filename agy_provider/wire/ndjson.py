@@ -5,18 +5,17 @@ Owns the line layer of agy's stream-json output and input (field guide §2.1); n
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 from typing import Final
 from typing import NoReturn
 
 from agy_provider.errors import DecodeError
-from agy_provider.errors import FramingError
 from agy_provider.errors import UsageError
 from agy_provider.wire import jsontext
 from agy_provider.wire.connect import NEED_DATA
 from agy_provider.wire.connect import NeedData
+from agy_provider.wire.fed_chunks import FedChunks
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -37,7 +36,7 @@ _NEWLINE: Final = 0x0A
 _CR: Final = 0x0D
 
 
-class LineDecoder:
+class LineDecoder(FedChunks):
     """Splits a byte stream into lines, whatever sizes the reads come in.
 
     Feed bytes with `feed()`, pull lines (without their `\\n` or `\\r\\n`) with `next_line()` or
@@ -49,41 +48,15 @@ class LineDecoder:
     """
 
     def __init__(self) -> None:
-        # Unscanned chunks as fed; `_head_offset` is how far `_pending[0]` has been consumed, so a
-        # chunk of many short lines is never re-sliced (which would be quadratic).
-        self._pending: deque[bytes] = deque()
-        self._head_offset = 0
-        self._pending_bytes = 0
+        # At most one partial line and its `\r\n`: more means the line is too long or a caller is
+        # not draining the decoder. `_chunks` holds what is not scanned yet.
+        super().__init__(bound=MAX_LINE_BYTES, slack=2, unit="line")
         # The start of the current line, already scanned and known to hold no newline.
         self._partial: list[memoryview] = []
         self._partial_bytes = 0
         self._line_start = 0  # stream offset where the current line starts
-        self._failure: FramingError | None = None
-        self._input_ended = False
         self.line_number = 0
         self.line_offset = 0
-        self.bytes_copied = 0
-
-    def feed(self, data: bytes) -> None:
-        """Add bytes. Raises the poisoning `FramingError` if the stream has failed.
-
-        A decoder drained after every feed holds at most one partial line, so holding more than
-        `MAX_LINE_BYTES` (plus a `\r\n`) before a feed means the line is too long or a caller
-        is not draining it.
-        """
-        self._check_failed()
-        if self._input_ended:
-            raise UsageError("feed() after end_of_input()")
-        if self._pending_bytes + self._partial_bytes > MAX_LINE_BYTES + 2:
-            self._fail(f"over {MAX_LINE_BYTES} bytes buffered without a complete line")
-        if not data:
-            return
-        if type(data) is not bytes:
-            # A bytearray or memoryview may be reused by the caller's read loop: keep our own copy.
-            data = bytes(data)
-            self.bytes_copied += len(data)
-        self._pending.append(data)
-        self._pending_bytes += len(data)
 
     def next_line(self) -> bytes | NeedData:
         """Return the next non-blank line without its line ending, or `NEED_DATA`.
@@ -92,7 +65,7 @@ class LineDecoder:
             FramingError: a line is longer than `MAX_LINE_BYTES`; the decoder is poisoned.
         """
         self._check_failed()
-        while self._pending:
+        while self._chunks:
             line = self._scan()
             # NEED_DATA here only means one chunk moved into the partial line: scan the next.
             if line is not NEED_DATA and line and not line.isspace():
@@ -134,13 +107,13 @@ class LineDecoder:
 
     def _scan(self) -> bytes | NeedData:
         """Consume one line from the pending chunks, blank or not; `NEED_DATA` if none is whole."""
-        head = self._pending[0]
+        head = self._chunks[0]
         start = self._head_offset
         end = head.find(b"\n", start)
         if end < 0:
             piece = memoryview(head)[start:]
-            self._pending.popleft()
-            self._pending_bytes -= len(piece)
+            self._chunks.popleft()
+            self._buffered -= len(piece)
             self._head_offset = 0
             self._partial.append(piece)
             self._partial_bytes += len(piece)
@@ -148,9 +121,9 @@ class LineDecoder:
             if self._partial_bytes > MAX_LINE_BYTES + 1:
                 self._fail(f"line longer than {MAX_LINE_BYTES} bytes", self._line_start)
             return NEED_DATA
-        self._pending_bytes -= end + 1 - start
+        self._buffered -= end + 1 - start
         if end + 1 == len(head):
-            self._pending.popleft()
+            self._chunks.popleft()
             self._head_offset = 0
         else:
             self._head_offset = end + 1
@@ -180,18 +153,13 @@ class LineDecoder:
         self._partial_bytes = 0
         return line
 
-    def _fail(self, message: str, offset: int | None = None) -> NoReturn:
-        self._failure = FramingError(message, offset)
-        self._pending.clear()  # nothing more will be read: let the memory go
-        self._partial = []
-        self._pending_bytes = self._partial_bytes = 0
-        raise self._failure
+    def _held(self) -> int:
+        return self._buffered + self._partial_bytes
 
-    def _check_failed(self) -> None:
-        if self._failure is not None:
-            again = FramingError(f"stream already failed: {self._failure}")
-            again.offset = self._failure.offset
-            raise again from self._failure
+    def _fail(self, message: str, offset: int | None = None) -> NoReturn:
+        self._partial = []  # nothing more will be read: let the memory go
+        self._partial_bytes = 0
+        super()._fail(message, offset)
 
 
 class JsonLineDecoder:
