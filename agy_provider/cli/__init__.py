@@ -30,6 +30,7 @@ from agy_provider.cli.conventions import EXIT_INTERRUPTED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import EXIT_USAGE
 from agy_provider.cli.conventions import colour_for
+from agy_provider.cli.options import add_command
 from agy_provider.cli.options import examples_epilog
 from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
@@ -38,6 +39,8 @@ TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy rea
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO
+
+    from agy_provider.cli.options import Noun
 
 __all__ = [
     "EXIT_FAILED",
@@ -50,27 +53,27 @@ __all__ = [
 ]
 
 # Subcommands import what they need when they run: `--help`, `replay` and `models` never pay for
-# the live path (asyncio, psutil, httpx, pluggy), and `chat` never pays for replay. Each noun
-# module adds its own parser, in the order `--help` lists them.
-_NOUNS = (
-    replay,
-    chat,
-    ask,
-    models,
-    demo,
-    usage,
-    status,
-    doctor,
-    config,
-    sessions,
-    conversations,
-    export,
-    serve,
-)
+# the live path (asyncio, psutil, httpx, pluggy), and `chat` never pays for replay. Each name's
+# module says what its subcommand takes and does, in the order `--help` lists them.
+_NOUNS: dict[str, Noun] = {
+    "replay": replay,
+    "chat": chat,
+    "ask": ask,
+    "models": models,
+    "demo": demo,
+    "usage": usage,
+    "status": status,
+    "doctor": doctor,
+    "config": config,
+    "sessions": sessions,
+    "conversations": conversations,
+    "export": export,
+    "serve": serve,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `agy-provider` parser: each noun module adds its subcommand."""
+    """The `agy-provider` parser: a subcommand made from each noun module."""
     parser = argparse.ArgumentParser(
         prog="agy-provider",
         description="Google's Antigravity CLI (agy) as a streaming model provider.",
@@ -87,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    for noun in _NOUNS:
-        noun.add_parser(commands)
+    for name, noun in _NOUNS.items():
+        add_command(commands, name, noun)
     return parser
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from agy_provider.cli.conventions import one_turn_alone
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_cwd
 from agy_provider.cli.options import add_json
 from agy_provider.cli.options import add_model
@@ -20,42 +19,36 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "hand one task to agy: the answer on stdout, progress on stderr"
+DESCRIPTION = (
+    "AskAntigravity from the command line: run PROMPT as one agy turn and print agy's "
+    "answer on stdout, its progress (thinking, each tool run) on stderr. Exit 1 with agy's "
+    "own error when the turn fails. Refuses to run inside an agy turn."
+)
+EXAMPLES = (
+    "agy-provider ask 'What does this project do?' --model flash",
+    "agy-provider ask 'Now fix the first one' --conversation ID --mode accept-edits",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `ask` subcommand to `commands`."""
-    ask = add_command(
-        commands,
-        "ask",
-        [
-            "agy-provider ask 'What does this project do?' --model flash",
-            "agy-provider ask 'Now fix the first one' --conversation ID --mode accept-edits",
-        ],
-        run,
-        help="hand one task to agy: the answer on stdout, progress on stderr",
-        description=(
-            "AskAntigravity from the command line: run PROMPT as one agy turn and print agy's "
-            "answer on stdout, its progress (thinking, each tool run) on stderr. Exit 1 with agy's "
-            "own error when the turn fails. Refuses to run inside an agy turn."
-        ),
-    )
-    ask.add_argument("prompt", metavar="PROMPT")
-    add_cwd(ask)
-    add_model(ask, "flash, pro, sonnet, opus or a slug")
-    add_thinking(ask)
-    ask.add_argument(
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """PROMPT, and how its turn runs: folder, model, effort, mode, conversation, time, binary."""
+    parser.add_argument("prompt", metavar="PROMPT")
+    add_cwd(parser)
+    add_model(parser, "flash, pro, sonnet, opus or a slug")
+    add_thinking(parser)
+    parser.add_argument(
         "--mode",
         choices=("plan", "accept-edits", "default"),
         default=None,
         help="plan: no changes; accept-edits: edit files without asking (default: config)",
     )
-    ask.add_argument("--conversation", default=None, help="an agy conversation id to continue")
-    add_timeout(ask, "the turn", None)
-    add_agy_bin(ask)
-    add_json(ask, "print the result (answer, model, usage …) as JSON")
+    parser.add_argument("--conversation", default=None, help="an agy conversation id to continue")
+    add_timeout(parser, "the turn", None)
+    add_agy_bin(parser)
+    add_json(parser, "print the result (answer, model, usage …) as JSON")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

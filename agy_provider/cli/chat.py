@@ -12,7 +12,6 @@ from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import one_turn_alone
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_cwd
 from agy_provider.cli.options import add_model
 from agy_provider.cli.options import add_thinking
@@ -24,66 +23,62 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "run one turn with agy and stream the answer"
+DESCRIPTION = (
+    "Run one turn with agy and stream it as it is written. Ctrl-C, SIGTERM and SIGHUP stop "
+    "agy and its language server and end the turn as aborted. When agy asks for a "
+    "permission or asks a question, you are asked on the terminal. With agy-sim as the "
+    "binary, the simulator's state lives in a folder of its own (said on stderr). "
+    "NO_COLOR turns colour off. Without a PROMPT on a terminal, an interactive chat: "
+    "every line a turn of one conversation, /help lists its commands (/model, /new), "
+    "Ctrl-C aborts a turn, Ctrl-D leaves."
+)
+EXAMPLES = (
+    "agy-provider chat 'What is in this folder?'",
+    "agy-provider chat -c 'Now add a test for it'",
+    "git diff | agy-provider chat - --system 'You review patches tersely.'",
+    "agy-provider chat 'hi' --agy-bin agy-sim --format events",
+    "agy-provider chat            # on a terminal: an interactive chat (/help inside)",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `chat` subcommand to `commands`."""
-    ch = add_command(
-        commands,
-        "chat",
-        [
-            "agy-provider chat 'What is in this folder?'",
-            "agy-provider chat -c 'Now add a test for it'",
-            "git diff | agy-provider chat - --system 'You review patches tersely.'",
-            "agy-provider chat 'hi' --agy-bin agy-sim --format events",
-            "agy-provider chat            # on a terminal: an interactive chat (/help inside)",
-        ],
-        run,
-        help="run one turn with agy and stream the answer",
-        description=(
-            "Run one turn with agy and stream it as it is written. Ctrl-C, SIGTERM and SIGHUP stop "
-            "agy and its language server and end the turn as aborted. When agy asks for a "
-            "permission or asks a question, you are asked on the terminal. With agy-sim as the "
-            "binary, the simulator's state lives in a folder of its own (said on stderr). "
-            "NO_COLOR turns colour off. Without a PROMPT on a terminal, an interactive chat: "
-            "every line a turn of one conversation, /help lists its commands (/model, /new), "
-            "Ctrl-C aborts a turn, Ctrl-D leaves."
-        ),
-    )
-    ch.add_argument(
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """PROMPT (or none: the interactive chat), which conversation, and how the turn runs."""
+    parser.add_argument(
         "prompt",
         metavar="PROMPT",
         nargs="?",
         default=None,
         help="what to ask; - reads it from stdin; none on a terminal: an interactive chat",
     )
-    ch.add_argument(
+    parser.add_argument(
         "-c",
         "--continue",
         dest="continue_last",
         action="store_true",
         help="continue the last chat started in this folder (its agy conversation)",
     )
-    ch.add_argument(
+    parser.add_argument(
         "--system", default="", help="a system prompt for a new conversation (ignored with -c)"
     )
-    ch.add_argument(
+    parser.add_argument(
         "-v",
         "--verbose",
         action="count",
         default=0,
         help="log what the turn does on stderr (-vv: debug detail)",
     )
-    add_model(ch, "agy model slug or base")
-    add_thinking(ch)
-    ch.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
-    ch.add_argument("--session", default="", help="host session id: continue its agy conversation")
-    add_cwd(ch)
-    add_agy_bin(ch)
-    ch.add_argument(
+    add_model(parser, "agy model slug or base")
+    add_thinking(parser)
+    parser.add_argument("--backend", choices=("auto", "rpc", "sqlite"), default=None)
+    parser.add_argument(
+        "--session", default="", help="host session id: continue its agy conversation"
+    )
+    add_cwd(parser)
+    add_agy_bin(parser)
+    parser.add_argument(
         "--format",
         choices=("text", "events"),
         default="text",

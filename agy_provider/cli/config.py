@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -16,28 +15,25 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "show or change settings (config.json; environment variables override)"
+DESCRIPTION = None
+EXAMPLES = (
+    "agy-provider config",
+    "agy-provider config mode",
+    "agy-provider config mode accept-edits",
+    "agy-provider config --unset mode",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `config` subcommand to `commands`."""
-    cf = add_command(
-        commands,
-        "config",
-        [
-            "agy-provider config",
-            "agy-provider config mode",
-            "agy-provider config mode accept-edits",
-            "agy-provider config --unset mode",
-        ],
-        run,
-        help="show or change settings (config.json; environment variables override)",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """KEY, VALUE and `--unset`: show all, show one, set one, or remove one."""
+    parser.add_argument("key", nargs="?", metavar="KEY")
+    parser.add_argument("value", nargs="?", metavar="VALUE")
+    parser.add_argument(
+        "--unset", action="store_true", help="remove KEY: its default applies again"
     )
-    cf.add_argument("key", nargs="?", metavar="KEY")
-    cf.add_argument("value", nargs="?", metavar="VALUE")
-    cf.add_argument("--unset", action="store_true", help="remove KEY: its default applies again")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_conversations_folder
 from agy_provider.cli.options import add_json
 
@@ -16,23 +15,18 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "conversation_folder", "run"]
 
-__all__ = ["add_parser", "conversation_folder", "run"]
+HELP = "agy's saved conversations: title, date, model, turns, tokens (read-only)"
+DESCRIPTION = None
+EXAMPLES = ("agy-provider conversations", "agy-provider conversations --agy-bin agy-sim --json")
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `conversations` subcommand to `commands`."""
-    cv = add_command(
-        commands,
-        "conversations",
-        ["agy-provider conversations", "agy-provider conversations --agy-bin agy-sim --json"],
-        run,
-        help="agy's saved conversations: title, date, model, turns, tokens (read-only)",
-    )
-    add_agy_bin(cv, "whose state folder")
-    add_conversations_folder(cv)
-    add_json(cv, "one JSON object per conversation")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Whose state folder (or which folder) to read, and `--json`."""
+    add_agy_bin(parser, "whose state folder")
+    add_conversations_folder(parser)
+    add_json(parser, "one JSON object per conversation")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

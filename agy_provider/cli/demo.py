@@ -10,28 +10,24 @@ import os
 
 from agy_provider.agy.state_folder import SIMULATOR
 from agy_provider.cli import chat
-from agy_provider.cli.options import add_command
 from agy_provider.errors import AgyNotFoundError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "run one demo turn with agy, or with the bundled simulator when agy is not installed"
+DESCRIPTION = None
+EXAMPLES = ("agy-provider demo", "agy-provider demo --prompt 'List the files here'")
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `demo` subcommand to `commands`."""
-    demo = add_command(
-        commands,
-        "demo",
-        ["agy-provider demo", "agy-provider demo --prompt 'List the files here'"],
-        run,
-        help="run one demo turn with agy, or with the bundled simulator when agy is not installed",
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--prompt`: what the demo asks."""
+    parser.add_argument(
+        "--prompt", default="Say hello and tell me in one sentence what you can do."
     )
-    demo.add_argument("--prompt", default="Say hello and tell me in one sentence what you can do.")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -9,7 +9,6 @@ from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import colour_for
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -17,31 +16,24 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
-
+HELP = "check agy, PATH, state folders, databases and agy's language server; say how to fix"
+DESCRIPTION = (
+    "Check everything a turn needs and say how to fix what fails: agy and its version, "
+    "PATH, sign-in (`agy models`), the state folders, that agy's conversation databases "
+    "open read-only, the language server (probed without a turn where that is possible: "
+    "the simulator), and the event sources. Exit 1 when a check fails."
+)
+EXAMPLES = ("agy-provider doctor", "agy-provider doctor --agy-bin agy-sim")
 
 _MARKS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `doctor` subcommand to `commands`."""
-    dr = add_command(
-        commands,
-        "doctor",
-        ["agy-provider doctor", "agy-provider doctor --agy-bin agy-sim"],
-        run,
-        help="check agy, PATH, state folders, databases and agy's language server; say how to fix",
-        description=(
-            "Check everything a turn needs and say how to fix what fails: agy and its version, "
-            "PATH, sign-in (`agy models`), the state folders, that agy's conversation databases "
-            "open read-only, the language server (probed without a turn where that is possible: "
-            "the simulator), and the event sources. Exit 1 when a check fails."
-        ),
-    )
-    add_agy_bin(dr)
-    add_json(dr, "one JSON object per check")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which agy to check, and `--json`."""
+    add_agy_bin(parser)
+    add_json(parser, "one JSON object per check")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

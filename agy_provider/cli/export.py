@@ -9,7 +9,6 @@ from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conversations import conversation_folder
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_conversations_folder
 from agy_provider.errors import UsageError
 
@@ -18,9 +17,18 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "write every saved conversation to Markdown or JSON Lines, in parallel"
+DESCRIPTION = (
+    "Write every conversation in agy's state folder to DEST/<id>.md (or .jsonl: one line "
+    "per turn with pi's final message), several files at once, with a progress bar on a "
+    "terminal. agy's files are only read."
+)
+EXAMPLES = (
+    "agy-provider export ./agy-export",
+    "agy-provider export ./agy-export --format jsonl --jobs 4",
+)
 
 
 class _ProgressBar:
@@ -42,28 +50,13 @@ class _ProgressBar:
         self._err.flush()
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `export` subcommand to `commands`."""
-    ex = add_command(
-        commands,
-        "export",
-        [
-            "agy-provider export ./agy-export",
-            "agy-provider export ./agy-export --format jsonl --jobs 4",
-        ],
-        run,
-        help="write every saved conversation to Markdown or JSON Lines, in parallel",
-        description=(
-            "Write every conversation in agy's state folder to DEST/<id>.md (or .jsonl: one line "
-            "per turn with pi's final message), several files at once, with a progress bar on a "
-            "terminal. agy's files are only read."
-        ),
-    )
-    ex.add_argument("dest", metavar="DEST", help="the folder to write (created if needed)")
-    ex.add_argument("--format", choices=("markdown", "jsonl"), default="markdown")
-    ex.add_argument("--jobs", type=int, default=None, help="files at once (default: the CPUs)")
-    add_agy_bin(ex, "whose state folder")
-    add_conversations_folder(ex)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """DEST, the `--format`, how many files at once, and whose (or which) folder to read."""
+    parser.add_argument("dest", metavar="DEST", help="the folder to write (created if needed)")
+    parser.add_argument("--format", choices=("markdown", "jsonl"), default="markdown")
+    parser.add_argument("--jobs", type=int, default=None, help="files at once (default: the CPUs)")
+    add_agy_bin(parser, "whose state folder")
+    add_conversations_folder(parser)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -15,22 +14,17 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "list the models agy offers (`agy models`), tiers folded into efforts"
+DESCRIPTION = None
+EXAMPLES = ("agy-provider models", "agy-provider models --agy-bin agy-sim --json")
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `models` subcommand to `commands`."""
-    models = add_command(
-        commands,
-        "models",
-        ["agy-provider models", "agy-provider models --agy-bin agy-sim --json"],
-        run,
-        help="list the models agy offers (`agy models`), tiers folded into efforts",
-    )
-    add_agy_bin(models)
-    add_json(models, "one JSON object per model")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which agy to ask, and `--json`."""
+    add_agy_bin(parser)
+    add_json(parser, "one JSON object per model")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

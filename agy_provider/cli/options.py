@@ -1,6 +1,7 @@
-"""How a subcommand's parser is made: its examples under the help, and the options several share.
+"""How a subcommand's parser is made from its noun module, and the options several nouns share.
 
-Each noun module calls `add_command` from its `add_parser(commands)`.
+A noun module says what is its own (`HELP`, `DESCRIPTION`, `EXAMPLES`, `add_arguments`, `run`);
+`add_command` makes every subcommand's parser the same way from it.
 """
 
 from __future__ import annotations
@@ -9,13 +10,29 @@ import argparse
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from collections.abc import Sequence
+    from typing import Protocol
     from typing import TextIO
 
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
-    # A subcommand's runner: its arguments, stdout and stderr in, the exit code out.
-    Runner = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+    class Noun(Protocol):
+        """A noun module (cli/ask.py, ...), everything its subcommand has of its own: `HELP`, its
+        line in `agy-provider --help`; `DESCRIPTION`, the text atop its own `--help` (None for
+        none); `EXAMPLES`, one command a line at the end of it; `add_arguments`; and `run`, its
+        arguments, stdout and stderr in, the exit code out."""
+
+        # Read-only, so that a module's constant of a narrower type (`DESCRIPTION = None`) fits.
+        @property
+        def HELP(self) -> str: ...
+        @property
+        def DESCRIPTION(self) -> str | None: ...
+        @property
+        def EXAMPLES(self) -> Sequence[str]: ...
+
+        def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+        def run(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> int: ...
+
 
 __all__ = [
     "add_agy_bin",
@@ -30,17 +47,18 @@ __all__ = [
 ]
 
 
-def add_command(
-    commands: SubParsers, name: str, examples: Sequence[str], run: Runner, **kwargs: str
-) -> argparse.ArgumentParser:
-    """A subcommand's parser, its examples shown at the end of its `--help`; `main` calls `run`."""
+def add_command(commands: SubParsers, name: str, noun: Noun) -> argparse.ArgumentParser:
+    """The subcommand `name` made from its noun module: its help, description and examples (at
+    the end of its `--help`), then its arguments; `main` calls the noun's `run`."""
     parser = commands.add_parser(
         name,
-        epilog=examples_epilog(*examples),
+        help=noun.HELP,
+        description=noun.DESCRIPTION,
+        epilog=examples_epilog(*noun.EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        **kwargs,  # type: ignore[arg-type]
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=noun.run)
+    noun.add_arguments(parser)
     return parser
 
 

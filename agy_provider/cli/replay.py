@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import colour_for
-from agy_provider.cli.options import add_command
 from agy_provider.errors import UsageError
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -15,36 +14,30 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "replay a saved agy conversation as pi events, steps, a transcript or markdown"
+DESCRIPTION = (
+    "Replay a conversation database (.db, opened read-only), a JSON file of RPC steps, "
+    "or an NDJSON stream-json capture; the format is detected from the content."
+)
+EXAMPLES = (
+    "agy-provider replay fixtures/db/tool-run.db --format transcript",
+    "agy-provider replay ~/.gemini/antigravity-cli/conversations/ID.db --turn all",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `replay` subcommand to `commands`."""
-    rp = add_command(
-        commands,
-        "replay",
-        [
-            "agy-provider replay fixtures/db/tool-run.db --format transcript",
-            "agy-provider replay ~/.gemini/antigravity-cli/conversations/ID.db --turn all",
-        ],
-        run,
-        help="replay a saved agy conversation as pi events, steps, a transcript or markdown",
-        description=(
-            "Replay a conversation database (.db, opened read-only), a JSON file of RPC steps, "
-            "or an NDJSON stream-json capture; the format is detected from the content."
-        ),
-    )
-    rp.add_argument("path", metavar="PATH")
-    rp.add_argument(
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """PATH, the output `--format` and which `--turn`."""
+    parser.add_argument("path", metavar="PATH")
+    parser.add_argument(
         "--format",
         choices=("events", "steps", "transcript", "markdown"),
         default="events",
         help="events: one pi event per line (default); steps: one normalized step per line; "
         "transcript: for people; markdown: a shareable document",
     )
-    rp.add_argument("--turn", default="last", help="last (default), all, or a 1-based number")
+    parser.add_argument("--turn", default="last", help="last (default), all, or a 1-based number")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import EXIT_USAGE
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_cwd
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -17,48 +16,42 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
-
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
 TOKEN_VARIABLE = "AGY_PROVIDER_SERVE_TOKEN"
 _MIN_TOKEN = 16  # a token shorter than this is refused: the server is a door to agy's account
 
+HELP = "serve agy as OpenAI- and Anthropic-compatible endpoints on 127.0.0.1"
+DESCRIPTION = (
+    "Serve agy at http://HOST:PORT/v1: OpenAI Chat Completions (/v1/chat/completions, "
+    "/v1/models) and Anthropic Messages (/v1/messages), for the openai and anthropic "
+    "SDKs, the TypeScript pi, opencode, Aider and other clients. Every request needs the "
+    "token (Authorization: Bearer or x-api-key). Without --token or "
+    f"{TOKEN_VARIABLE} a token is made and printed once. Serving other people through "
+    "one agy sign-in may break agy's terms."
+)
+EXAMPLES = (
+    "agy-provider serve",
+    "AGY_PROVIDER_SERVE_TOKEN=$(openssl rand -hex 24) agy-provider serve --port 8642",
+)
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `serve` subcommand to `commands`."""
-    serve = add_command(
-        commands,
-        "serve",
-        [
-            "agy-provider serve",
-            "AGY_PROVIDER_SERVE_TOKEN=$(openssl rand -hex 24) agy-provider serve --port 8642",
-        ],
-        run,
-        help="serve agy as OpenAI- and Anthropic-compatible endpoints on 127.0.0.1",
-        description=(
-            "Serve agy at http://HOST:PORT/v1: OpenAI Chat Completions (/v1/chat/completions, "
-            "/v1/models) and Anthropic Messages (/v1/messages), for the openai and anthropic "
-            "SDKs, the TypeScript pi, opencode, Aider and other clients. Every request needs the "
-            "token (Authorization: Bearer or x-api-key). Without --token or "
-            f"{TOKEN_VARIABLE} a token is made and printed once. Serving other people through "
-            "one agy sign-in may break agy's terms."
-        ),
-    )
-    serve.add_argument(
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where to listen, the token, and the folder and binary its turns use."""
+    parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
     )
-    serve.add_argument(
+    parser.add_argument(
         "--port", type=int, default=None, help="port (default: 8642; 0: any free port)"
     )
-    serve.add_argument(
+    parser.add_argument(
         "--token",
         default=None,
         help=f"the token clients must send (default: {TOKEN_VARIABLE}, else one is made); "
         "prefer the variable: a flag is visible to other users in the process list",
     )
-    add_cwd(serve)
-    add_agy_bin(serve)
+    add_cwd(parser)
+    add_agy_bin(parser)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -6,7 +6,6 @@ Only the provider's own session store is written; agy's files are never touched.
 from __future__ import annotations
 
 from agy_provider.cli.conventions import EXIT_OK
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_json
 from agy_provider.errors import UsageError
 
@@ -15,28 +14,23 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "list or forget sessions (session id → agy conversation)"
+DESCRIPTION = None
+EXAMPLES = (
+    "agy-provider sessions",
+    "agy-provider sessions clear my-session",
+    "agy-provider sessions clear --all",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `sessions` subcommand to `commands`."""
-    se = add_command(
-        commands,
-        "sessions",
-        [
-            "agy-provider sessions",
-            "agy-provider sessions clear my-session",
-            "agy-provider sessions clear --all",
-        ],
-        run,
-        help="list or forget sessions (session id → agy conversation)",
-    )
-    se.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
-    se.add_argument("session", nargs="?", metavar="SESSION", help="the session to clear")
-    se.add_argument("--all", action="store_true", help="with clear: forget every session")
-    add_json(se, "list as JSON lines")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`list` or `clear` (one SESSION, or `--all`), and `--json`."""
+    parser.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
+    parser.add_argument("session", nargs="?", metavar="SESSION", help="the session to clear")
+    parser.add_argument("--all", action="store_true", help="with clear: forget every session")
+    add_json(parser, "list as JSON lines")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

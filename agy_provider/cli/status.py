@@ -9,7 +9,6 @@ from __future__ import annotations
 from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_json
 
 TYPE_CHECKING = False  # `typing` costs more than the rest of `--help`: mypy reads this by name
@@ -17,25 +16,19 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = (
+    "agy (found, version, signed in), settings, sessions, conversations, event sources, warm agys"
+)
+DESCRIPTION = None
+EXAMPLES = ("agy-provider status", "agy-provider status --json")
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `status` subcommand to `commands`."""
-    st = add_command(
-        commands,
-        "status",
-        ["agy-provider status", "agy-provider status --json"],
-        run,
-        help=(
-            "agy (found, version, signed in), settings, sessions, conversations, event sources, "
-            "warm agys"
-        ),
-    )
-    add_agy_bin(st)
-    add_json(st, "one JSON object")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which agy to look at, and `--json`."""
+    add_agy_bin(parser)
+    add_json(parser, "one JSON object")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

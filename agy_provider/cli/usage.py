@@ -8,7 +8,6 @@ from __future__ import annotations
 from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.options import add_agy_bin
-from agy_provider.cli.options import add_command
 from agy_provider.cli.options import add_json
 from agy_provider.cli.options import add_timeout
 from agy_provider.errors import UsageError
@@ -18,27 +17,22 @@ if TYPE_CHECKING:
     import argparse
     from typing import TextIO
 
-    from agy_provider.cli.options import SubParsers
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "add_arguments", "run"]
 
-__all__ = ["add_parser", "run"]
+HELP = "agy's quota: each window's share left and when it resets (`agy -p /usage`)"
+DESCRIPTION = None
+EXAMPLES = (
+    "agy-provider usage",
+    "agy-provider usage --json",
+    "AGY_SIM_VERSION=1.3.3 agy-provider usage --agy-bin agy-sim",
+)
 
 
-def add_parser(commands: SubParsers) -> None:
-    """Add the `usage` subcommand to `commands`."""
-    usage = add_command(
-        commands,
-        "usage",
-        [
-            "agy-provider usage",
-            "agy-provider usage --json",
-            "AGY_SIM_VERSION=1.3.3 agy-provider usage --agy-bin agy-sim",
-        ],
-        run,
-        help="agy's quota: each window's share left and when it resets (`agy -p /usage`)",
-    )
-    add_agy_bin(usage)
-    add_json(usage, "one JSON object")
-    add_timeout(usage, "agy", 60.0)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which agy, `--json`, and how long `agy -p /usage` may take."""
+    add_agy_bin(parser)
+    add_json(parser, "one JSON object")
+    add_timeout(parser, "agy", 60.0)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
