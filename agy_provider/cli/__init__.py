@@ -29,7 +29,6 @@ from agy_provider.cli.conventions import EXIT_FAILED
 from agy_provider.cli.conventions import EXIT_INTERRUPTED
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.cli.conventions import EXIT_USAGE
-from agy_provider.cli.conventions import colour_for
 from agy_provider.cli.options import add_command
 from agy_provider.cli.options import examples_epilog
 from agy_provider.errors import AgyError
@@ -42,15 +41,7 @@ if TYPE_CHECKING:
 
     from agy_provider.cli.options import Noun
 
-__all__ = [
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "build_parser",
-    "colour_for",
-    "main",
-]
+__all__ = ["build_parser", "main"]
 
 # Subcommands import what they need when they run: `--help`, `replay` and `models` never pay for
 # the live path (asyncio, psutil, httpx, pluggy), and `chat` never pays for replay. Each name's
