@@ -60,8 +60,8 @@ from agy_provider.bridge.host_tool_values import _as_host_tools
 from agy_provider.bridge.host_tool_values import _as_result
 from agy_provider.bridge.host_tool_values import _capped
 from agy_provider.bridge.host_tool_values import _schema_of
+from agy_provider.bridge.http_serving import _replay
 from agy_provider.bridge.mcp_requests import _handshake_era
-from agy_provider.bridge.mcp_requests import _replay
 from agy_provider.bridge.mcp_requests import _respond
 from agy_provider.bridge.parked_calls import ParkedToolCalls
 from agy_provider.bridge.plugin_tools import plugin_host_tools

@@ -1,5 +1,5 @@
 """The MCP requests the bridge reads or answers itself, before the SDK or instead of it: the
-handshake-era version fix, a body read ahead and replayed, a JSON-RPC error response.
+handshake-era version fix and a JSON-RPC error response.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from collections.abc import Sequence
 import mcp_types
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
-from starlette.types import Message
-from starlette.types import Receive
 from starlette.types import Scope
 from starlette.types import Send
 
@@ -64,20 +62,6 @@ def _has_modern_envelope(body: bytes) -> bool:
     params = decoded.get("params") if isinstance(decoded, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
     return isinstance(meta, dict) and mcp_types.PROTOCOL_VERSION_META_KEY in meta
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that hands over the body already read, then the client's own messages."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 async def _respond(send: Send, status: int, message: str) -> None:
