@@ -7,10 +7,10 @@ from __future__ import annotations
 from starlette.types import Message
 from starlette.types import Receive
 
-__all__: list[str] = []
+__all__ = ["replay_body"]
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A `receive` that hands over the body already read, then the client's own messages."""
     sent = False
 

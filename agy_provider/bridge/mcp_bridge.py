@@ -60,7 +60,7 @@ from agy_provider.bridge.host_tool_values import _as_host_tools
 from agy_provider.bridge.host_tool_values import _as_result
 from agy_provider.bridge.host_tool_values import _capped
 from agy_provider.bridge.host_tool_values import _schema_of
-from agy_provider.bridge.http_serving import _replay
+from agy_provider.bridge.http_serving import replay_body
 from agy_provider.bridge.mcp_requests import _handshake_era
 from agy_provider.bridge.mcp_requests import _respond
 from agy_provider.bridge.parked_calls import ParkedToolCalls
@@ -494,7 +494,7 @@ class HostToolBridge:
         post = _Post()
         try:
             served = {**_handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
-            if not await self._manager_request(served, _replay(body, receive), send):
+            if not await self._manager_request(served, replay_body(body, receive), send):
                 post.dropped.set()
         finally:
             self._posts -= 1

@@ -25,6 +25,8 @@ from starlette.types import Receive
 from starlette.types import Scope
 from starlette.types import Send
 
+from agy_provider.bridge.http_serving import replay_body
+
 __all__ = [
     "MAX_BODY_BYTES",
     "Guard",
@@ -201,16 +203,7 @@ class Guard:
                 scope, send, shape, 413, f"the request body is larger than {self.max_body} bytes"
             )
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(body, receive), send)
 
     def _authorised(self, headers: Any) -> bool:
         presented = b""
