@@ -25,6 +25,7 @@ from starlette.types import Receive
 from starlette.types import Scope
 from starlette.types import Send
 
+from agy_provider.bridge.http_serving import read_body
 from agy_provider.bridge.http_serving import replay_body
 
 __all__ = [
@@ -197,7 +198,7 @@ class Guard:
                 "<token>` or `x-api-key: <token>` (agy-provider serve printed it at start)",
             )
             return
-        body = await self._body(scope, receive)
+        body = await read_body(scope, receive, self.max_body, _DISCARD_FACTOR)
         if body is None:
             await self._refuse(
                 scope, send, shape, 413, f"the request body is larger than {self.max_body} bytes"
@@ -214,36 +215,6 @@ class Guard:
                 presented = value.strip()
         # One comparison of equal work whatever was presented (none, short, long).
         return hmac.compare_digest(presented, self._token) and bool(presented)
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None once it passes the cap (declared or counted as it arrives).
-
-        Past the cap nothing more is kept, but up to `_DISCARD_FACTOR` times the cap is still
-        read and dropped, so a client that is still sending sees the 413 rather than a reset
-        connection; beyond that the connection is closed under it.
-        """
-        declared = 0
-        for name, value in scope.get("headers") or ():
-            if name == b"content-length" and value.isdigit():
-                declared = int(value)
-        if declared > self.max_body * _DISCARD_FACTOR:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size <= self.max_body and declared <= self.max_body:
-                chunks.append(chunk)
-            else:
-                chunks = []
-            if not message.get("more_body"):
-                return b"".join(chunks) if size <= self.max_body else None
-            if size > self.max_body * _DISCARD_FACTOR:
-                return None
 
     @staticmethod
     async def _refuse(scope: Scope, send: Send, shape: Shape, status: int, message: str) -> None:
