@@ -242,6 +242,56 @@ async def test_a_chunked_body_over_the_cap_is_413() -> None:
     assert response.status_code == 413
 
 
+def _arriving(*messages: dict[str, Any]) -> Any:
+    """A `receive` that hands over `messages` in order, counting how many were taken."""
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        receive.taken += 1  # type: ignore[attr-defined]
+        return queue.pop(0)
+
+    receive.taken = 0  # type: ignore[attr-defined]
+    return receive
+
+
+def _part(body: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+@pytest.mark.parametrize(
+    ("declared", "read_up_to", "parts", "expected", "taken"),
+    [
+        (0, None, [_part(b"ab"), _part(b"cd", more=False)], b"abcd", 2),
+        (0, None, [_part(b"x" * 6), _part(b"y", more=False)], None, 1),  # refused at once
+        (11, None, [_part(b"z", more=False)], None, 0),  # declared past the cap: nothing read
+        (0, 40, [_part(b"x" * 6), _part(b"y", more=False)], None, 2),  # read and dropped
+        (0, 40, [_part(b"x" * 30), _part(b"y" * 30)], None, 2),  # dropped up to 40 bytes only
+        (41, 40, [_part(b"z", more=False)], None, 0),
+    ],
+)
+async def test_the_shared_body_reader_keeps_the_cap_as_each_caller_sets_it(
+    declared: int, read_up_to: int | None, parts: list[Any], expected: bytes | None, taken: int
+) -> None:
+    from agy_provider.bridge.http_serving import read_body
+
+    receive = _arriving(*parts)
+    body = await read_body(receive, 5, declared=declared, read_up_to=read_up_to)
+    assert (body, receive.taken) == (expected, taken)
+
+
+async def test_the_shared_body_reader_says_when_the_client_left() -> None:
+    from starlette.requests import ClientDisconnect
+
+    from agy_provider.bridge.http_serving import read_body
+    from agy_provider.bridge.http_serving import replay_body
+
+    with pytest.raises(ClientDisconnect):
+        await read_body(_arriving(_part(b"ab"), {"type": "http.disconnect"}), 5)
+    replayed = replay_body(b"ab", _arriving({"type": "http.disconnect"}))
+    assert await replayed() == _part(b"ab", more=False)
+    assert await replayed() == {"type": "http.disconnect"}
+
+
 async def test_arguments_are_checked_against_the_schema_before_the_host_runs(
     bridge: tuple[HostToolBridge, Recorder],
 ) -> None:

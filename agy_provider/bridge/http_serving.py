@@ -4,9 +4,9 @@ handed to the app again.
 
 from __future__ import annotations
 
+from starlette.requests import ClientDisconnect
 from starlette.types import Message
 from starlette.types import Receive
-from starlette.types import Scope
 
 __all__ = ["read_body", "replay_body"]
 
@@ -26,33 +26,34 @@ def replay_body(body: bytes, receive: Receive) -> Receive:
 
 
 async def read_body(
-    scope: Scope, receive: Receive, max_body: int, discard_factor: int
+    receive: Receive, limit: int, *, declared: int = 0, read_up_to: int | None = None
 ) -> bytes | None:
-    """The whole body, or None once it passes the cap (declared or counted as it arrives).
+    """The whole request body, or None once it passes `limit` (as declared or as counted).
 
-    Past the cap nothing more is kept, but up to `discard_factor` times the cap is still
-    read and dropped, so a client that is still sending sees the 413 rather than a reset
-    connection; beyond that the connection is closed under it.
+    `declared` is the body's Content-Length as the caller reads it (0 when not given). Past
+    `limit` nothing more is kept, but the body is still read and dropped up to `read_up_to`
+    bytes (default `limit`), so a client that is still sending can see its 413 rather than a
+    reset connection; a body declared or counted past that is refused at once.
+
+    Raises:
+        ClientDisconnect: the client left before the body's end.
     """
-    declared = 0
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length" and value.isdigit():
-            declared = int(value)
-    if declared > max_body * discard_factor:
+    read_up_to = limit if read_up_to is None else read_up_to
+    if declared > read_up_to:
         return None
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b""
+            raise ClientDisconnect
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size <= max_body and declared <= max_body:
+        if size <= limit and declared <= limit:
             chunks.append(chunk)
         else:
             chunks = []
         if not message.get("more_body"):
-            return b"".join(chunks) if size <= max_body else None
-        if size > max_body * discard_factor:
+            return b"".join(chunks) if size <= limit else None
+        if size > read_up_to:
             return None

@@ -40,6 +40,7 @@ import uvicorn.lifespan.off
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import ClientDisconnect
 from starlette.types import Message
 from starlette.types import Receive
 from starlette.types import Scope
@@ -60,6 +61,7 @@ from agy_provider.bridge.host_tool_values import _as_host_tools
 from agy_provider.bridge.host_tool_values import _as_result
 from agy_provider.bridge.host_tool_values import _capped
 from agy_provider.bridge.host_tool_values import _schema_of
+from agy_provider.bridge.http_serving import read_body
 from agy_provider.bridge.http_serving import replay_body
 from agy_provider.bridge.mcp_requests import _handshake_era
 from agy_provider.bridge.mcp_requests import _respond
@@ -548,30 +550,17 @@ class HostToolBridge:
     ) -> bytes | None:
         """The whole request body, or None after answering 413/400 (or when the client left)."""
         declared = next((v for k, v in headers if k.lower() == b"content-length"), None)
+        length = 0
         if declared is not None:
             try:
                 length = int(declared)
             except ValueError:
                 await _respond(send, 400, "bad request: Content-Length is not a number")
                 return None
-            if length > self.max_body_bytes:
-                await _respond(
-                    send, 413, f"request body too large (limit {self.max_body_bytes} bytes)"
-                )
-                return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await _respond(
-                    send, 413, f"request body too large (limit {self.max_body_bytes} bytes)"
-                )
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            body = await read_body(receive, self.max_body_bytes, declared=length)
+        except ClientDisconnect:
+            return None
+        if body is None:
+            await _respond(send, 413, f"request body too large (limit {self.max_body_bytes} bytes)")
+        return body

@@ -17,6 +17,7 @@ from typing import Any
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.responses import Response
 from starlette.types import ASGIApp
@@ -198,7 +199,15 @@ class Guard:
                 "<token>` or `x-api-key: <token>` (agy-provider serve printed it at start)",
             )
             return
-        body = await read_body(scope, receive, self.max_body, _DISCARD_FACTOR)
+        try:
+            body = await read_body(
+                receive,
+                self.max_body,
+                declared=_declared_length(scope),
+                read_up_to=self.max_body * _DISCARD_FACTOR,
+            )
+        except ClientDisconnect:
+            body = b""  # the app reads the disconnect itself
         if body is None:
             await self._refuse(
                 scope, send, shape, 413, f"the request body is larger than {self.max_body} bytes"
@@ -223,6 +232,15 @@ class Guard:
         if status == 413:
             response.headers["connection"] = "close"  # the rest of the body is not read
         await response(scope, _no_receive, send)
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length, 0 when it gives none in digits."""
+    declared = 0
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length" and value.isdigit():
+            declared = int(value)
+    return declared
 
 
 async def _no_receive() -> Message:
