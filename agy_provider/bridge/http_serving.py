@@ -1,14 +1,30 @@
-"""What the MCP bridge's HTTP server and serve's share: a request body read whole under a cap, and
-handed to the app again.
+"""What the MCP bridge's HTTP server and serve's share: the listening socket, a request body read
+whole under a cap, and that body handed to the app again.
 """
 
 from __future__ import annotations
+
+import socket
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Message
 from starlette.types import Receive
 
-__all__ = ["read_body", "replay_body"]
+__all__ = ["listening_socket", "read_body", "replay_body"]
+
+
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking TCP socket listening on `host`:`port` (0: a free port); closed again when
+    a step fails. Raises `OSError`."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:

@@ -61,6 +61,7 @@ from agy_provider.bridge.host_tool_values import _as_host_tools
 from agy_provider.bridge.host_tool_values import _as_result
 from agy_provider.bridge.host_tool_values import _capped
 from agy_provider.bridge.host_tool_values import _schema_of
+from agy_provider.bridge.http_serving import listening_socket
 from agy_provider.bridge.http_serving import read_body
 from agy_provider.bridge.http_serving import replay_body
 from agy_provider.bridge.mcp_requests import _handshake_era
@@ -250,14 +251,7 @@ class HostToolBridge:
             raise UsageError("a HostToolBridge can be started once")
         self._state = "starting"
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind(("127.0.0.1", 0))
-                sock.listen(16)
-                sock.setblocking(False)
-            except OSError:
-                sock.close()
-                raise
+            sock = listening_socket("127.0.0.1", 0, 16)
             self._port = sock.getsockname()[1]
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._serve_task = asyncio.create_task(
