@@ -13,11 +13,15 @@ from starlette.types import Receive
 __all__ = ["listening_socket", "read_body", "replay_body"]
 
 
-def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """A non-blocking TCP socket listening on `host`:`port` (0: a free port); closed again when
-    a step fails. Raises `OSError`."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def listening_socket(
+    host: str, port: int, backlog: int, *, reuse_address: bool = False
+) -> socket.socket:
+    """A non-blocking TCP socket listening on `host`:`port` (0: a free port; IPv6 when `host` has
+    a colon), with `SO_REUSEADDR` when asked; closed again when a step fails. Raises `OSError`."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)

@@ -15,7 +15,6 @@ import importlib
 import ipaddress
 import json
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agy_provider.bridge.http_serving import listening_socket
 from agy_provider.errors import AgyError
 from agy_provider.hosts import serve_anthropic
 from agy_provider.hosts import serve_openai
@@ -117,17 +117,7 @@ class ServeServer:
     # --- the server --------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, ready: Callable[[int], None] | None = None) -> None:
-        sock = socket.socket(
-            socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET, socket.SOCK_STREAM
-        )
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.settings.host, self.settings.port))
-            sock.listen(128)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
+        sock = listening_socket(self.settings.host, self.settings.port, 128, reuse_address=True)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
