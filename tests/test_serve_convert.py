@@ -207,6 +207,44 @@ def test_anthropic_refusals(change: dict[str, Any]) -> None:
         anthropic_ask({**ask_body(), **change})
 
 
+def anthropic_turns(*turns: tuple[str, Any]) -> list[Any]:
+    body = {**ask_body(), "messages": [{"role": r, "content": c} for r, c in turns]}
+    return list(anthropic_ask(body).context.messages)
+
+
+def test_anthropic_blocks_are_read_by_role() -> None:
+    """Each role takes its own block types, in order: a user turn's tool results go before its
+    text, an assistant's redacted thinking is dropped, anything else is refused by name."""
+    call = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    hidden = {"type": "redacted_thinking", "data": "sealed"}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "4"}],
+    }
+    _, answer, *user = anthropic_turns(
+        ("user", "hi"),
+        ("assistant", [hidden, call]),
+        ("user", [{"type": "text", "text": "see"}, image, result]),
+    )
+    assert answer.content == (ToolCall(id="t1", name="f", arguments={}),)
+    assert [type(m) for m in user] == [ToolResultMessage, UserMessage]
+    assert user[0].content == (TextContent(text="4"),)
+    assert [type(c) for c in user[1].content] == [TextContent, ImageContent]
+    refused = [
+        ("assistant", [image], "messages.1: unsupported assistant block 'image'"),
+        ("user", [hidden], "messages.1: unsupported user block 'redacted_thinking'"),
+        ("user", ["text"], "messages.1: unsupported user block None"),
+        ("user", [{"type": ["text"]}], r"messages.1: unsupported user block \['text'\]"),
+    ]
+    for role, blocks, message in refused:
+        with pytest.raises(RequestError, match=f"^{message}$"):
+            anthropic_turns(
+                ("user", "hi") if role == "assistant" else ("assistant", []), (role, blocks)
+            )
+
+
 def test_session_keys_are_checked() -> None:
     assert session_key("team.alice:42", "user") == "team.alice:42"
     assert session_key(None, "user") == ""
