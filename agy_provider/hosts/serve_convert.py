@@ -10,11 +10,14 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
+from typing import TypeAlias
+from typing import TypeVar
 
 from agy_provider.pi.options import ThinkingLevel
 from agy_provider.pi.types import AssistantContent
@@ -52,6 +55,10 @@ _EFFORTS: dict[str, ThinkingLevel | None] = {
     "max": "xhigh",
 }
 _SERVE_API = "agy"
+
+_Read = TypeVar("_Read")
+# How one kind of Anthropic content block becomes pi's value (None: the block is dropped).
+_BlockReader: TypeAlias = Callable[[Mapping[str, Any], str], _Read | None]
 
 
 class RequestError(Exception):
@@ -322,70 +329,92 @@ def _anthropic_system(value: object) -> str | None:
 
 
 def _anthropic_assistant(blocks: list[Any], where: str) -> AssistantMessage:
-    content: list[AssistantContent] = []
-    for block in blocks:
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind == "text":
-            content.append(TextContent(text=_str(block.get("text"), where)))
-        elif kind == "thinking":
-            signature = block.get("signature")
-            content.append(
-                ThinkingContent(
-                    thinking=_str(block.get("thinking"), where),
-                    thinking_signature=signature if isinstance(signature, str) else None,
-                )
-            )
-        elif kind == "tool_use":
-            arguments = block.get("input")
-            if not isinstance(arguments, Mapping):
-                raise RequestError(f"{where}: tool_use.input must be an object", param=where)
-            content.append(
-                ToolCall(
-                    id=_str(block.get("id"), f"{where}.id"),
-                    name=_str(block.get("name"), f"{where}.name"),
-                    arguments=dict(arguments),
-                )
-            )
-        elif kind != "redacted_thinking":
-            raise RequestError(f"{where}: unsupported assistant block {kind!r}", param=where)
-    return _assistant(content)
+    return _assistant(_anthropic_blocks(blocks, where, "assistant", _ASSISTANT_BLOCKS))
 
 
 def _anthropic_user(blocks: list[Any], where: str, calls: Mapping[str, str]) -> list[Message]:
     """A user turn: its tool results first (each a `ToolResultMessage`), then its text."""
-    results: list[Message] = []
-    content: list[UserContent] = []
-    for block in blocks:
-        kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind == "text":
-            content.append(TextContent(text=_str(block.get("text"), where)))
-        elif kind == "image":
-            source = block.get("source")
-            if not isinstance(source, Mapping) or source.get("type") != "base64":
-                raise RequestError(f"{where}: images must be base64 sources", param=where)
-            content.append(_image(source.get("data"), _str(source.get("media_type"), where), where))
-        elif kind == "tool_result":
-            call_id = block.get("tool_use_id")
-            if not isinstance(call_id, str) or call_id not in calls:
-                raise RequestError(
-                    f"{where}: tool_result.tool_use_id names no earlier tool_use", param=where
-                )
-            inner = block.get("content")
-            text = (
-                inner
-                if isinstance(inner, str)
-                else _openai_text(inner, where)
-                if inner is not None
-                else ""
-            )
-            results.append(
-                _tool_result(call_id, calls[call_id], text, is_error=block.get("is_error") is True)
-            )
-        else:
-            raise RequestError(f"{where}: unsupported user block {kind!r}", param=where)
+    readers: dict[str, _BlockReader[UserContent | ToolResultMessage]] = {
+        "text": _text_block,
+        "image": _image_block,
+        "tool_result": functools.partial(_tool_result_block, calls=calls),
+    }
+    read: list[UserContent | ToolResultMessage] = _anthropic_blocks(blocks, where, "user", readers)
+    results: list[Message] = [b for b in read if isinstance(b, ToolResultMessage)]
+    content = [b for b in read if not isinstance(b, ToolResultMessage)]
     if content:
         results.append(UserMessage(content=content, timestamp=0))
     return results
+
+
+def _anthropic_blocks(
+    blocks: list[Any], where: str, role: str, readers: Mapping[str, _BlockReader[_Read]]
+) -> list[_Read]:
+    """Each content block read by the reader of its `type` (one that reads None is dropped);
+    a block of a type `role` has no reader for is refused."""
+    read: list[_Read] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        reader = readers.get(kind) if isinstance(kind, str) else None
+        if reader is None:
+            raise RequestError(f"{where}: unsupported {role} block {kind!r}", param=where)
+        item = reader(block, where)
+        if item is not None:
+            read.append(item)
+    return read
+
+
+def _text_block(block: Mapping[str, Any], where: str) -> TextContent:
+    return TextContent(text=_str(block.get("text"), where))
+
+
+def _thinking_block(block: Mapping[str, Any], where: str) -> ThinkingContent:
+    signature = block.get("signature")
+    return ThinkingContent(
+        thinking=_str(block.get("thinking"), where),
+        thinking_signature=signature if isinstance(signature, str) else None,
+    )
+
+
+def _tool_use_block(block: Mapping[str, Any], where: str) -> ToolCall:
+    arguments = block.get("input")
+    if not isinstance(arguments, Mapping):
+        raise RequestError(f"{where}: tool_use.input must be an object", param=where)
+    return ToolCall(
+        id=_str(block.get("id"), f"{where}.id"),
+        name=_str(block.get("name"), f"{where}.name"),
+        arguments=dict(arguments),
+    )
+
+
+def _image_block(block: Mapping[str, Any], where: str) -> ImageContent:
+    source = block.get("source")
+    if not isinstance(source, Mapping) or source.get("type") != "base64":
+        raise RequestError(f"{where}: images must be base64 sources", param=where)
+    return _image(source.get("data"), _str(source.get("media_type"), where), where)
+
+
+def _tool_result_block(
+    block: Mapping[str, Any], where: str, *, calls: Mapping[str, str]
+) -> ToolResultMessage:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or call_id not in calls:
+        raise RequestError(
+            f"{where}: tool_result.tool_use_id names no earlier tool_use", param=where
+        )
+    inner = block.get("content")
+    text = (
+        inner if isinstance(inner, str) else _openai_text(inner, where) if inner is not None else ""
+    )
+    return _tool_result(call_id, calls[call_id], text, is_error=block.get("is_error") is True)
+
+
+_ASSISTANT_BLOCKS: dict[str, _BlockReader[AssistantContent]] = {
+    "text": _text_block,
+    "thinking": _thinking_block,
+    "tool_use": _tool_use_block,
+    "redacted_thinking": lambda _block, _where: None,  # sealed by another model: dropped
+}
 
 
 def _anthropic_tools(value: object) -> list[Tool] | None:
