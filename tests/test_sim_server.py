@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from agy_provider.sim import descriptors as pb
+from agy_provider.sim.control import control_lines
 from agy_provider.sim.writer import ConversationWriter
 
 SERVICE = "/exa.language_server_pb.LanguageServerService/"
@@ -76,23 +77,13 @@ class FakeParent:
         self.client = httpx.Client(verify=False, trust_env=False, timeout=10.0)
 
     def _read_loop(self) -> None:
-        buffer = b""
-        while True:
-            try:
-                data = self.sock.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if message["op"] == "ready":
-                    self._ready.put(message)
-                    continue
-                self.requests.put(message)
-                self.send({"op": "reply", "seq": message["seq"], **self.responder(message)})
+        for line in control_lines(self.sock):
+            message = json.loads(line)
+            if message["op"] == "ready":
+                self._ready.put(message)
+                continue
+            self.requests.put(message)
+            self.send({"op": "reply", "seq": message["seq"], **self.responder(message)})
 
     def hang_up(self) -> None:
         # shutdown() first: a plain close() does not end the reader thread's blocked recv().

@@ -17,13 +17,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from agy_provider.sim.engine import Conversation
 from agy_provider.sim.engine import Simulator
 from agy_provider.sim.state import AppState
 
-__all__ = ["ServerLink"]
+__all__ = ["ServerLink", "control_lines"]
 
 # One control message is a small JSON object; anything longer than this is a broken peer.
 MAX_LINE = 1 << 20
@@ -132,21 +133,12 @@ class ServerLink:
         sock = self._sock
         if sock is None:
             return
-        buffer = b""
-        while True:
-            try:
-                data = sock.recv(65536)
-            except OSError:
-                break
-            if not data:
-                break
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self._handle_line(line)
-            if len(buffer) > MAX_LINE:
-                self.state.log("language server sent an oversized control line", level="W")
-                buffer = b""
+
+        def oversized() -> None:
+            self.state.log("language server sent an oversized control line", level="W")
+
+        for line in control_lines(sock, oversized):
+            self._handle_line(line)
         self.state.log("language server control channel ended", level="W")
 
     def _handle_line(self, line: bytes) -> None:
@@ -209,3 +201,28 @@ class ServerLink:
                 self.process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+def control_lines(
+    sock: socket.socket, oversized: Callable[[], None] = lambda: None
+) -> Iterator[bytes]:
+    """The control lines read from `sock` (without their newline) until it closes or fails.
+
+    A line growing past `MAX_LINE` is dropped, and `oversized` told, so a broken peer cannot
+    make the reader hold without bound.
+    """
+    buffer = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        buffer += data
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line
+        if len(buffer) > MAX_LINE:
+            oversized()
+            buffer = b""
