@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Literal
+from typing import overload
 
 from agy_provider.errors import UsageError
 
@@ -27,6 +28,23 @@ OLDEST = "1.0.10"
 _VERSION = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,4})")
 
 Denial = Literal["error", "canceled", "denied_actions"]
+
+
+class _Since:
+    """A shape agy has from `version` on: on an `AgyVersion`, whether that version has it."""
+
+    def __init__(self, version: str, doc: str) -> None:
+        self.version = version
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, instance: None, owner: type[AgyVersion]) -> _Since: ...
+
+    @overload
+    def __get__(self, instance: AgyVersion, owner: type[AgyVersion]) -> bool: ...
+
+    def __get__(self, instance: AgyVersion | None, owner: type[AgyVersion]) -> _Since | bool:
+        return self if instance is None else instance.at_least(self.version)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,16 +72,33 @@ class AgyVersion:
 
     # -- the shapes -------------------------------------------------------------------------
 
-    @property
-    def has_output_formats(self) -> bool:
-        """`--output-format text|json|stream-json` exists (1.1.8)."""
-        return self.at_least("1.1.8")
-
-    @property
-    def new_stream_shapes(self) -> bool:
+    # Each of these is true from the version it names on.
+    has_output_formats = _Since("1.1.8", "`--output-format text|json|stream-json` exists (1.1.8).")
+    new_stream_shapes = _Since(
+        "1.1.18",
         """1.1.18+: tool outcomes in `tool_info`, running-total `result` usage and duration, no
-        `"error": ""` on success, the checkpoint's own model call (title) on its update."""
-        return self.at_least("1.1.18")
+        `"error": ""` on success, the checkpoint's own model call (title) on its update.""",
+    )
+    stream_input_needs_stream_output = _Since(
+        "1.2.0", "1.2.x refuses `--input-format stream-json` without `--output-format stream-json`."
+    )
+    forks_unknown_conversation = _Since(
+        "1.2.0",
+        """1.2+: `--conversation <id>` without a database starts a new conversation, saying only
+        `warning: conversation "<id>" not found` on stderr; older builds refuse (exit 1).""",
+    )
+    init_at_start = _Since(
+        "1.3.0", "1.3.x prints `init` when the process starts, before reading any input (§2.3)."
+    )
+    finish_steps = _Since(
+        "1.3.0", "1.3.x ends the agent's loop with a FINISH step (type 2; stream-json `finish`)."
+    )
+    agy_error_exit = _Since(
+        "1.3.0", "1.3.x exits 3 on a model or agent failure, with an `AGY_ERROR: …` line on stderr."
+    )
+    init_always_has_model = _Since(
+        "1.3.2", "From 1.3.2 `init.model` is always there, not only when `--model` is given (§2.3)."
+    )
 
     @property
     def denial(self) -> Denial:
@@ -98,42 +133,11 @@ class AgyVersion:
         )
 
     @property
-    def stream_input_needs_stream_output(self) -> bool:
-        """1.2.x refuses `--input-format stream-json` without `--output-format stream-json`."""
-        return self.at_least("1.2.0")
-
-    @property
-    def init_at_start(self) -> bool:
-        """1.3.x prints `init` when the process starts, before reading any input (§2.3)."""
-        return self.at_least("1.3.0")
-
-    @property
-    def init_always_has_model(self) -> bool:
-        """From 1.3.2 `init.model` is always there, not only when `--model` is given (§2.3)."""
-        return self.at_least("1.3.2")
-
-    @property
     def answers_slash_commands(self) -> bool:
         """`-p /usage` (and `/config`, `/model`) answers with a `command{name, data}` object and
         `num_turns: 0`, after a `command_result` event in stream-json (§2.2: 1.1.18–1.2.13 real
         runs; §2.3: 1.3.x). Older builds send the text to the model like any prompt."""
         return self.new_stream_shapes
-
-    @property
-    def finish_steps(self) -> bool:
-        """1.3.x ends the agent's loop with a FINISH step (type 2; stream-json `finish`)."""
-        return self.at_least("1.3.0")
-
-    @property
-    def agy_error_exit(self) -> bool:
-        """1.3.x exits 3 on a model or agent failure, with an `AGY_ERROR: …` line on stderr."""
-        return self.at_least("1.3.0")
-
-    @property
-    def forks_unknown_conversation(self) -> bool:
-        """1.2+: `--conversation <id>` without a database starts a new conversation, saying only
-        `warning: conversation "<id>" not found` on stderr; older builds refuse (exit 1)."""
-        return self.at_least("1.2.0")
 
     @property
     def default_print_timeout(self) -> str:
