@@ -43,7 +43,7 @@ from agy_provider.offline.recording import short_reason
 from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message
 
-__all__ = ["load_sqlite"]
+__all__ = ["decode_row", "load_sqlite"]
 
 
 def _open_snapshot(path: str) -> tuple[sqlite3.Connection, Callable[[], None]]:
@@ -139,7 +139,8 @@ def load_sqlite(path: str, warn: Warn) -> Recording:
     )
 
 
-def _decode(row: StepRow) -> Step:
+def decode_row(row: StepRow) -> Step:
+    """A `steps` row decoded with all its columns. Raises `DecodeError` as `decode_step_row`."""
     return decode_step_row(
         row.index,
         row.step_type,
@@ -182,7 +183,7 @@ def _step_rows(
                 position = bad
                 break
             last = row.index
-            step = guarded_decode(f"step {row.index}", functools.partial(_decode, row), warn)
+            step = guarded_decode(f"step {row.index}", functools.partial(decode_row, row), warn)
             if step is not None:
                 yield step
 

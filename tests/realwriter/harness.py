@@ -22,11 +22,11 @@ from agy_provider.plugins.sqlite_source import SqliteEventSource
 
 from agy_provider.agy.database import iter_step_rows
 from agy_provider.agy.database import open_conversation_db
-from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.offline.sqlite_recording import decode_row
 from agy_provider.pi.events import AssistantMessageEvent
 from realwriter.gemini_server import Reply
 from realwriter.gemini_server import ScriptedGemini
@@ -192,17 +192,7 @@ def read_steps(db: Path) -> list[Step]:
     """Every row of the database, decoded (for assertions on raw shapes)."""
     conn = open_conversation_db(db)
     try:
-        return [
-            decode_step_row(
-                r.index,
-                r.step_type,
-                r.status,
-                r.payload,
-                metadata=r.metadata,
-                error_details=r.error_details,
-            )
-            for r in iter_step_rows(conn)
-        ]
+        return [decode_row(r) for r in iter_step_rows(conn)]
     finally:
         conn.close()
 
