@@ -207,7 +207,7 @@ class Guard:
                 read_up_to=self.max_body * _DISCARD_FACTOR,
             )
         except ClientDisconnect:
-            body = b""  # the app reads the disconnect itself
+            body = b""  # the client left: an empty body, which starts no turn
         if body is None:
             await self._refuse(
                 scope, send, shape, 413, f"the request body is larger than {self.max_body} bytes"
