@@ -19,6 +19,8 @@ import contextlib
 import dataclasses
 import os
 import signal as signals
+import sys
+import termios
 import threading
 import time
 import uuid
@@ -350,10 +352,41 @@ def _read_line(out: TextIO, relay: SignalRelay) -> str:
     out.flush()
     previous = {s: signals.signal(s, leave) for s in ABORT_SIGNALS}
     try:
-        return input(PROMPT)
+        with _keys_kept_until_read(sys.stdin):
+            return input(PROMPT)
     finally:
         for signum, handler in previous.items():
             signals.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _keys_kept_until_read(stdin: TextIO) -> Iterator[None]:
+    """While readline reads a line: Ctrl-C leaves the keys typed before it to readline (NOFLSH);
+    the line it interrupts, keys not yet read included, is dropped here once readline let go.
+
+    readline sees that a key waits (select()), then reads it in a wait that retries on EINTR and
+    never gives a signal's handler a turn. The terminal's Ctrl-C discards the keys not yet read:
+    one landing between the two leaves readline waiting, deaf to Ctrl-C, for a key that is gone.
+    """
+    try:
+        fd = stdin.fileno()
+        before = termios.tcgetattr(fd)
+        kept = list(before)
+        kept[3] |= termios.NOFLSH
+        termios.tcsetattr(fd, termios.TCSANOW, kept)
+    except (OSError, ValueError, termios.error):  # not a terminal: no key is discarded
+        yield
+        return
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not before[3] & termios.NOFLSH:  # else the person's own `stty noflsh` keeps them
+            with contextlib.suppress(termios.error):
+                termios.tcflush(fd, termios.TCIFLUSH)  # what the terminal's Ctrl-C dropped
+        raise
+    finally:
+        with contextlib.suppress(termios.error):  # a terminal that hung up keeps no setting
+            termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 def _command(text: str, settings: ReplSettings, err: TextIO) -> bool:
