@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import pty
 import select
 import signal
@@ -40,8 +41,14 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 class Terminal:
     """`agy-provider chat` on a pseudo-terminal: `send` keys, `expect` what the screen gets."""
 
-    def __init__(self, home: Path, *args: str, **extra: str) -> None:
-        argv = [sys.executable, "-m", "agy_provider.cli", "chat", "--agy-bin", "agy-sim", *args]
+    def __init__(
+        self,
+        home: Path,
+        *args: str,
+        python_args: tuple[str, ...] = ("-m", "agy_provider.cli"),
+        **extra: str,
+    ) -> None:
+        argv = [sys.executable, *python_args, "chat", "--agy-bin", "agy-sim", *args]
         pid, fd = pty.fork()
         if pid == 0:  # the child: exec at once
             os.chdir(home)
@@ -76,6 +83,14 @@ class Terminal:
         """Type `line`, Enter; what the turn showed up to the next prompt."""
         self.send(line.encode() + b"\r")
         return self.expect(PROMPT)
+
+    def second_ctrl_c_leaves(self) -> int:
+        """After a Ctrl-C at the prompt: the REPL says how to leave, a second Ctrl-C in a row
+        does; its exit status."""
+        self.expect(b"Ctrl-C again or Ctrl-D to leave")
+        self.expect(PROMPT)
+        self.send(b"\x03")
+        return self.exit_code()
 
     def agys(self) -> list[psutil.Process]:
         """The agy-sim processes under the REPL now."""
@@ -208,13 +223,49 @@ def test_ctrl_c_aborts_a_slow_turn_and_keeps_the_repl(tmp_path: Path) -> None:
         assert late not in term.screen  # the answer's later chunks never came
         term.send(b"half typed")
         term.send(b"\x03")  # at the prompt: the line is dropped
-        term.expect(b"Ctrl-C again or Ctrl-D to leave")
-        term.expect(PROMPT)
-        term.send(b"\x03")  # a second one in a row leaves
-        assert term.exit_code() == 0, term.text()
+        assert term.second_ctrl_c_leaves() == 0, term.text()
     finally:
         term.kill()
     assert b"half typed\r\n" not in term.screen.split(b"Ctrl-C again")[1]  # never sent as a turn
+
+
+# `python -c` this: the CLI, with CPython's input hook set to libc's pause(). CPython's readline
+# loop calls the hook after its select() says a key waits and before readline reads that key, so
+# the REPL stops right there until a signal comes: a Ctrl-C then lands in that window every time,
+# not now and then. The REPL, readline, the terminal and the signals are all real.
+_PAUSE_BEFORE_READLINE_READS = """
+import ctypes, runpy
+hook = ctypes.c_void_p.in_dll(ctypes.pythonapi, "PyOS_InputHook")
+hook.value = ctypes.cast(ctypes.CDLL(None).pause, ctypes.c_void_p).value
+runpy.run_module("agy_provider.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def _paused(pid: int) -> bool:
+    """The REPL's main thread waits in pause(), i.e. in the input hook (x86-64 Linux names it)."""
+    return "pause" in Path(f"/proc/{pid}/wchan").read_text()
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+    reason="sees pause() by its name in /proc/<pid>/wchan (x86-64 Linux)",
+)
+def test_ctrl_c_just_as_readline_takes_a_key_clears_the_line(tmp_path: Path) -> None:
+    # The terminal's Ctrl-C used to discard the keys readline had been told were there: readline
+    # then waited, deaf to signals, for a key that was gone — a frozen REPL.
+    term = Terminal(tmp_path, python_args=("-c", _PAUSE_BEFORE_READLINE_READS))
+    try:
+        term.send(b"half typed")  # typed ahead: readline's first select() finds it
+        term.expect(PROMPT)
+        deadline = time.monotonic() + TIMEOUT
+        while not _paused(term.pid):
+            assert time.monotonic() < deadline, f"never paused; the screen:\n{term.text()}"
+            time.sleep(0.01)
+        term.send(b"\x03")  # Ctrl-C between select() and readline's read
+        assert term.second_ctrl_c_leaves() == 0, term.text()
+    finally:
+        term.kill()
+    assert b"half typed" not in term.screen.split(b"Ctrl-C again")[1]  # the line was dropped
 
 
 @pytest.mark.slow
