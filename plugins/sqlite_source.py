@@ -47,15 +47,16 @@ TICK_IDLE_NO_NOTIFY = 0.25
 # publishes the commit in the WAL index (`-shm`, through mmap, which notifies nothing) right after
 # the last. So while the log ends mid-commit no read is made (the last frame's write notifies
 # again), for at most PENDING_WINDOW in case the log misleads. A read that finds a written commit
-# not yet visible looks again after SETTLE_TICK, doubling up to SETTLE_TICK_MAX, until it is (at
-# most SETTLE_TRIES_WRITTEN times, about a second: a writer that died right there); where the log
-# cannot tell what it holds, at most SETTLE_TRIES times.
+# not yet visible looks again after SETTLE_TICK, doubling up to SETTLE_TICK_MAX (a busy machine
+# can keep agy off the CPU for tens of milliseconds between the two: the cap bounds how late its
+# commit is seen), until it is (at most SETTLE_TRIES_WRITTEN times, about half a second: a writer
+# that died right there); where the log cannot tell what it holds, at most SETTLE_TRIES times.
 PENDING_WINDOW = 0.05
 NOTIFIED_PAUSE = 0.001
 SETTLE_TICK = 0.002
-SETTLE_TICK_MAX = 0.032
+SETTLE_TICK_MAX = 0.008
 SETTLE_TRIES = 3
-SETTLE_TRIES_WRITTEN = 40
+SETTLE_TRIES_WRITTEN = 60
 # Files' modification times are coarse (a commit in the same tick as our look, same size, is
 # invisible to stat): a real read runs at least this often whatever the files say.
 RECHECK_EVERY = 0.5
