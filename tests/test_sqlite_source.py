@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from agy_provider.agy.step import StepStatus
 from agy_provider.sim.bulk import STEPS_PER_TURN
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.bulk import write_conversation
+from agy_provider.sim.writer import ConversationWriter
 
 
 async def open_source(path: Path, min_index: int = -1) -> SqliteEventSource:
@@ -210,83 +213,81 @@ def _traced(source: SqliteEventSource) -> list[str]:
     return statements
 
 
+@contextlib.asynccontextmanager
+async def read_from_now(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Path, ConversationWriter, SqliteEventSource, list[str]]]:
+    """A one-turn conversation, a source that has read it all, and the SQL it runs from now."""
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    source = await open_source(db)
+    await source.poll()
+    try:
+        yield db, writer, source, _traced(source)
+    finally:
+        source.close()
+        writer.close()
+
+
 async def test_a_commit_still_being_written_is_not_read_until_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The window bounds how long a misleading log can hold reads back: not the point here.
     monkeypatch.setattr(sqlite_source, "PENDING_WINDOW", 3600.0)
-    db = tmp_path / "c.db"
-    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
-    source = await open_source(db)
-    await source.poll()
-    statements = _traced(source)
-    # What agy's -wal holds between the first and the last write of a commit: a frame's header
-    # past the log's end (SQLite ignores it, and overwrites it with the next real commit).
-    with open(f"{db}-wal", "ab") as wal:
-        wal.write(b"\0\0\0\1" + b"\0" * 20)
-    for _ in range(3):
+    async with read_from_now(tmp_path) as (db, writer, source, statements):
+        # What agy's -wal holds between the first and the last write of a commit: a frame's header
+        # past the log's end (SQLite ignores it, and overwrites it with the next real commit).
+        with open(f"{db}-wal", "ab") as wal:
+            wal.write(b"\0\0\0\1" + b"\0" * 20)
+        for _ in range(3):
+            assert await source.poll() == []
+        assert statements == []  # not even a pragma while the commit cannot be visible
+        writer.append(planner_step("whole", ""))
+        assert [s.text for s in await source.poll()] == ["whole"]
+        # A log that keeps saying "mid-commit" is read anyway once the window is over.
+        with open(f"{db}-wal", "ab") as wal:
+            wal.write(b"\0\0\0\1" + b"\0" * 20)
         assert await source.poll() == []
-    assert statements == []  # not even a pragma while the commit cannot be visible
-    writer.append(planner_step("whole", ""))
-    assert [s.text for s in await source.poll()] == ["whole"]
-    # A log that keeps saying "mid-commit" is read anyway once the window is over.
-    with open(f"{db}-wal", "ab") as wal:
-        wal.write(b"\0\0\0\1" + b"\0" * 20)
-    assert await source.poll() == []
-    monkeypatch.setattr(sqlite_source, "PENDING_WINDOW", 0.0)
-    statements.clear()
-    assert await source.poll() == []
-    assert statements == ["PRAGMA data_version"]
-    source.close()
-    writer.close()
+        monkeypatch.setattr(sqlite_source, "PENDING_WINDOW", 0.0)
+        statements.clear()
+        assert await source.poll() == []
+        assert statements == ["PRAGMA data_version"]
 
 
 async def test_files_that_change_with_no_new_commit_are_not_read(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
-    source = await open_source(db)
-    await source.poll()
-    statements = _traced(source)
-    # The files change, the log's last commit does not (a checkpoint looks so to a reader).
-    os.utime(f"{db}-wal", ns=(1, 1))
-    os.utime(db, ns=(1, 1))
-    for _ in range(5):
-        assert await source.poll() == []
-    assert statements == []
-    writer.append(planner_step("later", ""))
-    assert [s.text for s in await source.poll()] == ["later"]
-    source.close()
-    writer.close()
+    async with read_from_now(tmp_path) as (db, writer, source, statements):
+        # The files change, the log's last commit does not (a checkpoint looks so to a reader).
+        os.utime(f"{db}-wal", ns=(1, 1))
+        os.utime(db, ns=(1, 1))
+        for _ in range(5):
+            assert await source.poll() == []
+        assert statements == []
+        writer.append(planner_step("later", ""))
+        assert [s.text for s in await source.poll()] == ["later"]
 
 
 async def test_a_written_commit_not_yet_visible_is_looked_for_until_it_is(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
-    source = await open_source(db)
-    await source.poll()
-    statements = _traced(source)
-    # A log that ends in a commit no read has seen, while SQLite's index does not show it yet:
-    # the last frame's checksums changed in place (readers go by the index, not by them).
-    wal_path = f"{db}-wal"
-    original = Path(wal_path).read_bytes()
-    frame = 24 + int.from_bytes(original[8:12], "big")
-    at = len(original) - frame + 16
-    with open(wal_path, "r+b") as wal:
-        wal.seek(at)
-        wal.write(bytes(b ^ 0xFF for b in original[at : at + 8]))
-    os.utime(wal_path, ns=(1, 1))  # the same size: make sure the times differ
-    looks = sqlite_source.SETTLE_TRIES + 5
-    for _ in range(looks):
-        assert await source.poll() == []
-    assert statements == ["PRAGMA data_version"] * looks  # still looking past SETTLE_TRIES
-    with open(wal_path, "r+b") as wal:
-        wal.seek(at)
-        wal.write(original[at : at + 8])
-    writer.append(planner_step("published", ""))
-    assert [s.text for s in await source.poll()] == ["published"]
-    assert source._settling == 0
-    source.close()
-    writer.close()
+    async with read_from_now(tmp_path) as (db, writer, source, statements):
+        # A log that ends in a commit no read has seen, while SQLite's index does not show it yet:
+        # the last frame's checksums changed in place (readers go by the index, not by them).
+        wal_path = f"{db}-wal"
+        original = Path(wal_path).read_bytes()
+        frame = 24 + int.from_bytes(original[8:12], "big")
+        at = len(original) - frame + 16
+        with open(wal_path, "r+b") as wal:
+            wal.seek(at)
+            wal.write(bytes(b ^ 0xFF for b in original[at : at + 8]))
+        os.utime(wal_path, ns=(1, 1))  # the same size: make sure the times differ
+        looks = sqlite_source.SETTLE_TRIES + 5
+        for _ in range(looks):
+            assert await source.poll() == []
+        assert statements == ["PRAGMA data_version"] * looks  # still looking past SETTLE_TRIES
+        with open(wal_path, "r+b") as wal:
+            wal.seek(at)
+            wal.write(original[at : at + 8])
+        writer.append(planner_step("published", ""))
+        assert [s.text for s in await source.poll()] == ["published"]
+        assert source._settling == 0
 
 
 async def test_a_change_the_log_cannot_explain_is_looked_at_a_bounded_number_of_times(
