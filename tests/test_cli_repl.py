@@ -58,9 +58,10 @@ class Terminal:
         self.screen = b""
         self._seen = 0  # `expect` looks only past what it matched last
 
-    def expect(self, text: bytes) -> bytes:
-        """Read until `text` arrives after the last match; what came up to its end."""
-        deadline = time.monotonic() + TIMEOUT
+    def expect(self, text: bytes, within: float = TIMEOUT) -> bytes:
+        """Read until `text` arrives after the last match (at most `within` seconds); what came
+        up to its end."""
+        deadline = time.monotonic() + within
         while (found := self.screen.find(text, self._seen)) < 0:
             left = deadline - time.monotonic()
             ready, _, _ = select.select([self.fd], [], [], max(0.0, left))
@@ -227,6 +228,66 @@ def test_ctrl_c_aborts_a_slow_turn_and_keeps_the_repl(tmp_path: Path) -> None:
     finally:
         term.kill()
     assert b"half typed\r\n" not in term.screen.split(b"Ctrl-C again")[1]  # never sent as a turn
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_permission_question_waits_leaves_the_next_line_to_the_repl(
+    tmp_path: Path,
+) -> None:
+    # The thread that asked used to stay in its read of the terminal after the turn ended: the
+    # person's next line went to it, and the REPL never saw it.
+    scenario = json.loads((ROOT / "agy_provider/sim/scenarios/permission.json").read_text())
+    scenario["turns"][0]["steps"][0]["tools"][0]["permission"]["timeout_ms"] = 120_000
+    (tmp_path / "perm-long.json").write_text(json.dumps(scenario))
+    term = Terminal(tmp_path, AGY_SIM_SCENARIO="perm-long.json")
+    try:
+        term.expect(PROMPT)
+        term.send(b"where am I?\r")
+        term.expect(b"Allow? [y/N] ")
+        term.send(b"\x03")  # Ctrl-C while the question waits
+        term.expect(b"SIGINT received: stopping agy")
+        term.expect(b"aborted")
+        term.expect(PROMPT)
+        # The REPL answers at once; a swallowed line would leave the screen still.
+        term.send(b"/help\r")
+        shown = term.expect(b"Ctrl-D leaves.", within=20.0)
+        assert b"/model [NAME]" in shown
+        term.expect(PROMPT)
+        term.send(b"\x04")  # Ctrl-D: nothing else reads the terminal either
+        assert term.exit_code() == 0, term.text()
+    finally:
+        term.kill()
+    assert scenario_answer("permission").encode() not in term.screen  # never allowed
+    assert b"answering step" not in term.screen  # nothing was sent to the turn that was over
+
+
+def test_a_question_reads_one_line_and_stops_reading_when_its_turn_ends() -> None:
+    import io
+
+    from agy_provider.cli.chat_turn import TerminalAsker
+
+    keys, line_end = os.openpty()  # the person's side, and the chat's
+    shown = io.StringIO()
+    with os.fdopen(line_end, encoding="utf-8") as terminal:
+        asker = TerminalAsker(terminal, shown, lambda: None)
+        os.write(keys, "ja, gewiß\nthe next line\n".encode())
+        assert asker.ask("Allow? [y/N] ") == "ja, gewiß"  # exactly one line, nothing past it
+        assert os.read(line_end, 100) == b"the next line\n"
+        answers: list[str] = []
+        waiting = threading.Thread(
+            target=lambda: answers.append(asker.ask("Allow? [y/N] ")), daemon=True
+        )
+        waiting.start()
+        while shown.getvalue().count("Allow?") < 2:
+            time.sleep(0.01)
+        asker.end()  # the turn is over while the question waits
+        os.write(keys, b"/help\n")
+        assert os.read(line_end, 100) == b"/help\n"  # the line is left to the REPL
+        asker.say("late\n")  # and nothing more is shown
+        assert shown.getvalue() == "Allow? [y/N] " * 2
+        # Unanswered: nothing goes back to a turn that is over (its thread, a daemon, waits).
+        assert waiting.is_alive() and answers == []
+    os.close(keys)
 
 
 # `python -c` this: the CLI, with CPython's input hook set to libc's pause(). CPython's readline

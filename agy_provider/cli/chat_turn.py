@@ -14,12 +14,15 @@ import hashlib
 import itertools
 import logging
 import os
+import select
 import signal as signals
 import sys
+import threading
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
+from typing import NoReturn
 from typing import TextIO
 
 from agy_provider.hookspecs import hookimpl
@@ -36,11 +39,13 @@ from agy_provider.pi.types import Context
 from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.config import load_config
+from agy_provider.workers import off_loop
 
 __all__ = [
     "ABORT_SIGNALS",
     "ChatResult",
     "Spinner",
+    "TerminalAsker",
     "TerminalDecisions",
     "TurnNarrator",
     "run_chat",
@@ -138,10 +143,96 @@ class TerminalDecisions:
         return answers
 
 
-def terminal_asker(
-    err: TextIO, before: Callable[[], object]
-) -> tuple[Callable[[str], str], Callable[[str], object]] | None:
-    """(ask, say) for the person at this terminal, or None when there is none to ask.
+class TerminalAsker:
+    """The person at this terminal, for the questions of one turn, until `end()`.
+
+    `say` shows text, `ask` shows a question and returns the line typed. The answer is read
+    from the terminal's descriptor, one byte at a time and never past its line, in a wait that
+    `end()` also wakes: once the turn is over nothing of it reads the terminal (the REPL's next
+    line is the REPL's) or writes to it.
+
+    A question still waiting then (or asked later) is never answered: its hook's thread waits,
+    off the terminal, for good (the rpc source runs hooks in daemon threads for hooks that never
+    return). agy's step counts as denied all the same: an abort's cancel refuses what agy waits
+    on, and otherwise agy is gone or denied it itself. An answer now ("") would go to a turn that
+    is over, to a server usually gone, and the source would report that failure on the terminal.
+    """
+
+    def __init__(self, reader: TextIO, writer: TextIO, before: Callable[[], object]) -> None:
+        self._reader = reader  # kept, and so kept open, while its descriptor is read
+        self._writer = writer
+        self._before = before
+        self._woken, self._wake = os.pipe()
+        self._ended = False
+        # Held while the terminal is used: `end()` waits for a line being read to be read.
+        self._using = threading.Lock()
+
+    def say(self, text: str) -> None:
+        with self._using:
+            if not self._ended:
+                self._show(text)
+
+    def ask(self, question: str) -> str:
+        with self._using:
+            line = None if self._ended else self._answer(question)
+        if line is None:
+            _wait_for_good()
+        return line.decode(self._reader.encoding or "utf-8", "replace").rstrip("\n")
+
+    def end(self) -> None:
+        """The turn is over: a question still waiting stops reading the terminal, unanswered.
+
+        Blocks (at most `_LET_GO_WAIT`) until a line already being read is read: call it off the
+        event loop. Safe to call again.
+        """
+        if self._ended:
+            return
+        self._ended = True
+        os.write(self._wake, b"\0")
+        if self._using.acquire(timeout=_LET_GO_WAIT):
+            # Nobody selects on the pipe any more (`_ended` is seen under the lock).
+            os.close(self._woken)
+            os.close(self._wake)
+            self._using.release()
+
+    def _show(self, text: str) -> None:
+        self._before()
+        self._writer.write(text)
+        self._writer.flush()
+
+    def _answer(self, question: str) -> bytes | None:
+        """`question` shown, then one line from the terminal (None once `end()` woke the wait
+        before the line began); EOFError when the terminal closed."""
+        self._show(question)
+        fd = self._reader.fileno()
+        line = b""
+        while not line.endswith(b"\n"):
+            ready, _, _ = select.select([fd, self._woken], [], [])
+            # A line begun is finished (a terminal hands over whole lines): the bytes typed for
+            # this question must not become the start of the REPL's next line.
+            if fd not in ready or (self._woken in ready and not line):
+                return None
+            byte = os.read(fd, 1)
+            if not byte:
+                if not line:
+                    raise EOFError("no answer: the terminal closed")
+                break
+            line += byte
+        return line
+
+
+# How long ending a turn's questions waits for a line the person already typed to be read.
+_LET_GO_WAIT = 1.0
+
+
+def _wait_for_good() -> NoReturn:
+    """Where the thread of a question its turn no longer waits for stays (see `TerminalAsker`)."""
+    threading.Event().wait()  # nobody holds it: never set
+    raise AssertionError("an event nobody holds was set")
+
+
+def terminal_asker(err: TextIO, before: Callable[[], object]) -> TerminalAsker | None:
+    """The person at this terminal (`TerminalAsker`), or None when there is none to ask.
 
     Questions go to stderr when it is the terminal (else to /dev/tty) so they are seen even with
     stdout redirected; answers come from stdin when it is the terminal, else from /dev/tty (the
@@ -155,21 +246,7 @@ def terminal_asker(
         writer: TextIO = err if err.isatty() else open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115
     except OSError:
         return None
-    source, sink = reader, writer
-
-    def say(text: str) -> None:
-        before()
-        sink.write(text)
-        sink.flush()
-
-    def ask(question: str) -> str:
-        say(question)
-        line = source.readline()
-        if not line:
-            raise EOFError("no answer: the terminal closed")
-        return line.rstrip("\n")
-
-    return ask, say
+    return TerminalAsker(reader, writer, before)
 
 
 class TurnNarrator:
@@ -353,6 +430,7 @@ async def run_chat(
     screen = _ChatScreen(out, err, events=events)
     spinner = screen.spinner
     asker = None
+    terminal = None
     narrator = None
     # Signals are ours from here on: loading the plugins can take a moment, and a signal then
     # must abort the turn too rather than kill this process with agy about to start.
@@ -364,7 +442,7 @@ async def run_chat(
                 pm.register(narrator, name="agy-provider-chat-narrator")
             terminal = None if events else terminal_asker(err, screen.clear_line)
             if terminal is not None:
-                asker = TerminalDecisions(*terminal)
+                asker = TerminalDecisions(terminal.ask, terminal.say)
                 pm.register(asker, name="agy-provider-chat-terminal")
             if spinner is not None:
                 spinner.start()
@@ -385,6 +463,7 @@ async def run_chat(
             async for event in stream:
                 screen.show(event)
             message = dataclasses.replace(await stream.result())
+            await _end_questions(terminal)  # the turn is over, its epilogue is not: no more asking
             if spinner is not None:
                 await spinner.finish()
             if epilogue:
@@ -401,6 +480,7 @@ async def run_chat(
                 pm.unregister(asker)
             if narrator is not None:
                 pm.unregister(narrator)
+            await _end_questions(terminal)
             if spinner is not None:
                 await spinner.finish()
     return ChatResult(message, received[0] if received else None)
@@ -409,6 +489,13 @@ async def run_chat(
 # How long the CLI waits, after the final event, for the turn's own epilogue (agy's tree ended,
 # the session saved) before the loop closes and cancels what is left.
 _EPILOGUE_WAIT = 15.0
+
+
+async def _end_questions(terminal: TerminalAsker | None) -> None:
+    """The turn is over: a question still waiting stops reading the terminal, unanswered, and
+    the terminal is the person's again (the REPL reads the next line)."""
+    if terminal is not None:
+        await off_loop(terminal.end)
 
 
 def _folder_session(cwd: str | None) -> str:
