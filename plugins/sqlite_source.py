@@ -52,7 +52,6 @@ TICK_IDLE_NO_NOTIFY = 0.25
 # commit is seen), until it is (at most SETTLE_TRIES_WRITTEN times, about half a second: a writer
 # that died right there); where the log cannot tell what it holds, at most SETTLE_TRIES times.
 PENDING_WINDOW = 0.05
-NOTIFIED_PAUSE = 0.001
 SETTLE_TICK = 0.002
 SETTLE_TICK_MAX = 0.008
 SETTLE_TRIES = 3
@@ -172,10 +171,7 @@ class SqliteEventSource:
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            if await self._watch.wait(delay):
-                # The write that notified is one of a commit's several, and the woken reader
-                # often runs before agy publishes the commit: give agy the CPU to finish it.
-                await asyncio.sleep(min(timeout, NOTIFIED_PAUSE))
+            await self._watch.wait(delay)
         else:
             await asyncio.sleep(delay)
 
