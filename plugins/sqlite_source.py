@@ -110,6 +110,8 @@ class SqliteEventSource:
         self._changed_at: float | None = None  # when the files were first seen changed, unread
         self._seen_commit: bytes | None = None  # the log's last commit at the last read that moved
         self._settling = 0  # reads so far that looked again for a written, unseen commit
+        self._notified = False  # a notification came since `_moved` last looked
+        self._confirm = False  # the next read looks again at files a read already saw
         self.skipped: list[tuple[int, str]] = []
         # (rows the light scan returned, payloads fetched) by the last read, and the UTF-8 bytes
         # of growing texts decoded so far: tests hold the reader to "cost follows what changed".
@@ -171,7 +173,7 @@ class SqliteEventSource:
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            await self._watch.wait(delay)
+            self._notified |= await self._watch.wait(delay)
         else:
             await asyncio.sleep(delay)
 
@@ -212,13 +214,19 @@ class SqliteEventSource:
         (even `PRAGMA data_version` can spin on the WAL's read locks), so it runs on the loop
         and the many idle checks of many turns cost no thread hop. Nor is a log read that ends
         mid-commit (that commit is not visible yet, and its last write notifies), or one whose
-        last commit is the one already read (the change was a checkpoint).
+        last commit is the one already read (the change was a checkpoint). But a notification
+        with the files as the last read saw them is looked at: the write that notified came
+        before that read, and its commit may have been published only after the read looked.
         """
         now = time.monotonic()
+        notified, self._notified = self._notified, False
         if self._settling or now - self._read_at >= RECHECK_EVERY:
             return True
         files = _file_signature(self.path)
         if files == self._seen_files:
+            if notified:
+                self._confirm = True
+                return True
             self._idle_ticks += 1
             return False
         end = wal_end(self.path)
@@ -244,12 +252,13 @@ class SqliteEventSource:
             raise RuntimeError("read() before open()")
         self._read_at = time.monotonic()
         self._changed_at = None
+        confirm, self._confirm = self._confirm, False
         try:
             files = _file_signature(self.path)
             end = wal_end(self.path)
             version = data_version(conn)
             if version == self._data_version and not force:
-                self._unseen(files, end)
+                self._unseen(files, end, confirm=confirm)
                 return []
             self._settling = 0
             changed = self._read_changes(conn)
@@ -268,11 +277,11 @@ class SqliteEventSource:
         self._idle_ticks = 0 if changed else self._idle_ticks + 1
         return changed
 
-    def _unseen(self, files: tuple[int, ...], end: WalEnd | None) -> None:
-        """A read found nothing new although the files changed. A commit the log shows written
-        is looked for until it is published; where the log cannot tell, `SETTLE_TRIES` times, and
-        after that the change counts as no commit (a checkpoint, say)."""
-        if files == self._seen_files:
+    def _unseen(self, files: tuple[int, ...], end: WalEnd | None, *, confirm: bool) -> None:
+        """A read found nothing new although the files changed (or a notification said they
+        had). A commit the log shows written is looked for until it is published; otherwise
+        `SETTLE_TRIES` times, and after that the change counts as no commit (a checkpoint, say)."""
+        if files == self._seen_files and not (confirm or self._settling):
             self._idle_ticks += 1
             return
         self._settling += 1

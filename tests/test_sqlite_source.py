@@ -307,3 +307,21 @@ async def test_a_change_the_log_cannot_explain_is_looked_at_a_bounded_number_of_
         assert await source.poll() == []
     assert statements == ["PRAGMA data_version"] * (1 + sqlite_source.SETTLE_TRIES)
     source.close()
+
+
+async def test_a_notification_after_a_read_that_saw_the_files_is_looked_at_a_few_times(
+    tmp_path: Path,
+) -> None:
+    # The write that notified came before the last read looked, and its commit may have been
+    # published only after that look: the files are as that read saw them, yet worth a look.
+    async with read_from_now(tmp_path) as (db, _writer, source, statements):
+        with open(f"{db}-wal", "ab"):
+            pass  # closed after writing: a notification that changes neither size nor time
+        await source.wait(30.0)
+        for _ in range(10):
+            assert await source.poll() == []
+        assert statements == ["PRAGMA data_version"] * (1 + sqlite_source.SETTLE_TRIES)
+        statements.clear()
+        await source.wait(0.01)  # nothing notified: the tick times out
+        assert await source.poll() == []
+        assert statements == []
