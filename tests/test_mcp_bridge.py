@@ -267,6 +267,8 @@ def _part(body: bytes, more: bool = True) -> dict[str, Any]:
         (0, 40, [_part(b"x" * 6), _part(b"y", more=False)], None, 2),  # read and dropped
         (0, 40, [_part(b"x" * 30), _part(b"y" * 30)], None, 2),  # dropped up to 40 bytes only
         (41, 40, [_part(b"z", more=False)], None, 0),
+        # declared past the cap but under what is read to drop it: still refused, whatever came
+        (9, 40, [_part(b"z", more=False)], None, 1),
     ],
 )
 async def test_the_shared_body_reader_keeps_the_cap_as_each_caller_sets_it(

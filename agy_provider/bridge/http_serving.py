@@ -69,11 +69,13 @@ async def read_body(
             raise ClientDisconnect
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size <= limit and declared <= limit:
+        kept = size <= limit and declared <= limit
+        if kept:
             chunks.append(chunk)
         else:
             chunks = []
         if not message.get("more_body"):
-            return b"".join(chunks) if size <= limit else None
+            # A body declared past the cap is refused even when fewer bytes came.
+            return b"".join(chunks) if kept else None
         if size > read_up_to:
             return None
