@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -410,3 +411,51 @@ def test_the_relay_wakes_the_main_thread_for_a_signal_another_thread_took() -> N
         os.close(write)
     assert not rescued, "the main thread slept through the signal"
     assert ran == [signal.SIGINT] and relay.handled == 1
+
+
+def test_a_signal_between_the_prompt_and_a_turn_waits_for_whichever_comes_next() -> None:
+    # Between the prompt's handlers and a turn's, Python's own SIGINT handler would raise
+    # KeyboardInterrupt wherever the REPL was and end it: the REPL's handler keeps the signal
+    # for the next of them instead.
+    import concurrent.futures
+    import io
+
+    from agy_provider.cli.repl import SignalRelay
+    from agy_provider.cli.repl import TurnLoop
+    from agy_provider.cli.repl import _read_line
+    from agy_provider.cli.repl import _signals_abort
+    from agy_provider.pi.options import AbortSignal
+
+    def signalled(signum: int) -> None:
+        os.kill(os.getpid(), signum)
+        deadline = time.monotonic() + 10
+        while signum not in relay.pending and time.monotonic() < deadline:
+            time.sleep(0.001)  # the handler runs on this thread, at the next interruption
+
+    relay = SignalRelay()
+    relay.start()
+    turns = TurnLoop()
+    turns.start()
+    previous = signal.signal(signal.SIGINT, relay.between)
+    try:
+        signalled(signal.SIGINT)  # after a turn: the next prompt takes it as its Ctrl-C
+        assert relay.pending == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):
+            _read_line(io.StringIO(), relay)  # before it reads anything
+        assert relay.pending == [] and signal.getsignal(signal.SIGINT) == relay.between
+
+        signalled(signal.SIGINT)  # after the line was read: the turn takes it, and aborts
+        abort = AbortSignal()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with _signals_abort(turns, relay, abort, future, io.StringIO()) as received:
+            assert received == [signal.SIGINT] and relay.pending == []
+            deadline = time.monotonic() + 10
+            while not abort.aborted and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert abort.aborted and not future.cancelled()
+        assert signal.getsignal(signal.SIGINT) == relay.between
+        assert relay.handled == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        turns.close()
+        relay.close()

@@ -181,6 +181,9 @@ class SignalRelay:
 
     def __init__(self) -> None:
         self.handled = 0  # counted by the REPL's handlers, on the main thread
+        # Signals that came while neither the prompt nor a turn had its handlers in place
+        # (between the two): the next of them to start acts on them.
+        self.pending: list[int] = []
         self._received = 0
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
@@ -217,6 +220,13 @@ class SignalRelay:
                 if self._stopped.wait(_POKE_EVERY):
                     return
             self._received = min(self._received, self.handled)  # a burst its handler ran once for
+
+
+    def between(self, signum: int, frame: FrameType | None) -> None:
+        """The REPL's handler outside the prompt and the turns: the signal waits in `pending`
+        (Python's own SIGINT handler would raise KeyboardInterrupt there and end the REPL)."""
+        self.handled += 1
+        self.pending.append(signum)
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -289,6 +299,7 @@ def run_repl(settings: ReplSettings, out: TextIO, err: TextIO) -> int:
     history = _History.open(err)
     relay = SignalRelay()
     relay.start()
+    previous = {s: signals.signal(s, relay.between) for s in ABORT_SIGNALS}
     turns = TurnLoop()
     try:
         turns.start()
@@ -296,6 +307,8 @@ def run_repl(settings: ReplSettings, out: TextIO, err: TextIO) -> int:
         return _read_eval_loop(settings, turns, relay, history, out, err)
     finally:
         turns.close()
+        for signum, handler in previous.items():
+            signals.signal(signum, handler)
         relay.close()
         history.save(err)
 
@@ -343,15 +356,20 @@ def _read_line(out: TextIO, relay: SignalRelay) -> str:
     """One line from the person: Ctrl-C is KeyboardInterrupt (readline drops the line), Ctrl-D
     EOFError, SIGTERM/SIGHUP `_Leave`."""
 
-    def leave(signum: int, frame: FrameType | None) -> None:
-        relay.handled += 1
+    def act(signum: int) -> None:
         if signum == signals.SIGINT:
             raise KeyboardInterrupt
         raise _Leave(signum)
 
+    def leave(signum: int, frame: FrameType | None) -> None:
+        relay.handled += 1
+        act(signum)
+
     out.flush()
     previous = {s: signals.signal(s, leave) for s in ABORT_SIGNALS}
     try:
+        if relay.pending:  # one that came since the last turn ended: as if it came now
+            act(relay.pending.pop(0))
         with _keys_kept_until_read(sys.stdin):
             return input(PROMPT)
     finally:
@@ -495,6 +513,9 @@ def _signals_abort(
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         relay.handled += 1
+        take(signum)
+
+    def take(signum: int) -> None:
         received.append(signum)
         if len(received) == 1:
             name = signals.Signals(signum).name
@@ -507,6 +528,8 @@ def _signals_abort(
 
     previous = {s: signals.signal(s, on_signal) for s in ABORT_SIGNALS}
     try:
+        while relay.pending:  # came after the line was read, before this: for this turn
+            take(relay.pending.pop(0))
         yield received
     finally:
         for signum, handler in previous.items():
