@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import shlex
 import subprocess
@@ -54,6 +55,9 @@ class SimClock:
         from agy_provider.live import warm_turn
 
         self.turns: dict[int, dict[str, float]] = {}
+        # Each turn's text chunks as agy-sim's stdout gave them: (perf_counter, length so far).
+        self.chunks: dict[int, list[tuple[float, int]]] = {}
+        self.partial: dict[int, bytes] = {}  # each turn's stdout after its last full line
         self.conversations: dict[int, str] = {}  # each turn's conversation ("" for a new one)
         original_start, original_deliver = warm_turn.WarmTurn.start, warm_turn.WarmTurn.deliver
         clock = self
@@ -69,9 +73,20 @@ class SimClock:
             clock.turns[key]["sent"] = time.perf_counter()
 
         def deliver(turn: Any, data: bytes, ended: bool) -> None:
-            marks = clock.turns.setdefault(getattr(turn, "bench_key", -1), {})
-            if "first_text" not in marks and b'"text_delta"' in data:
-                marks["first_text"] = time.perf_counter()
+            key = getattr(turn, "bench_key", -1)
+            marks = clock.turns.setdefault(key, {})
+            # Whole lines only: a read may end inside one.
+            held = clock.partial.pop(key, b"") + data
+            lines, _, clock.partial[key] = held.rpartition(b"\n")
+            if b'"text_delta"' in lines:
+                now = time.perf_counter()
+                marks.setdefault("first_text", now)
+                chunks = clock.chunks.setdefault(key, [])
+                for line in lines.splitlines():
+                    if b'"text_delta"' in line:
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            grown = len(json.loads(line)["step_update"]["text_delta"])
+                            chunks.append((now, (chunks[-1][1] if chunks else 0) + grown))
             if ended:
                 marks["result"] = time.perf_counter()
             original_deliver(turn, data, ended)
@@ -244,16 +259,21 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
     # Each turn's agy-sim marks, found by its conversation (turns start in any order).
     from agy_provider.store.sessions import SessionStore
 
-    by_conversation = {
-        clock.conversations.get(turn, ""): marks for turn, marks in list(clock.turns.items())[mark:]
-    }
+    key_of = {clock.conversations.get(turn, ""): turn for turn in list(clock.turns)[mark:]}
     store = SessionStore()
+    lateness: list[float] = []  # each text chunk: the host's delta after agy-sim's stdout line
+    merged = chunks = 0  # chunks the host got in one delta with the chunk after them
     for k, timing in enumerate(seconds):
         record = store.get(f"c-{k}")
-        marks = by_conversation.get(record.conversation_id, {}) if record is not None else {}
+        key = key_of.get(record.conversation_id, -1) if record is not None else -1
+        marks = clock.turns.get(key, {})
         if "first_text" in marks and "sent" in marks:
             behind.append((timing.first_text - (marks["first_text"] - marks["sent"])) * 1000)
             delivered.append((timing.called_at + timing.first_text - marks["first_text"]) * 1000)
+        late, joined = chunk_lateness(clock.chunks.get(key, []), timing)
+        lateness += late
+        merged += joined
+        chunks += len(late)
     agys, pool_mib = pool_memory()
     host_mib = psutil.Process().memory_info().rss / 2**20
     streamed = sum(t.ok and t.text_deltas >= 2 for t in seconds)
@@ -276,6 +296,12 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
         f"host RSS {host_mib:5.1f} MiB [{verdict(host_mib <= HOST_RSS_GOAL_MIB)} ≤ {HOST_RSS_GOAL_MIB:.0f}]; "
         f"pool: {agys} agys (warm_max {n}) holding {pool_mib:7.1f} MiB"
     )
+    lines.append(
+        f"  {'':>8} each text chunk, the host's delta after agy-sim's stdout line: median "
+        f"{live.median(lateness):5.1f} ms p99 {live.percentile(lateness, 99):6.1f} ms max "
+        f"{max(lateness, default=float('nan')):6.1f} ms; {merged} of {chunks} chunks came in one "
+        "delta with the next"
+    )
     if waited is not None:
         lines.append(
             f"  {'':>8} the loop's thread: on a CPU {waited[0]:5.0f} ms, runnable but waiting for "
@@ -283,6 +309,24 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
         )
     POOL.shutdown()
     return lines
+
+
+def chunk_lateness(
+    chunks: list[tuple[float, int]], timing: live.TurnTiming
+) -> tuple[list[float], int]:
+    """For each text chunk agy-sim printed (its stdout line's time, the answer's length with
+    it): ms until the host's text delta that reached that length; and how many chunks reached the
+    host in the same delta as the chunk after them (commits read together)."""
+    late = []
+    covering = []  # the index of the host delta that first held each chunk
+    for seen_at, length in chunks:
+        for index, (at, held) in enumerate(timing.deltas):
+            if held >= length:
+                late.append((timing.called_at + at - seen_at) * 1000)
+                covering.append(index)
+                break
+    joined = sum(a == b for a, b in itertools.pairwise(covering))
+    return late, joined
 
 
 def _loop_thread_cpu(

@@ -223,6 +223,8 @@ class TurnTiming:
     text: str = ""
     cpu: float = float("nan")  # this process's CPU (all threads) during the turn
     called_at: float = float("nan")  # `time.perf_counter()` when `stream_simple` was called
+    # Each text delta: (seconds from the call, the answer's length in characters so far).
+    deltas: list[tuple[float, int]] = dataclasses.field(default_factory=list)
 
 
 async def timed_turn(
@@ -262,6 +264,7 @@ async def timed_turn(
             if event.type == "text_delta":
                 timing.text_deltas += 1
                 timing.text += event.delta
+                timing.deltas.append((now, len(timing.text)))
                 if timing.first_text != timing.first_text:
                     timing.first_text = now
             elif event.type == "done":
