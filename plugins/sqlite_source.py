@@ -14,13 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agy_provider.agy.database import WalEnd
 from agy_provider.agy.database import data_version
 from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.database import read_snapshot
 from agy_provider.agy.database import read_step_rows
 from agy_provider.agy.database import scan_step_signatures
-from agy_provider.agy.database import wal_end
 from agy_provider.agy.growing_text import GrowingTexts
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import STATUS_BY_NUMBER
@@ -43,19 +41,11 @@ TICK_ACTIVE = 0.05
 TICK_IDLE = 0.5
 TICK_ACTIVE_NO_NOTIFY = 0.01
 TICK_IDLE_NO_NOTIFY = 0.25
-# agy writes a commit's frames to the `-wal` one write at a time (each one a notification), and
-# publishes the commit in the WAL index (`-shm`, through mmap, which notifies nothing) right after
-# the last. So while the log ends mid-commit no read is made (the last frame's write notifies
-# again), for at most PENDING_WINDOW in case the log misleads. A read that finds a written commit
-# not yet visible looks again after SETTLE_TICK, doubling up to SETTLE_TICK_MAX (a busy machine
-# can keep agy off the CPU for tens of milliseconds between the two: the cap bounds how late its
-# commit is seen), until it is (at most SETTLE_TRIES_WRITTEN times, about half a second: a writer
-# that died right there); where the log cannot tell what it holds, at most SETTLE_TRIES times.
-PENDING_WINDOW = 0.05
+# A notification on `-wal` fires when agy writes a commit's frames, a moment *before* the commit
+# is published in the WAL index (`-shm`, written through mmap, which notifies nothing). So after
+# a notification we re-check every SETTLE_TICK until data_version moves, for at most SETTLE_WINDOW.
 SETTLE_TICK = 0.002
-SETTLE_TICK_MAX = 0.008
-SETTLE_TRIES = 3
-SETTLE_TRIES_WRITTEN = 60
+SETTLE_WINDOW = 0.05
 # Files' modification times are coarse (a commit in the same tick as our look, same size, is
 # invisible to stat): a real read runs at least this often whatever the files say.
 RECHECK_EVERY = 0.5
@@ -107,11 +97,7 @@ class SqliteEventSource:
         self._unclaimed: list[Step] = []  # what a cancelled poll's read took, for the next poll
         self._watch: FolderWatch | None = None
         self._idle_ticks = 0
-        self._changed_at: float | None = None  # when the files were first seen changed, unread
-        self._seen_commit: bytes | None = None  # the log's last commit at the last read that moved
-        self._settling = 0  # reads so far that looked again for a written, unseen commit
-        self._notified = False  # a notification came since `_moved` last looked
-        self._confirm = False  # the next read looks again at files a read already saw
+        self._settle_until = 0.0
         self.skipped: list[tuple[int, str]] = []
         # (rows the light scan returned, payloads fetched) by the last read, and the UTF-8 bytes
         # of growing texts decoded so far: tests hold the reader to "cost follows what changed".
@@ -163,9 +149,8 @@ class SqliteEventSource:
 
     async def wait(self, timeout: float) -> None:
         """Sleep until the database may have changed, at most `timeout` (and one fallback tick)."""
-        if self._settling:
-            tick = min(SETTLE_TICK_MAX, SETTLE_TICK * 2 ** (self._settling - 1))
-            await asyncio.sleep(min(timeout, tick))
+        if time.monotonic() < self._settle_until:
+            await asyncio.sleep(min(timeout, SETTLE_TICK))
             return
         notify = self._watch is not None
         active = TICK_ACTIVE if notify else TICK_ACTIVE_NO_NOTIFY
@@ -173,7 +158,8 @@ class SqliteEventSource:
         tick = min(idle, active * (2 ** min(self._idle_ticks, 8)))
         delay = max(0.0, min(timeout, tick))
         if self._watch is not None:
-            self._notified |= await self._watch.wait(delay)
+            if await self._watch.wait(delay):
+                self._settle_until = time.monotonic() + SETTLE_WINDOW
         else:
             await asyncio.sleep(delay)
 
@@ -182,7 +168,7 @@ class SqliteEventSource:
     async def poll(self, *, force: bool = False) -> list[Step]:
         """Changed snapshots since the last poll; [] while nothing moved or the database is busy.
 
-        Whether anything moved is a `stat` on the loop; the read and the decoding run in
+        Whether anything moved is one cheap pragma on the loop; the read and the decoding run in
         a worker thread, so a large change never stalls the caller's event loop. A cancelled
         poll lets its thread finish; `aclose` waits for it.
         """
@@ -212,34 +198,16 @@ class SqliteEventSource:
         modification times mean nothing moved (modification times are coarse, so a real read
         still happens every `RECHECK_EVERY`): a `stat`, which never waits on SQLite's locks
         (even `PRAGMA data_version` can spin on the WAL's read locks), so it runs on the loop
-        and the many idle checks of many turns cost no thread hop. Nor is a log read that ends
-        mid-commit (that commit is not visible yet, and its last write notifies), or one whose
-        last commit is the one already read (the change was a checkpoint). But a notification
-        with the files as the last read saw them is looked at: the write that notified came
-        before that read, and its commit may have been published only after the read looked.
+        and the many idle checks of many turns cost no thread hop. Right after a notification
+        the commit may not be published yet (`SETTLE_WINDOW`): then the read decides.
         """
         now = time.monotonic()
-        notified, self._notified = self._notified, False
-        if self._settling or now - self._read_at >= RECHECK_EVERY:
+        if now < self._settle_until or now - self._read_at >= RECHECK_EVERY:
             return True
-        files = _file_signature(self.path)
-        if files == self._seen_files:
-            if notified:
-                self._confirm = True
-                return True
-            self._idle_ticks += 1
-            return False
-        end = wal_end(self.path)
-        if end is None:
+        if _file_signature(self.path) != self._seen_files:
             return True
-        if end.pending:
-            if self._changed_at is None:
-                self._changed_at = now
-            return now - self._changed_at >= PENDING_WINDOW
-        if end.commit == self._seen_commit:
-            self._seen_files = files
-            return False
-        return True
+        self._idle_ticks += 1
+        return False
 
     def _keep_unclaimed(self, read: asyncio.Future[list[Step]]) -> None:
         if not read.cancelled() and read.exception() is None:
@@ -251,16 +219,14 @@ class SqliteEventSource:
         if conn is None:
             raise RuntimeError("read() before open()")
         self._read_at = time.monotonic()
-        self._changed_at = None
-        confirm, self._confirm = self._confirm, False
         try:
             files = _file_signature(self.path)
-            end = wal_end(self.path)
             version = data_version(conn)
             if version == self._data_version and not force:
-                self._unseen(files, end, confirm=confirm)
+                if time.monotonic() >= self._settle_until:
+                    self._idle_ticks += 1  # settling after a notification is not idleness
                 return []
-            self._settling = 0
+            self._settle_until = 0.0  # the notified commit is visible now
             changed = self._read_changes(conn)
         except sqlite3.OperationalError as exc:
             # Locked or busy: agy holds a write lock. Try again next tick, nothing is lost.
@@ -273,22 +239,8 @@ class SqliteEventSource:
         self._data_version = version
         # What the files looked like before this read: if they change again, read again.
         self._seen_files = files
-        self._seen_commit = end.commit if end is not None else None
         self._idle_ticks = 0 if changed else self._idle_ticks + 1
         return changed
-
-    def _unseen(self, files: tuple[int, ...], end: WalEnd | None, *, confirm: bool) -> None:
-        """A read found nothing new although the files changed (or a notification said they
-        had). A commit the log shows written is looked for until it is published; otherwise
-        `SETTLE_TRIES` times, and after that the change counts as no commit (a checkpoint, say)."""
-        if files == self._seen_files and not (confirm or self._settling):
-            self._idle_ticks += 1
-            return
-        self._settling += 1
-        written = end is not None and not end.pending and end.commit != self._seen_commit
-        if self._settling > (SETTLE_TRIES_WRITTEN if written else SETTLE_TRIES):
-            self._settling = 0
-            self._seen_files = files
 
     def _read_changes(self, conn: sqlite3.Connection) -> list[Step]:
         """One read transaction: a light scan, then payloads of the rows that changed."""

@@ -19,7 +19,6 @@ from agy_provider.errors import DatabaseError
 __all__ = [
     "STEP_COLUMNS",
     "StepRow",
-    "WalEnd",
     "data_version",
     "first_step_index",
     "iter_generator_rows",
@@ -35,16 +34,7 @@ __all__ = [
     "scan_step_signatures",
     "step_columns",
     "user_step_indices",
-    "wal_end",
 ]
-
-# SQLite's write-ahead log (sqlite.org/fileformat2.html, "WAL File Format"): a 32-byte header
-# (magic, version, page size at bytes 8-11, checkpoint sequence, salts at 16-23, checksums),
-# then frames of a 24-byte header and one page. A frame header's bytes 4-7 are the database's
-# size after a commit, nonzero only on the frame that ends a commit; bytes 8-15 repeat the salts.
-WAL_HEADER_BYTES = 32
-WAL_FRAME_HEADER_BYTES = 24
-WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 # The columns we know (newer builds add some: select by name, never `*`).
 STEP_COLUMNS = ("idx", "step_type", "status", "metadata", "error_details", "step_payload")
@@ -183,54 +173,6 @@ def iter_step_rows(
             )
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"reading steps failed: {exc}", path=path) from exc
-
-
-@dataclass(frozen=True, slots=True)
-class WalEnd:
-    """How agy's `-wal` ends. `pending`: a commit's frames are still being written (half a frame,
-    or a last frame that does not end a commit); the write of its last frame changes the file
-    again. `commit`: the last commit written (its frame's offset and header; the checksums in it
-    run over the whole log, so no two commits share it), None while pending."""
-
-    pending: bool
-    commit: bytes | None
-
-
-_PENDING = WalEnd(pending=True, commit=None)
-
-
-def wal_end(path: str | os.PathLike[str]) -> WalEnd | None:
-    """How the `-wal` beside `path` ends; None when the log cannot tell (absent, empty, unknown
-    format, or its last frame left from before the log restarted).
-
-    Read with `pread` on the `-wal`, outside SQLite: no lock there to disturb (SQLite locks the
-    database and `-shm`, never the log), nothing written.
-    """
-    try:
-        fd = os.open(f"{os.fspath(path)}-wal", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        header = os.pread(fd, WAL_HEADER_BYTES, 0)
-        if len(header) < WAL_HEADER_BYTES or int.from_bytes(header[:4], "big") not in WAL_MAGIC:
-            return None
-        frame = WAL_FRAME_HEADER_BYTES + int.from_bytes(header[8:12], "big")
-        frames = size - WAL_HEADER_BYTES
-        if frames <= 0:
-            return None
-        if frames % frame:
-            return _PENDING  # a frame's header or page is still being written
-        last = os.pread(fd, WAL_FRAME_HEADER_BYTES, size - frame)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(last) < WAL_FRAME_HEADER_BYTES or last[8:16] != header[16:24]:
-        return None  # a frame of the log's previous round: where this round ends is unknown
-    if int.from_bytes(last[4:8], "big") == 0:
-        return _PENDING  # more frames of this commit to come
-    return WalEnd(pending=False, commit=size.to_bytes(8, "big") + last)
 
 
 def data_version(conn: sqlite3.Connection) -> int:
