@@ -222,6 +222,21 @@ async def test_quota_error_ends_with_agys_message(
     assert leftovers(live_env) == []
 
 
+async def test_agys_error_line_is_the_error_when_stderr_is_read_after_the_result(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A warm turn ends on agy's `result`; agy 1.3.x's AGY_ERROR line follows it on the other pipe,
+    # which a busy machine may read later: the error is still that line, every time.
+    monkeypatch.setenv("AGY_SIM_VERSION", "1.3.3")
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "quota-error")
+    monkeypatch.setenv("AGY_SIM_STDERR_LAG_MS", "1200")  # 300 ms at AGY_SIM_SPEED 4
+    events, message = await run_turn("hello")
+    expect_error(events, message)
+    error = message.error_message or ""
+    assert error.startswith("agy failed: RESOURCE_EXHAUSTED (code 429): "), error
+    assert scenario_error("quota-error").user_message in error
+
+
 async def test_ten_concurrent_turns_and_a_subagent_each_bind_their_own(
     live_env: Path, monkeypatch: pytest.MonkeyPatch, recorder: Observed
 ) -> None:

@@ -22,6 +22,7 @@ from agy_provider.agy.argv import stdin_turn
 from agy_provider.agy.result import read_result
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.agy.step import StepUsage
+from agy_provider.agy.verdict import agy_error
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.warm import POOL
 from agy_provider.live.warm import WarmPool
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 _REPLACEMENTS = 2
 # agy's exit code for flags it does not know (Go's flag package, argparse alike).
 _BAD_FLAGS = 2
+# After an ERROR `result`, agy writes its own words on stderr (1.3.x: the `AGY_ERROR:` line that
+# is the turn's error) on another pipe, which may be read after stdout: the turn waits this long
+# at most for them, polling every _LAST_WORDS_POLL.
+_LAST_WORDS_WAIT = 0.5
+_LAST_WORDS_POLL = 0.005
 
 
 class WarmTurn:
@@ -64,6 +70,7 @@ class WarmTurn:
         # agy's running usage total before this turn (its `result` totals run over the process).
         self.previous_total: StepUsage | None = None
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
+        self._last_words: asyncio.Task[None] | None = None  # an ERROR result's stderr, awaited
         self._said = ""  # why the fallback failed, as agy's last words
 
     # -- TurnProcess ---------------------------------------------------------------------------
@@ -214,6 +221,8 @@ class WarmTurn:
         if self._falling_back is not None:
             with contextlib.suppress(Exception):
                 await self._falling_back
+        if self._last_words is not None:
+            self._last_words.cancel()  # the turn is over: nothing waits for its words now
         if self.oneshot is not None:
             await self.oneshot.terminate(grace)
             return
@@ -287,10 +296,29 @@ class WarmTurn:
     def _take(self, data: bytes, ended: bool) -> None:
         if self.events.feed(data):
             self.id_stated.set()
-        if ended and not self._done.is_set():
+        if ended and not self._done.is_set() and self._last_words is None:
             result = read_result(self.events.result or {})
             self._by_result = True
-            self._finish(1 if result.status == "ERROR" else 0)
+            if result.status == "ERROR" and not result.canceled and self.agy is not None:
+                self._last_words = asyncio.ensure_future(self._finish_after_last_words(self.agy))
+            else:
+                self._finish(1 if result.status == "ERROR" else 0)
+
+    async def _finish_after_last_words(self, agy: WarmAgy) -> None:
+        """An ERROR `result`: end the turn once agy's stderr has said something more (its
+        `AGY_ERROR:` line on 1.3.x, which is then the turn's error), or it exited, or at most
+        `_LAST_WORDS_WAIT`: whichever pipe the hub read first, the turn's words are the same."""
+        said = agy.stderr_since(self._stderr_from)
+        deadline = asyncio.get_running_loop().time() + _LAST_WORDS_WAIT
+        while (
+            not agy_error(said)
+            and len(agy.stderr_since(self._stderr_from)) == len(said)
+            and not agy.exited.is_set()
+            and asyncio.get_running_loop().time() < deadline
+        ):
+            await asyncio.sleep(_LAST_WORDS_POLL)
+        if not self._done.is_set():
+            self._finish(1)
 
     def _died(self, code: int) -> None:
         if self._done.is_set() or self._falling_back is not None:

@@ -132,6 +132,17 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
+# How long after a turn's `result` its words on stderr come (ms, ÷ AGY_SIM_SPEED; default 0).
+STDERR_LAG_ENV = "AGY_SIM_STDERR_LAG_MS"
+
+
+def _ms_env(name: str) -> float:
+    try:
+        return max(float(os.environ.get(name, "0") or 0), 0.0)
+    except ValueError:
+        return 0.0
+
+
 def _speed() -> float:
     try:
         return max(float(os.environ.get("AGY_SIM_SPEED", "1") or 1), 1e-3)
@@ -393,10 +404,15 @@ class Session:
             elif result.response:
                 sys.stdout.write(result.response + "\n")
             sys.stdout.flush()
-        if result.stderr:
-            sys.stderr.write(result.stderr + "\n")
-        elif result.status == "ERROR" and result.exit_code:
-            sys.stderr.write(f"Error: {result.error}\n")
+        words = result.stderr or (
+            f"Error: {result.error}" if result.status == "ERROR" and result.exit_code else ""
+        )
+        if words:
+            # Two pipes: a reader may see the `result` well before the words that follow it.
+            lag = _ms_env(STDERR_LAG_ENV) / 1000 / self.speed
+            if lag > 0:
+                time.sleep(lag)
+            sys.stderr.write(words + "\n")
         sys.stderr.flush()
 
     def _result_json(self, result: TurnResult) -> dict[str, Any]:
