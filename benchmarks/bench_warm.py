@@ -10,8 +10,9 @@ agy-sim starts in `AGY_SIM_COLD_START_MS` (default here 2500, as real agy's 2.3�
   turn time + 100 ms));
 - N concurrent warm conversations (turn 2 of each, `warm_max` = N): all stream (≥ 2 deltas each),
   the provider's overhead per turn, the host loop's lag (goal p99 ≤ 20 ms), the host's RSS (goal
-  ≤ 60 MiB) and the pool's memory (its agys' RSS, bounded by `warm_max`); baseline: N one-shot
-  turns at once;
+  ≤ 60 MiB) and the pool's memory (its agys' RSS, bounded by `warm_max`); how late each text
+  chunk reached the host after agy-sim printed it, and how many came merged with the next; the
+  loop thread's time on a CPU and waiting for one; baseline: N one-shot turns at once;
 - the abort at each phase of a warm turn (before agy answers, streaming, on a fresh agy in its
   cold start): from `abort()` to the `aborted` event (goal ≤ 200 ms), and no agy left.
 Run: `.venv/bin/python benchmarks/bench_warm.py [--cold-ms 2500] [--concurrent 50]`.
