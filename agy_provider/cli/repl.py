@@ -221,7 +221,6 @@ class SignalRelay:
                     return
             self._received = min(self._received, self.handled)  # a burst its handler ran once for
 
-
     def between(self, signum: int, frame: FrameType | None) -> None:
         """The REPL's handler outside the prompt and the turns: the signal waits in `pending`
         (Python's own SIGINT handler would raise KeyboardInterrupt there and end the REPL)."""
