@@ -136,18 +136,17 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 STDERR_LAG_ENV = "AGY_SIM_STDERR_LAG_MS"
 
 
-def _ms_env(name: str) -> float:
+def _float_env(name: str, default: float, floor: float) -> float:
+    """The number in environment variable `name`, at least `floor`; `default` when unset or
+    not a number."""
     try:
-        return max(float(os.environ.get(name, "0") or 0), 0.0)
+        return max(float(os.environ.get(name, "") or default), floor)
     except ValueError:
-        return 0.0
+        return default
 
 
 def _speed() -> float:
-    try:
-        return max(float(os.environ.get("AGY_SIM_SPEED", "1") or 1), 1e-3)
-    except ValueError:
-        return 1.0
+    return _float_env("AGY_SIM_SPEED", 1.0, 1e-3)
 
 
 def _cold_start_ms(scenario: Scenario, persistent: bool) -> tuple[int, str]:
@@ -409,7 +408,7 @@ class Session:
         )
         if words:
             # Two pipes: a reader may see the `result` well before the words that follow it.
-            lag = _ms_env(STDERR_LAG_ENV) / 1000 / self.speed
+            lag = _float_env(STDERR_LAG_ENV, 0.0, 0.0) / 1000 / self.speed
             if lag > 0:
                 time.sleep(lag)
             sys.stderr.write(words + "\n")
