@@ -309,14 +309,14 @@ class WarmTurn:
         `AGY_ERROR:` line on 1.3.x, which is then the turn's error), or it exited, or at most
         `_LAST_WORDS_WAIT`: whichever pipe the hub read first, the turn's words are the same."""
         said = agy.stderr_since(self._stderr_from)
-        deadline = asyncio.get_running_loop().time() + _LAST_WORDS_WAIT
-        while (
-            not agy_error(said)
-            and len(agy.stderr_since(self._stderr_from)) == len(said)
-            and not agy.exited.is_set()
-            and asyncio.get_running_loop().time() < deadline
-        ):
-            await asyncio.sleep(_LAST_WORDS_POLL)
+        if not agy_error(said):  # else its words are here already
+            deadline = asyncio.get_running_loop().time() + _LAST_WORDS_WAIT
+            while (
+                len(agy.stderr_since(self._stderr_from)) == len(said)
+                and not agy.exited.is_set()
+                and asyncio.get_running_loop().time() < deadline
+            ):
+                await asyncio.sleep(_LAST_WORDS_POLL)
         if not self._done.is_set():
             self._finish(1)
 
