@@ -39,6 +39,14 @@ def test_schema_is_agys_exactly_in_wal_mode(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_commits_are_not_synced_like_googles_runtime(tmp_path: Path) -> None:
+    """Google's runtime, the real writer we can run, opens its database `_synchronous=NORMAL`:
+    in WAL mode only a checkpoint syncs, not each commit."""
+    writer = ConversationWriter(tmp_path / "c.db", "c1")
+    assert writer._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    writer.close()
+
+
 def test_placeholder_first_then_text_grows_in_place(tmp_path: Path) -> None:
     sim = Simulator(load_scenario("default"), tmp_path, clock=Clock(speed=1))
     conversation = sim.open()
