@@ -303,6 +303,10 @@ async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[st
         f"{max(lateness, default=float('nan')):6.1f} ms; {merged} of {chunks} chunks came in one "
         "delta with the next"
     )
+    lines.append(
+        f"  {'':>8} the host's full garbage collections meanwhile: {len(probe.full_collections)}"
+        f", longest {max(probe.full_collections, default=0.0):5.1f} ms (each holds the GIL)"
+    )
     if waited is not None:
         lines.append(
             f"  {'':>8} the loop's thread: on a CPU {waited[0]:5.0f} ms, runnable but waiting for "

@@ -11,6 +11,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import gc
 import json
 import logging
 import os
@@ -336,12 +337,24 @@ async def sim_alone(
 
 
 class LagProbe:
-    """A coroutine that sleeps 5 ms in a loop and records how late it wakes (seconds)."""
+    """A coroutine that sleeps 5 ms in a loop and records how late it wakes (seconds); while it
+    runs it also records each of the interpreter's full garbage collections (ms): one holds the
+    GIL, so it stalls the loop whichever thread runs it."""
 
     def __init__(self, interval: float = 0.005) -> None:
         self.interval = interval
         self.lags: list[float] = []
+        self.full_collections: list[float] = []
         self._task: asyncio.Task[None] | None = None
+        self._gc_began = 0.0
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            self.full_collections.append((time.perf_counter() - self._gc_began) * 1000)
 
     async def _run(self) -> None:
         while True:
@@ -351,8 +364,11 @@ class LagProbe:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+        gc.callbacks.append(self._gc)
 
     async def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._gc)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
