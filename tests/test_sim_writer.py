@@ -129,7 +129,7 @@ def test_bulk_mode_writes_ten_thousand_steps_in_one_commit(tmp_path: Path) -> No
     with writer.bulk():
         for i in range(10_000):
             writer.append(factory.user_input(f"message {i}"))
-    assert len(commits) - before == 1  # one transaction, not ten thousand fsyncs
+    assert len(commits) - before == 1  # one transaction, not ten thousand commits
     with _reader(writer.path) as db:
         assert db.execute("SELECT COUNT(*), MIN(idx), MAX(idx) FROM steps").fetchone() == (
             10_000,
