@@ -288,3 +288,22 @@ def test_a_record_line_and_what_was_seen() -> None:
         "new",
         "new",  # forgotten: the bound keeps the newest two
     ]
+
+
+def test_serve_refuses_a_malformed_model_map(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from agy_provider.cli import main
+
+    monkeypatch.setenv("AGY_PROVIDER_CONFIG", str(tmp_path / "config.json"))
+    err = io.StringIO()
+    assert (
+        main(["serve", "--port", "0", "--model-map", "claude-*"], out=io.StringIO(), err=err) == 2
+    )
+    assert "PATTERN=MODEL" in err.getvalue()
+    monkeypatch.setenv("AGY_SERVE_MODEL_MAP", "=x")
+    err = io.StringIO()
+    assert main(["serve", "--port", "0"], out=io.StringIO(), err=err) == 2
+    assert "PATTERN=MODEL" in err.getvalue()

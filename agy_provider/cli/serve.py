@@ -24,8 +24,9 @@ _MIN_TOKEN = 16  # a token shorter than this is refused: the server is a door to
 HELP = "serve agy as OpenAI- and Anthropic-compatible endpoints on 127.0.0.1"
 DESCRIPTION = (
     "Serve agy at http://HOST:PORT/v1: OpenAI Chat Completions (/v1/chat/completions, "
-    "/v1/models) and Anthropic Messages (/v1/messages), for the openai and anthropic "
-    "SDKs, the TypeScript pi, opencode, Aider and other clients. Every request needs the "
+    "/v1/models) and Anthropic Messages (/v1/messages), for Claude Code, the openai and "
+    "anthropic SDKs, the TypeScript pi, opencode, Aider and other clients. Model names "
+    "clients know (claude-*, gpt-*) map to agy's models (--model-map). Every request needs the "
     "token (Authorization: Bearer or x-api-key). Without --token or "
     f"{TOKEN_VARIABLE} a token is made and printed once. Serving other people through "
     "one agy sign-in may break agy's terms."
