@@ -66,6 +66,7 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_WARM_IDLE_TIMEOUT": "warm_idle_timeout",
     "AGY_WARM_MAX": "warm_max",
     "AGY_WARM_SPARES": "warm_spares",
+    "AGY_SERVE_MODEL_MAP": "serve_model_map",
 }
 
 
@@ -96,6 +97,9 @@ class Config:
     warm_idle_timeout: float = 600.0
     warm_max: int = 4
     warm_spares: int = 1
+    # `serve`'s model map: comma-separated `PATTERN=MODEL` entries tried before its defaults
+    # (`hosts/serve_models.py`); `*=none` switches the fallback to `default` off.
+    serve_model_map: str = ""
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
