@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import json
 import os
 import re
 import shutil
@@ -27,7 +28,6 @@ VIEW_TIMEOUT = 60.0
 # What a folder name may hold: a package name (scope included) and a semver version.
 _NAME = re.compile(r"^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
-_DONE = ".agy-provider-installed"
 
 
 def cache_root() -> Path:
@@ -41,10 +41,19 @@ def cache_root() -> Path:
 
 def enable_hint(package: str, version: str = "latest") -> str:
     """The command that makes a skipped tier run: the install this module would make."""
-    return (
-        f"npm install --no-audit --no-fund --prefix "
-        f"{cache_root() / (_folder_name(package) + '@' + version)} {package}@{version}"
-    )
+    if version == "latest":  # the folder is named by the version the registry gives
+        version = f"$(npm view {package}@latest version)"
+    folder = cache_root() / f"{_folder_name(package)}@{version}"
+    return f'npm install --no-audit --no-fund --prefix "{folder}" {package}@{version}'
+
+
+def _complete(folder: Path, package: str, version: str) -> bool:
+    """Whether `folder` holds `package` at `version` (ours or one installed by hand)."""
+    try:
+        manifest = json.loads((folder / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("version") == version
 
 
 def _folder_name(package: str) -> str:
@@ -63,7 +72,7 @@ def _installed(package: str) -> list[tuple[tuple[int, ...], Path]]:
     found = []
     for folder in cache_root().glob(_folder_name(package) + "@*"):
         version = folder.name.rsplit("@", 1)[1]
-        if _VERSION.match(version) and (folder / _DONE).is_file():
+        if _VERSION.match(version) and _complete(folder, package, version):
             key = tuple(int(p) for p in version.split("-")[0].split("."))
             found.append((key, folder))
     return sorted(found, reverse=True)
@@ -74,7 +83,7 @@ def _latest(package: str) -> str | None:
     """The registry's `latest` version of `package` (once a process), None when it cannot say."""
     try:
         done = subprocess.run(
-            [_npm(), "view", f"{package}@latest", "version"],
+            [_npm(), "view", "--fetch-retries=1", f"{package}@latest", "version"],
             capture_output=True,
             text=True,
             timeout=VIEW_TIMEOUT,
@@ -105,13 +114,13 @@ def npm_package(package: str, version: str = "latest") -> Path:
     if not _VERSION.match(version):
         raise ValueError(f"not a version: {version!r}")
     folder = cache_root() / f"{_folder_name(package)}@{version}"
-    if (folder / _DONE).is_file():
+    if _complete(folder, package, version):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     # One install a version across the xdist workers: the others wait for it, then reuse it.
     with open(folder.parent / f".{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / _DONE).is_file():
+        if not _complete(folder, package, version):
             _install(package, version, folder)
     return folder
 
@@ -137,4 +146,3 @@ def _install(package: str, version: str, folder: Path) -> None:
             f"npm install {package}@{version} failed: {done.stderr.strip()[-300:]}; "
             f"to enable: {enable_hint(package, version)}"
         )
-    (folder / _DONE).write_text(f"{package}@{version}\n")
