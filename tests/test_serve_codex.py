@@ -56,7 +56,7 @@ enabled = false
 [model_providers.agy]
 name = "agy-provider serve"
 base_url = "{base}/v1"
-env_key = "AGY_SERVE_TOKEN"
+env_key = "AGY_PROVIDER_SERVE_TOKEN"
 wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
@@ -103,7 +103,7 @@ class CodexRun:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home.parent),
             "CODEX_HOME": str(self.home),
-            "AGY_SERVE_TOKEN": self.served.token,
+            "AGY_PROVIDER_SERVE_TOKEN": self.served.token,
             "NO_COLOR": "1",
         }
         proc = await asyncio.create_subprocess_exec(
