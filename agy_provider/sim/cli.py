@@ -302,6 +302,7 @@ class Session:
             f"agy-sim cold start: {self.cold_start_ms} ms ({self.cold_start_source}), "
             f"AGY_SIM_SPEED {self.speed:g}"
         )
+        start_log("start", since)
         remaining = since + self.cold_start_ms / 1000 / self.speed - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
@@ -390,6 +391,7 @@ class Session:
         ):
             init["model"] = model.name
         init.update(cwd=os.getcwd(), tools=_TOOLS, permission_mode=mode)
+        start_log("init", time.monotonic())  # before it is out: no host saw it earlier
         self.emit({"event": "init", "conversation_id": conversation_id, "init": init})
         self.init_sent = True
 
@@ -518,3 +520,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def start_log(what: str, at: float) -> None:
+    """`AGY_SIM_START_LOG`: one line `<pid> <start|init> <monotonic seconds>` appended per
+    event, so a test sees how many agys were starting at once (sim/CONTRACT.md)."""
+    path = os.environ.get("AGY_SIM_START_LOG")
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{os.getpid()} {what} {at:.6f}\n".encode())
+    finally:
+        os.close(fd)
