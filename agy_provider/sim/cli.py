@@ -136,6 +136,19 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 STDERR_LAG_ENV = "AGY_SIM_STDERR_LAG_MS"
 
 
+def start_log(what: str, at: float) -> None:
+    """`AGY_SIM_START_LOG`: one line `<pid> <start|init> <monotonic seconds>` appended per
+    event, so a test sees how many agys were starting at once (sim/CONTRACT.md)."""
+    path = os.environ.get("AGY_SIM_START_LOG")
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{os.getpid()} {what} {at:.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def _float_env(name: str, default: float, floor: float) -> float:
     """The number in environment variable `name`, at least `floor`; `default` when unset or
     not a number."""
@@ -520,16 +533,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def start_log(what: str, at: float) -> None:
-    """`AGY_SIM_START_LOG`: one line `<pid> <start|init> <monotonic seconds>` appended per
-    event, so a test sees how many agys were starting at once (sim/CONTRACT.md)."""
-    path = os.environ.get("AGY_SIM_START_LOG")
-    if not path:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{os.getpid()} {what} {at:.6f}\n".encode())
-    finally:
-        os.close(fd)
