@@ -505,13 +505,13 @@ class TurnDriver:
         )
 
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
-        process = self.opened.process
         return TurnFacts(
             conversation_id=self.conversation_id,
-            exit_code=None if process is None else process.returncode,
+            exit_code=None if self.opened.process is None else self.opened.process.returncode,
             model=final.model if final is not None else "",
             source=self.source_name,
-            admission_wait=_admission_wait(process),
+            admission_wait=_admission_wait(self.opened.process),
+            source_fallbacks=self.opened.handover.fallbacks if self.opened.handover else 0,
         )
 
     def _deliver(self, events: list[AssistantMessageEvent], outcome: TurnOutcome) -> None:

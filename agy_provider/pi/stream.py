@@ -33,7 +33,9 @@ class TurnFacts:
     `conversation_id` the agy conversation ("" when none was bound); `exit_code` agy's, once it
     had exited; `model` the model that answered, as agy recorded it; `source` the event source
     the turn read (`rpc`, `sqlite`, …); `admission_wait` the seconds the turn waited in line for
-    a cold start of agy (`cold_starts`; 0.0 when it waited for none).
+    a cold start of agy (`cold_starts`; 0.0 when it waited for none); `source_fallbacks` how
+    often the turn fell back from the source it read (one that could not start or failed) to
+    agy's database or stdout.
     """
 
     conversation_id: str = ""
@@ -41,6 +43,7 @@ class TurnFacts:
     model: str = ""
     source: str = ""
     admission_wait: float = 0.0
+    source_fallbacks: int = 0
 
 
 class AssistantMessageEventStream:

@@ -134,6 +134,8 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 # How long after a turn's `result` its words on stderr come (ms, ÷ AGY_SIM_SPEED; default 0).
 STDERR_LAG_ENV = "AGY_SIM_STDERR_LAG_MS"
+# How long a resumed conversation loads before its turn (ms, ÷ AGY_SIM_SPEED; default 0).
+LOAD_ENV = "AGY_SIM_LOAD_MS"
 
 
 def start_log(what: str, at: float) -> None:
@@ -270,6 +272,13 @@ class Session:
         self.init_sent = False
 
     def _opened(self, conversation: Conversation) -> None:
+        if not self._fresh:
+            # `AGY_SIM_LOAD_MS`: agy loading a resumed conversation; its server does not know it
+            # meanwhile (`trajectory not found`), and the turn starts after.
+            load = _float_env(LOAD_ENV, 0.0, 0.0) / 1000 / self.speed
+            if load > 0:
+                self.state.log(f"agy-sim loading conversation {conversation.id}: {load:.3f} s")
+                time.sleep(load)
         self.link.conversation(conversation)
 
     def emit(self, event: dict[str, Any]) -> None:
