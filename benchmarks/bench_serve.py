@@ -262,10 +262,13 @@ async def many_side(clients: int) -> dict[str, Any]:
     then `clients` streaming clients at once from another process, the loop lag meanwhile."""
     from agy_provider.hosts.serve_app import ServeServer
     from agy_provider.hosts.serve_app import ServeSettings
-    from agy_provider.live.admission import COLD_STARTS
     from agy_provider.live.warm import POOL
     from agy_provider.plugin_manager import get_plugin_manager
 
+    try:
+        from agy_provider.live.admission import COLD_STARTS
+    except ImportError:  # a tree from before the queue (`--baseline-tree`)
+        COLD_STARTS = None
     ends = TurnEnds()
     token = secrets.token_urlsafe(24)
     server = ServeServer(ServeSettings(token=token, port=0))
@@ -296,15 +299,18 @@ async def many_side(clients: int) -> dict[str, Any]:
     return {
         **json.loads(out),
         "lag": [p50, p99, worst],
-        "admitted": COLD_STARTS.limit,
+        # The bound the turns configured (from AGY_COLD_STARTS); None: no queue in this tree.
+        "admitted": COLD_STARTS.limit if COLD_STARTS is not None else None,
         "sources": ends.sources,
         "waits": ends.waits,
     }
 
 
-async def _many_side_process(clients: int, cold_starts: int) -> dict[str, Any]:
+async def _many_side_process(clients: int, cold_starts: int, tree: str = "") -> dict[str, Any]:
     env = {
         **os.environ,
+        # Another tree (`--baseline-tree`): its provider and agy-sim, this script.
+        **({"PYTHONPATH": tree} if tree else {}),
         "AGY_COLD_STARTS": str(cold_starts),
         "AGY_SIM_SPEED": "1",
         # Every agy's cold start, `-p` too (agy-sim's `-p` default is the scenario's 150 ms).
@@ -333,7 +339,7 @@ def many_report(name: str, side: dict[str, Any], expected: str) -> tuple[str, bo
     firsts = [c["first"] for c in clients if c["first"] == c["first"]]
     p50, p99 = live.percentile(firsts, 50), live.percentile(firsts, 99)
     lag50, lag99, lagmax = side["lag"]
-    admitted = side["admitted"]
+    admitted = side["admitted"] or UNBOUNDED  # a tree without the queue starts all at once
     sources: dict[str, int] = {}
     for source in side["sources"]:
         sources[source or "-"] = sources.get(source or "-", 0) + 1
@@ -355,7 +361,7 @@ def many_report(name: str, side: dict[str, Any], expected: str) -> tuple[str, bo
     ), ok
 
 
-async def run_many(clients: int, runs: int, expected: str) -> list[str]:
+async def run_many(clients: int, runs: int, expected: str, tree: str = "") -> list[str]:
     print(
         f"\n4. {clients} streaming clients at once, default settings, agy-sim cold start "
         f"{COLD_START_S} s, speed 1 (each side a fresh server process):"
@@ -363,11 +369,19 @@ async def run_many(clients: int, runs: int, expected: str) -> list[str]:
     verdicts = []
     for run in range(runs):
         # The baseline first, then the queue, alternating when there are several runs.
-        for name, cold_starts in (("baseline (no admission)", UNBOUNDED), ("admission", 0)):
-            side = await _many_side_process(clients, cold_starts)
+        sides = [("baseline (no admission)", UNBOUNDED, ""), ("admission", 0, "")]
+        if tree:
+            sides.insert(0, (f"baseline ({_tree_name(tree)})", UNBOUNDED, tree))
+        for name, cold_starts, where in sides:
+            side = await _many_side_process(clients, cold_starts, where)
             verdict, _ = many_report(f"{name}, run {run + 1}", side, expected)
             verdicts.append(verdict)
     return verdicts
+
+
+def _tree_name(tree: str) -> str:
+    commit = Path(tree) / "COMMIT"
+    return commit.read_text().strip()[:7] if commit.exists() else tree
 
 
 async def baseline(clients: int) -> tuple[int, Any]:
@@ -437,6 +451,12 @@ def main() -> int:
     parser.add_argument("--client", nargs=4, metavar=("BASE", "TOKEN", "ROUNDS", "CLIENTS"))
     parser.add_argument("--many", type=int, default=0, help="part 4 alone with N clients")
     parser.add_argument("--many-runs", type=int, default=1)
+    parser.add_argument(
+        "--baseline-tree",
+        default="",
+        help="with --many: also run the baseline on this tree (a `git archive` of main, "
+        "see benchmarks/README.md), the code before the queue itself",
+    )
     parser.add_argument("--many-side", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--many-client", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -454,7 +474,9 @@ def main() -> int:
     live.run_header("bench_serve: agy-provider serve on top of the provider")
     with live.private_world("bench-serve-"):
         if args.many:
-            verdicts = asyncio.run(run_many(args.many, args.many_runs, scenario_text()))
+            verdicts = asyncio.run(
+                run_many(args.many, args.many_runs, scenario_text(), args.baseline_tree)
+            )
         else:
             # Both sides read the database (the server's turns take the source from the config).
             os.environ["AGY_EVENT_SOURCE"] = "sqlite"
