@@ -183,6 +183,7 @@ class TurnAdmission:
         self.gate = gate if gate is not None else COLD_STARTS
         self.ticket: Ticket | None = None
         self.waited = 0.0
+        self.queued = False  # waiting in line now (an abort then has no agy to end)
 
     def take_now(self) -> bool:
         """Holds a slot now (one it had, or a free one nobody waits for)."""
@@ -193,7 +194,11 @@ class TurnAdmission:
     async def wait(self) -> None:
         """Holds a slot, waiting in the queue for one if need be."""
         if self.ticket is None:
-            self.ticket = await self.gate.admit()
+            self.queued = True
+            try:
+                self.ticket = await self.gate.admit()
+            finally:
+                self.queued = False
             self.waited += self.ticket.waited
 
     def hand_over(self) -> Ticket | None:
