@@ -48,6 +48,9 @@ PACKAGES = {
 }
 
 INSTALL_TIMEOUT = 600.0
+# Why a package could not be installed, kept for the rest of this process: a registry that is
+# out of reach is tried once per worker, not once per test module.
+_REFUSED: dict[str, str] = {}
 
 
 def cache_root() -> Path:
@@ -55,11 +58,12 @@ def cache_root() -> Path:
     return Path(base) / "agy-provider" / "npm"
 
 
-def node_bin() -> str:
-    """node's path, or the test skips saying how to get it."""
+def node_bin(then: str = "") -> str:
+    """node's path, or the test skips saying how to get it (and `then`, what to run next)."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("the real-client tier needs node (20 or newer) and npm on PATH")
+        after = f", then: {then}" if then else ""
+        pytest.skip(f"the real-client tier needs node (20 or newer) and npm on PATH{after}")
     return node
 
 
@@ -77,7 +81,9 @@ def install(key: str) -> Path:
     command = f"npm install --prefix {folder} --no-audit --no-fund {package.spec}"
     if _installed(folder, package):
         return folder
-    node_bin()
+    if key in _REFUSED:
+        pytest.skip(_REFUSED[key])
+    node_bin(command)
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip(f"the real-client tier needs npm on PATH to run: {command}")
@@ -95,8 +101,11 @@ def install(key: str) -> Path:
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            pytest.skip(f"{command} took over {INSTALL_TIMEOUT:.0f} s")
+            _REFUSED[key] = f"{command} took over {INSTALL_TIMEOUT:.0f} s"
+            pytest.skip(_REFUSED[key])
         if done.returncode != 0 or not _installed(folder, package):
-            said = (done.stderr or done.stdout).strip()[-400:]
-            pytest.skip(f"{command} failed (exit {done.returncode}): {said}")
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            said = " | ".join([ln for ln in lines if ln.startswith("npm error")][:3] or lines[-3:])
+            _REFUSED[key] = f"{command} failed (exit {done.returncode}): {said}"
+            pytest.skip(_REFUSED[key])
     return folder
