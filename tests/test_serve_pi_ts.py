@@ -42,21 +42,26 @@ APIS = ["openai-completions", "anthropic-messages"]
 DRIVER = Path(__file__).with_name("pi_ai_driver.mjs")
 
 
-def xfail_on(api: str, *broken: str, defect: str) -> Any:
-    """The parameter `api`, a strict xfail where it is one of `broken` (a serve defect)."""
-    if api not in broken:
-        return api
-    reason = f"issue 28: {defect} — fixed on the serve branches"
-    return pytest.param(api, marks=pytest.mark.xfail(strict=True, reason=reason))
+def each_api(openai: str = "", anthropic: str = "") -> pytest.MarkDecorator:
+    """Both wire APIs; one with a defect named (a serve defect) is a strict xfail saying it."""
+    params = []
+    for api, defect in zip(APIS, (openai, anthropic), strict=True):
+        reason = f"issue 28: {defect} — fixed on the serve branches"
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if defect else []
+        params.append(pytest.param(api, marks=marks, id=api))
+    return pytest.mark.parametrize("api", params)
 
 
-def each_api(*broken: str, defect: str = "") -> pytest.MarkDecorator:
-    return pytest.mark.parametrize("api", [xfail_on(a, *broken, defect=defect) for a in APIS])
-
-
-SIGNATURES = "streamed Anthropic thinking blocks carry no signature, so a resent transcript is not recognised and each turn starts a new agy conversation"
+SIGNATURES = (
+    "streamed Anthropic thinking blocks carry no signature, so a resent transcript is not "
+    "recognised and each turn starts a new agy conversation"
+)
 TOOL_IMAGES = "an image inside a tool result is refused (400 only text parts are allowed here)"
 RESULT_AND_TEXT = "a tool result followed by user text is not resumed into the parked turn"
+IMAGE_AS_USER = (
+    "pi sends a tool result's image as a user message after the tool message, and a tool "
+    "result followed by a user message is not resumed into the parked turn"
+)
 OVERFLOW = "an over-long context is 413 body too large, not the overflow error clients classify"
 ABORT_USAGE = "an aborted Anthropic stream reports 0 tokens (message_start carries no usage)"
 
@@ -70,7 +75,7 @@ class PiAi:
     def __init__(self, proc: subprocess.Popen[bytes], served: Served, api: str) -> None:
         self.proc, self.served, self.api = proc, served, api
 
-    def model(self, **changes: Any) -> dict[str, Any]:
+    def model(self) -> dict[str, Any]:
         base = self.served.base + ("/v1" if self.api == "openai-completions" else "")
         return {
             "id": "default",
@@ -83,7 +88,6 @@ class PiAi:
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
             "contextWindow": 1_000_000,
             "maxTokens": 8192,
-            **changes,
         }
 
     async def turn(self, context: dict[str, Any], **options: Any) -> dict[str, Any]:
@@ -277,7 +281,7 @@ async def parked_lookup(pi: PiAi) -> tuple[dict[str, Any], dict[str, Any]]:
 # --- stream.test.ts -------------------------------------------------------------------------
 
 
-@each_api("anthropic-messages", defect=SIGNATURES)
+@each_api(anthropic=SIGNATURES)
 async def test_basic_text_then_a_second_turn_in_the_same_conversation(
     pi: PiAi, served: Served
 ) -> None:
@@ -399,7 +403,7 @@ async def test_an_abort_before_the_request_then_a_new_message(pi: PiAi) -> None:
     assert (follow["stopReason"], text(follow)) == ("stop", scenario_answer("default")), follow
 
 
-@each_api("anthropic-messages", defect=ABORT_USAGE)
+@each_api(anthropic=ABORT_USAGE)
 async def test_usage_is_counted_on_an_abort_where_the_api_streams_it_early(pi: PiAi) -> None:
     message = await pi.complete(
         {"messages": [user("Write a long poem. [agy-sim:hang]")]}, abortAfterChars=1
@@ -431,7 +435,7 @@ async def test_an_empty_assistant_message_in_the_history_still_gets_an_answer(pi
 # --- context-overflow.test.ts ---------------------------------------------------------------
 
 
-@each_api("openai-completions", defect=OVERFLOW)
+@each_api(openai=OVERFLOW)
 async def test_a_context_over_the_window_is_an_error_pi_classifies_as_overflow(pi: PiAi) -> None:
     # About 2.4 million tokens of text (four characters a token): past any agy model's window.
     filler = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 170_000
@@ -444,7 +448,7 @@ async def test_a_context_over_the_window_is_an_error_pi_classifies_as_overflow(p
 # --- image-tool-result.test.ts, openai-completions-tool-result-images.test.ts ---------------
 
 
-@each_api("openai-completions", "anthropic-messages", defect=TOOL_IMAGES)
+@each_api(openai=IMAGE_AS_USER, anthropic=TOOL_IMAGES)
 @pytest.mark.parametrize("with_text", [False, True], ids=["image-only", "text-and-image"])
 async def test_an_image_in_a_tool_result_resumes_the_parked_turn(
     pi: PiAi, served: Served, with_text: bool
@@ -463,7 +467,7 @@ async def test_an_image_in_a_tool_result_resumes_the_parked_turn(
     assert len(conversations(served.app)) == 1  # the parked agy turn got the result
 
 
-@each_api("openai-completions", "anthropic-messages", defect=RESULT_AND_TEXT)
+@each_api(openai=RESULT_AND_TEXT, anthropic=RESULT_AND_TEXT)
 async def test_a_tool_result_followed_by_user_text_resumes_the_parked_turn(
     pi: PiAi, served: Served
 ) -> None:
