@@ -1,0 +1,351 @@
+"""serve's Responses side: `POST /v1/responses` answered from a turn's pi events — the response
+object whole, or streamed as the typed events OpenAI's SDKs and Codex read — and the responses
+the server remembers for `GET`/`DELETE /v1/responses/{id}` and `previous_response_id`.
+
+agy's thinking (its own tool runs included) is `reasoning` items with a summary; each text block
+a `message` item; a host tool agy called (or a forced tool choice's answer) a `function_call`
+item, after which the response completes and agy waits for the `function_call_output`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from collections.abc import Callable
+from typing import Any
+
+from agy_provider.hosts.serve_openai import finish_reason
+from agy_provider.hosts.serve_responses_ask import Continued
+from agy_provider.hosts.serve_responses_ask import ResponsesAsk
+from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.pi.events import DoneEvent
+from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import TextDeltaEvent
+from agy_provider.pi.events import TextEndEvent
+from agy_provider.pi.events import TextStartEvent
+from agy_provider.pi.events import ThinkingDeltaEvent
+from agy_provider.pi.events import ThinkingEndEvent
+from agy_provider.pi.events import ThinkingStartEvent
+from agy_provider.pi.events import ToolCallEndEvent
+from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
+from agy_provider.pi.types import ToolCall
+from agy_provider.pi.types import Usage
+
+__all__ = ["RESPONSES_BOUND", "RememberedResponses", "ResponseWriter", "responses_usage"]
+
+# How many responses the server remembers for GET and `previous_response_id` (newest first):
+# each holds its transcript, so a few hundred cover the clients of a loopback server without
+# letting memory grow with every answer.
+RESPONSES_BOUND = 512
+# The `include` value that asks for reasoning items' sealed content: ours is the provider's mark.
+SEALED_REASONING = "reasoning.encrypted_content"
+Failure = Callable[[AssistantMessage], tuple[int, str]]
+
+
+def responses_usage(usage: Usage) -> dict[str, Any]:
+    """pi's usage as the Responses API's. agy's thinking is counted in `output_tokens`; pi's
+    usage carries no split, so `reasoning_tokens` is 0 rather than a guess."""
+    return {
+        "input_tokens": usage.input + usage.cache_read + usage.cache_write,
+        "input_tokens_details": {
+            "cached_tokens": usage.cache_read,
+            "cache_write_tokens": usage.cache_write,
+        },
+        "output_tokens": usage.output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+class RememberedResponses:
+    """The responses this server gave with `store` not false: the object (for GET) and what a
+    request continuing it needs (`Continued`). Thread-safe; the newest `RESPONSES_BOUND`."""
+
+    def __init__(self, bound: int = RESPONSES_BOUND) -> None:
+        self._bound = bound
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, tuple[dict[str, Any], Continued]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def remember(self, response: dict[str, Any], continued: Continued) -> None:
+        with self._lock:
+            self._known[response["id"]] = (response, continued)
+            while len(self._known) > self._bound:
+                self._known.popitem(last=False)
+
+    def get(self, response_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._known.get(response_id)
+        return found[0] if found else None
+
+    def continued(self, response_id: str) -> Continued | None:
+        with self._lock:
+            found = self._known.get(response_id)
+        return found[1] if found else None
+
+    def delete(self, response_id: str) -> bool:
+        with self._lock:
+            return self._known.pop(response_id, None) is not None
+
+
+def _ident(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+def _reasoning(item_id: str, text: str, sealed: str | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": text}],
+        "status": "completed",
+    }
+    if sealed:
+        item["encrypted_content"] = sealed
+    return item
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message(item_id: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+    content = [] if text is None else [_text_part(text)]
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def _call(item_id: str, call: ToolCall, arguments: str | None = None) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": json.dumps(dict(call.arguments)) if arguments is None else arguments,
+        "status": "completed" if arguments is None else "in_progress",
+    }
+
+
+class ResponseWriter:
+    """One response: its id, its object (whole, or as the stream's events with increasing
+    `sequence_number`s), and remembering it once it ended (unless `store` is false)."""
+
+    def __init__(self, turn: RunningTurn, asked: ResponsesAsk, memory: RememberedResponses) -> None:
+        self.turn = turn
+        self.asked = asked
+        self.memory = memory
+        self.id = _ident("resp")
+        self.created_at = int(time.time())
+        self._sequence = 0
+
+    # --- the object ----------------------------------------------------------------------------
+
+    def envelope(self, status: str, output: list[dict[str, Any]], **rest: Any) -> dict[str, Any]:
+        """The response object in `status` with `output`; `rest`: usage, error, details."""
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": rest.get("error"),
+            "incomplete_details": rest.get("incomplete_details"),
+            "model": self.turn.ask.model,
+            "output": output,
+            "usage": rest.get("usage"),
+            **self.asked.echo,
+        }
+
+    def whole(self, message: AssistantMessage) -> dict[str, Any]:
+        """The object of a turn that ended `done` (items read from its final message)."""
+        sealed = SEALED_REASONING in self.asked.include
+        output: list[dict[str, Any]] = []
+        structured = self.turn.ask.json_schema is not None and self.turn.forced_call is None
+        for block in message.content:
+            if isinstance(block, ThinkingContent):
+                signature = block.thinking_signature if sealed else None
+                output.append(_reasoning(_ident("rs"), block.thinking, signature))
+            elif isinstance(block, TextContent) and self.turn.ask.json_schema is None:
+                output.append(_message(_ident("msg"), block.text))
+            elif isinstance(block, ToolCall):
+                output.append(_call(_ident("fc"), block))
+        if structured:
+            output.append(_message(_ident("msg"), self.turn.structured_text))
+        if self.turn.forced_call is not None:
+            output.append(_call(_ident("fc"), self.turn.forced_call))
+        return self._ended(message, output)
+
+    def failed(self, message: AssistantMessage, failure: Failure) -> dict[str, Any]:
+        status, text = failure(message)
+        code = "rate_limit_exceeded" if status == 429 else "server_error"
+        response = self.envelope("failed", [], error={"code": code, "message": text})
+        self._remember(response, None)
+        return response
+
+    def _ended(self, message: AssistantMessage, output: list[dict[str, Any]]) -> dict[str, Any]:
+        finish = finish_reason(message, self.turn.forced_call)
+        details = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(finish)
+        response = self.envelope(
+            "incomplete" if details else "completed",
+            output,
+            usage=responses_usage(message.usage),
+            incomplete_details={"reason": details} if details else None,
+        )
+        response["completed_at"] = int(time.time())
+        self._remember(response, message)
+        return response
+
+    def _remember(self, response: dict[str, Any], answer: AssistantMessage | None) -> None:
+        if not self.asked.store:
+            return
+        transcript = self.asked.transcript
+        if answer is not None:
+            forced = self.turn.forced_call
+            # The answer as the client holds it: a forced choice's call, never its JSON text.
+            if forced is not None:
+                blocks = [b for b in answer.content if not isinstance(b, TextContent)]
+                answer = _with_content(answer, [*blocks, forced])
+            transcript = (*transcript, answer)
+        self.memory.remember(
+            response,
+            Continued(transcript, self.asked.system, self.turn.ask.session_key),
+        )
+
+    # --- the stream ----------------------------------------------------------------------------
+
+    def _event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return kind, event
+
+    async def events(self, failure: Failure) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(event name, data) of the streamed response, `response.created` to
+        `response.completed` (or `.incomplete`, or `.failed` for a failed turn)."""
+        start = self.envelope("in_progress", [])
+        yield self._event("response.created", response=start)
+        yield self._event("response.in_progress", response=start)
+        output: list[dict[str, Any]] = []
+        sealed = SEALED_REASONING in self.asked.include
+        open_id, text = "", ""
+        async for event in self.turn.events():
+            index = len(output)
+            where = {"item_id": open_id, "output_index": index}
+            if isinstance(event, ThinkingStartEvent | TextStartEvent):
+                thinking = isinstance(event, ThinkingStartEvent)
+                open_id, text = _ident("rs" if thinking else "msg"), ""
+                where["item_id"] = open_id
+                if thinking:
+                    added = {"id": open_id, "type": "reasoning", "summary": []}
+                    yield self._event("response.output_item.added", output_index=index, item=added)
+                    part = {"type": "summary_text", "text": ""}
+                    yield self._event(
+                        "response.reasoning_summary_part.added", **where, summary_index=0, part=part
+                    )
+                else:
+                    added = _message(open_id, None, "in_progress")
+                    yield self._event("response.output_item.added", output_index=index, item=added)
+                    yield self._event(
+                        "response.content_part.added", **where, content_index=0, part=_text_part("")
+                    )
+            elif isinstance(event, ThinkingDeltaEvent) and event.delta:
+                text += event.delta
+                yield self._event(
+                    "response.reasoning_summary_text.delta",
+                    **where,
+                    summary_index=0,
+                    delta=event.delta,
+                )
+            elif isinstance(event, TextDeltaEvent) and event.delta:
+                text += event.delta
+                yield self._event(
+                    "response.output_text.delta",
+                    **where,
+                    content_index=0,
+                    delta=event.delta,
+                    logprobs=[],
+                )
+            elif isinstance(event, ThinkingEndEvent):
+                signature = _signature(event.partial, event.content_index) if sealed else None
+                item = _reasoning(open_id, text, signature)
+                part = item["summary"][0]
+                yield self._event(
+                    "response.reasoning_summary_text.done", **where, summary_index=0, text=text
+                )
+                yield self._event(
+                    "response.reasoning_summary_part.done", **where, summary_index=0, part=part
+                )
+                output.append(item)
+                yield self._event("response.output_item.done", output_index=index, item=item)
+            elif isinstance(event, TextEndEvent):
+                item = _message(open_id, text)
+                yield self._event(
+                    "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+                )
+                yield self._event(
+                    "response.content_part.done",
+                    **where,
+                    content_index=0,
+                    part=item["content"][0],
+                )
+                output.append(item)
+                yield self._event("response.output_item.done", output_index=index, item=item)
+            elif isinstance(event, ToolCallEndEvent):
+                for frame in self._call_events(event.tool_call, output):
+                    yield frame
+            elif isinstance(event, DoneEvent):
+                if self.turn.forced_call is not None:
+                    for frame in self._call_events(self.turn.forced_call, output):
+                        yield frame
+                final = self._ended(event.message, output)
+                kind = f"response.{final['status']}"
+                yield self._event(kind, response=final)
+            elif isinstance(event, ErrorEvent):
+                final = self.failed(event.error, failure)
+                final["output"] = output
+                yield self._event("response.failed", response=final)
+                return
+
+    def _call_events(
+        self, call: ToolCall, output: list[dict[str, Any]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """A function call's events, its arguments as one delta (agy's call arrives whole)."""
+        index = len(output)
+        item_id = _ident("fc")
+        done = _call(item_id, call)
+        where = {"item_id": item_id, "output_index": index}
+        output.append(done)
+        return [
+            self._event(
+                "response.output_item.added", output_index=index, item=_call(item_id, call, "")
+            ),
+            self._event("response.function_call_arguments.delta", **where, delta=done["arguments"]),
+            self._event(
+                "response.function_call_arguments.done",
+                **where,
+                name=call.name,
+                arguments=done["arguments"],
+            ),
+            self._event("response.output_item.done", output_index=index, item=done),
+        ]
+
+
+def _signature(message: AssistantMessage, index: int) -> str | None:
+    block = message.content[index] if 0 <= index < len(message.content) else None
+    return block.thinking_signature if isinstance(block, ThinkingContent) else None
+
+
+def _with_content(message: AssistantMessage, content: list[Any]) -> AssistantMessage:
+    return dataclasses.replace(message, content=content, stop_reason="toolUse")
