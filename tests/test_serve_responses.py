@@ -8,6 +8,7 @@ Expectations come from the scenario files; every test ends with no agy process l
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
+from live_helpers import agy_processes
 from live_helpers import leftovers
 from live_helpers import scenario_answer
 from test_serve_app import CITY
@@ -28,6 +30,7 @@ from test_serve_app import LOOKUP_ANTHROPIC
 from test_serve_app import LOOKUP_OPENAI
 from test_serve_app import Served
 from test_serve_app import start_server
+from test_serve_app import until_no_agy
 
 pytestmark = pytest.mark.slow
 
@@ -167,6 +170,23 @@ async def test_a_function_call_ends_the_response_and_its_output_resumes_the_turn
     assert len(conversations(served.app)) == 2
 
 
+async def test_a_namespaced_tools_call_names_its_namespace(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    orders = {"type": "namespace", "name": "orders", "description": "Orders.", "tools": [LOOKUP]}
+    events = await raw_events(
+        served, {"model": "default", "input": "Where is my order A-1042?", "tools": [orders]}
+    )
+    (call,) = [
+        e["item"]
+        for e in events
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"
+    ]
+    assert (call["namespace"], call["name"]) == ("orders", "lookup_order")
+    assert events[-1]["response"]["output"][-1]["namespace"] == "orders"
+
+
 async def test_parse_with_a_pydantic_model_and_a_failed_check(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,7 +244,7 @@ async def test_codex_request_shape_streams_and_resent_items_continue(
     """Codex's request (issue 30): developer and user items, 9 function tools, reasoning
     summary, store false, include, prompt_cache_key, client_metadata, its turn header."""
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
-    tools = [
+    tools: list[dict[str, Any]] = [
         {
             "type": "function",
             "name": name,
@@ -243,6 +263,17 @@ async def test_codex_request_shape_streams_and_resent_items_continue(
             "web_fetch",
             "request_user_input",
         )
+    ]
+    # Codex 0.171 also groups tools in a namespace and offers the hosted web search.
+    grouped = tools.pop()
+    tools += [
+        {
+            "type": "namespace",
+            "name": "multi_agent_v1",
+            "description": "Agents.",
+            "tools": [grouped],
+        },
+        {"type": "web_search", "external_web_access": False},
     ]
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Count"}]}
     body: dict[str, Any] = {
@@ -285,12 +316,30 @@ async def test_codex_request_shape_streams_and_resent_items_continue(
     assert len(conversations(served.app)) == 1
 
 
+async def test_a_client_leaving_mid_stream_aborts_its_turn(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "slow")
+    monkeypatch.setenv("AGY_SIM_SPEED", "1")
+    body = {"model": "default", "stream": True, "input": "Take your time."}
+    async with (
+        httpx.AsyncClient(base_url=served.base, headers=served.headers(), timeout=60) as http,
+        http.stream("POST", "/v1/responses", json=body) as response,
+    ):
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if "reasoning_summary_text.delta" in line:
+                assert await asyncio.to_thread(agy_processes, served.app)  # agy is mid-turn
+                break
+    await until_no_agy(served.app)  # the client is gone: its turn aborted, agy's tree ended
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
         ("background", True),
         ("conversation", "conv_1"),
-        ("tools", [{"type": "web_search"}]),
+        ("tools", [{"type": "file_search", "vector_store_ids": ["vs_1"]}]),
         ("input", [{"type": "item_reference", "id": "msg_1"}]),
         ("tool_choice", {"type": "allowed_tools", "mode": "auto", "tools": []}),
     ],

@@ -271,3 +271,26 @@ def test_usage_in_the_responses_shape() -> None:
     )
     assert usage["input_tokens"] + usage["output_tokens"] == usage["total_tokens"]
     assert usage["input_tokens_details"]["cached_tokens"] == 100
+
+
+def test_namespaced_tools_are_offered_by_name_and_hosted_web_search_is_agys_own() -> None:
+    inner = {"type": "function", "name": "spawn", "parameters": ORDER}
+    asked = responses_ask(
+        {
+            "model": "default",
+            "input": "x",
+            "tools": [
+                {"type": "function", "name": "city", "parameters": CITY},
+                {"type": "namespace", "name": "agents", "description": "", "tools": [inner]},
+                {"type": "web_search", "external_web_access": False},
+            ],
+        }
+    )
+    assert [t.name for t in asked.ask.context.tools or ()] == ["city", "spawn"]
+    assert asked.namespaces == {"spawn": "agents"}
+    with pytest.raises(RequestError, match="more than one tool is named 'spawn'"):
+        responses_ask({"model": "default", "input": "x", "tools": [inner, inner]})
+    with pytest.raises(RequestError, match="only function tools"):
+        responses_ask(
+            {"model": "default", "input": "x", "tools": [{"type": "custom", "name": "p"}]}
+        )

@@ -128,8 +128,10 @@ def _message(item_id: str, text: str | None, status: str = "completed") -> dict[
     }
 
 
-def _call(item_id: str, call: ToolCall, arguments: str | None = None) -> dict[str, Any]:
-    return {
+def _call(
+    item_id: str, call: ToolCall, namespace: str | None, arguments: str | None = None
+) -> dict[str, Any]:
+    item = {
         "id": item_id,
         "type": "function_call",
         "call_id": call.id,
@@ -137,6 +139,9 @@ def _call(item_id: str, call: ToolCall, arguments: str | None = None) -> dict[st
         "arguments": json.dumps(dict(call.arguments)) if arguments is None else arguments,
         "status": "completed" if arguments is None else "in_progress",
     }
+    if namespace:  # a tool a `namespace` tool grouped: the client routes the call by both
+        item["namespace"] = namespace
+    return item
 
 
 class ResponseWriter:
@@ -181,11 +186,12 @@ class ResponseWriter:
             elif isinstance(block, TextContent) and self.turn.ask.json_schema is None:
                 output.append(_message(_ident("msg"), block.text))
             elif isinstance(block, ToolCall):
-                output.append(_call(_ident("fc"), block))
+                output.append(_call(_ident("fc"), block, self.asked.namespaces.get(block.name)))
         if structured:
             output.append(_message(_ident("msg"), self.turn.structured_text))
-        if self.turn.forced_call is not None:
-            output.append(_call(_ident("fc"), self.turn.forced_call))
+        forced = self.turn.forced_call
+        if forced is not None:
+            output.append(_call(_ident("fc"), forced, self.asked.namespaces.get(forced.name)))
         return self._ended(message, output)
 
     def failed(self, message: AssistantMessage, failure: Failure) -> dict[str, Any]:
@@ -324,12 +330,15 @@ class ResponseWriter:
         """A function call's events, its arguments as one delta (agy's call arrives whole)."""
         index = len(output)
         item_id = _ident("fc")
-        done = _call(item_id, call)
+        namespace = self.asked.namespaces.get(call.name)
+        done = _call(item_id, call, namespace)
         where = {"item_id": item_id, "output_index": index}
         output.append(done)
         return [
             self._event(
-                "response.output_item.added", output_index=index, item=_call(item_id, call, "")
+                "response.output_item.added",
+                output_index=index,
+                item=_call(item_id, call, namespace, ""),
             ),
             self._event("response.function_call_arguments.delta", **where, delta=done["arguments"]),
             self._event(

@@ -22,7 +22,6 @@ from agy_provider.hosts.serve_convert import _image
 from agy_provider.hosts.serve_convert import _model
 from agy_provider.hosts.serve_convert import _str
 from agy_provider.hosts.serve_convert import _tool
-from agy_provider.hosts.serve_convert import _tool_list
 from agy_provider.hosts.serve_convert import forced_choice
 from agy_provider.hosts.serve_convert import session_key
 from agy_provider.pi.types import AssistantContent
@@ -72,7 +71,8 @@ class ResponsesAsk:
 
     `transcript` is the conversation as the client sees it (before serve restores its answers);
     `system` the system and developer texts of the input (carried to a continuing response;
-    `instructions` are not); `echo` the request fields a response object repeats.
+    `instructions` are not); `echo` the request fields a response object repeats;
+    `namespaces` the namespace of each tool a `namespace` tool grouped.
     """
 
     ask: ServeAsk
@@ -81,6 +81,7 @@ class ResponsesAsk:
     store: bool
     include: frozenset[str]
     echo: Mapping[str, Any]
+    namespaces: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) -> ResponsesAsk:
@@ -100,7 +101,7 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
         raise RequestError("instructions: expected a string", param="instructions")
     system = [instructions] if instructions else []
     system += [*reader.system_texts]
-    tools = _tool_list(body.get("tools"), _function_tool)
+    tools, namespaces = _tools(body.get("tools"))
     choice = body.get("tool_choice")
     named = choice.get("name") if isinstance(choice, Mapping) else None
     schema, forced, forced_any = forced_choice(
@@ -132,6 +133,7 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
         store=body.get("store") is not False,
         include=frozenset(include),
         echo=_echo(body),
+        namespaces=namespaces,
     )
 
 
@@ -174,12 +176,42 @@ def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Hosted tools agy has its own of: offered by clients routinely (Codex offers `web_search`),
+# ignored rather than refused, since agy searches the web itself.
+_AGYS_OWN_TOOLS = frozenset({"web_search", "web_search_preview"})
+
+
+def _tools(value: object) -> tuple[list[Tool] | None, dict[str, str]]:
+    """`tools` → pi's tools and, for those a `namespace` tool grouped, their namespace (each
+    function is offered to agy by its own name, which must then be unique)."""
+    if value is None:
+        return None, {}
+    if not isinstance(value, list):
+        raise RequestError("tools: expected a list", param="tools")
+    tools: list[Tool] = []
+    namespaces: dict[str, str] = {}
+    for i, tool in enumerate(value):
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind == "namespace" and isinstance(tool.get("tools"), list):
+            space = _str(tool.get("name"), f"tools[{i}].name")
+            for inner in tool["tools"]:
+                tools.append(_function_tool(i, inner))
+                namespaces[tools[-1].name] = space
+        elif kind not in _AGYS_OWN_TOOLS:
+            tools.append(_function_tool(i, tool))
+    names = [t.name for t in tools]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise RequestError(f"tools: more than one tool is named {twice[0]!r}", param="tools")
+    return tools or None, namespaces
+
+
 def _function_tool(i: int, tool: Any) -> Tool:
     if not isinstance(tool, Mapping) or tool.get("type") != "function":
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         raise RequestError(
-            f"tools[{i}]: only function tools are supported ({kind!r} is not); agy brings its "
-            "own tools (shell, files, web search)",
+            f"tools[{i}]: only function tools (and namespaces of them) are supported ({kind!r} "
+            "is not); agy brings its own tools (shell, files, web search)",
             param="tools",
         )
     return _tool(tool.get("name"), tool.get("description"), tool.get("parameters"))
