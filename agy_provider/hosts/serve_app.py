@@ -277,7 +277,11 @@ class ServeServer:
         turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
         writer = ResponseWriter(turn, asked, self.responses)
         if ask.stream:
-            return SseResponse(sse(data, name) async for name, data in writer.events(_failure))
+            # One write per pi event: its events' frames together.
+            return SseResponse(
+                b"".join(sse(data, name) for name, data in batch)
+                async for batch in writer.events(_failure)
+            )
         last = await _whole(turn, request.receive)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)

@@ -23,6 +23,7 @@ from agy_provider.hosts.serve_openai import finish_reason
 from agy_provider.hosts.serve_responses_ask import Continued
 from agy_provider.hosts.serve_responses_ask import ResponsesAsk
 from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.events import TextDeltaEvent
@@ -47,6 +48,7 @@ RESPONSES_BOUND = 512
 # The `include` value that asks for reasoning items' sealed content: ours is the provider's mark.
 SEALED_REASONING = "reasoning.encrypted_content"
 Failure = Callable[[AssistantMessage], tuple[int, str]]
+_Frame = tuple[str, dict[str, Any]]  # an event's name and its data
 
 
 def responses_usage(usage: Usage) -> dict[str, Any]:
@@ -155,6 +157,10 @@ class ResponseWriter:
         self.id = _ident("resp")
         self.created_at = int(time.time())
         self._sequence = 0
+        # The stream's state: the items done so far, the open item's id and its text.
+        self._output: list[dict[str, Any]] = []
+        self._open_id = ""
+        self._text = ""
 
     # --- the object ----------------------------------------------------------------------------
 
@@ -232,101 +238,95 @@ class ResponseWriter:
 
     # --- the stream ----------------------------------------------------------------------------
 
-    def _event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    def _event(self, kind: str, **fields: Any) -> _Frame:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return kind, event
 
-    async def events(self, failure: Failure) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async def events(self, failure: Failure) -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
         """(event name, data) of the streamed response, `response.created` to
-        `response.completed` (or `.incomplete`, or `.failed` for a failed turn)."""
+        `response.completed` (or `.incomplete`, or `.failed` for a failed turn), in batches: the
+        events one pi event makes go out together (one write, not one per event, so a text
+        delta is not kept behind the item and part it opens)."""
         start = self.envelope("in_progress", [])
-        yield self._event("response.created", response=start)
-        yield self._event("response.in_progress", response=start)
-        output: list[dict[str, Any]] = []
-        sealed = SEALED_REASONING in self.asked.include
-        open_id, text = "", ""
+        yield [
+            self._event("response.created", response=start),
+            self._event("response.in_progress", response=start),
+        ]
         async for event in self.turn.events():
-            index = len(output)
-            where = {"item_id": open_id, "output_index": index}
-            if isinstance(event, ThinkingStartEvent | TextStartEvent):
-                thinking = isinstance(event, ThinkingStartEvent)
-                open_id, text = _ident("rs" if thinking else "msg"), ""
-                where["item_id"] = open_id
-                if thinking:
-                    added = {"id": open_id, "type": "reasoning", "summary": []}
-                    yield self._event("response.output_item.added", output_index=index, item=added)
-                    part = {"type": "summary_text", "text": ""}
-                    yield self._event(
-                        "response.reasoning_summary_part.added", **where, summary_index=0, part=part
-                    )
-                else:
-                    added = _message(open_id, None, "in_progress")
-                    yield self._event("response.output_item.added", output_index=index, item=added)
-                    yield self._event(
-                        "response.content_part.added", **where, content_index=0, part=_text_part("")
-                    )
-            elif isinstance(event, ThinkingDeltaEvent) and event.delta:
-                text += event.delta
-                yield self._event(
-                    "response.reasoning_summary_text.delta",
-                    **where,
-                    summary_index=0,
-                    delta=event.delta,
-                )
-            elif isinstance(event, TextDeltaEvent) and event.delta:
-                text += event.delta
-                yield self._event(
-                    "response.output_text.delta",
-                    **where,
-                    content_index=0,
-                    delta=event.delta,
-                    logprobs=[],
-                )
-            elif isinstance(event, ThinkingEndEvent):
-                signature = _signature(event.partial, event.content_index) if sealed else None
-                item = _reasoning(open_id, text, signature)
-                part = item["summary"][0]
-                yield self._event(
-                    "response.reasoning_summary_text.done", **where, summary_index=0, text=text
-                )
-                yield self._event(
-                    "response.reasoning_summary_part.done", **where, summary_index=0, part=part
-                )
-                output.append(item)
-                yield self._event("response.output_item.done", output_index=index, item=item)
-            elif isinstance(event, TextEndEvent):
-                item = _message(open_id, text)
-                yield self._event(
-                    "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
-                )
-                yield self._event(
-                    "response.content_part.done",
-                    **where,
-                    content_index=0,
-                    part=item["content"][0],
-                )
-                output.append(item)
-                yield self._event("response.output_item.done", output_index=index, item=item)
-            elif isinstance(event, ToolCallEndEvent):
-                for frame in self._call_events(event.tool_call, output):
-                    yield frame
-            elif isinstance(event, DoneEvent):
-                if self.turn.forced_call is not None:
-                    for frame in self._call_events(self.turn.forced_call, output):
-                        yield frame
-                final = self._ended(event.message, output)
-                kind = f"response.{final['status']}"
-                yield self._event(kind, response=final)
-            elif isinstance(event, ErrorEvent):
-                final = self.failed(event.error, failure)
-                final["output"] = output
-                yield self._event("response.failed", response=final)
-                return
+            batch = self._translate(event, failure)
+            if batch:
+                yield batch
 
-    def _call_events(
-        self, call: ToolCall, output: list[dict[str, Any]]
-    ) -> list[tuple[str, dict[str, Any]]]:
+    def _translate(self, event: AssistantMessageEvent, failure: Failure) -> list[_Frame]:
+        """The Responses events one pi event makes."""
+        output = self._output
+        where: dict[str, Any] = {"item_id": self._open_id, "output_index": len(output)}
+        at: dict[str, Any]
+        if isinstance(event, ThinkingStartEvent | TextStartEvent):
+            return self._opened(isinstance(event, ThinkingStartEvent), len(output))
+        if isinstance(event, ThinkingDeltaEvent | TextDeltaEvent) and event.delta:
+            self._text += event.delta
+            if isinstance(event, ThinkingDeltaEvent):
+                kind, at = "response.reasoning_summary_text.delta", {"summary_index": 0}
+            else:
+                kind, at = "response.output_text.delta", {"content_index": 0, "logprobs": []}
+            return [self._event(kind, **where, **at, delta=event.delta)]
+        if isinstance(event, ThinkingEndEvent):
+            sealed = SEALED_REASONING in self.asked.include
+            signature = _signature(event.partial, event.content_index) if sealed else None
+            item = _reasoning(self._open_id, self._text, signature)
+            at = {**where, "summary_index": 0}
+            return [
+                self._event("response.reasoning_summary_text.done", **at, text=self._text),
+                self._event("response.reasoning_summary_part.done", **at, part=item["summary"][0]),
+                *self._done(item),
+            ]
+        if isinstance(event, TextEndEvent):
+            item = _message(self._open_id, self._text)
+            at = {**where, "content_index": 0}
+            return [
+                self._event("response.output_text.done", **at, text=self._text, logprobs=[]),
+                self._event("response.content_part.done", **at, part=item["content"][0]),
+                *self._done(item),
+            ]
+        if isinstance(event, ToolCallEndEvent):
+            return self._call_events(event.tool_call, output)
+        if isinstance(event, DoneEvent):
+            forced = self.turn.forced_call
+            frames = self._call_events(forced, output) if forced is not None else []
+            final = self._ended(event.message, output)
+            return [*frames, self._event(f"response.{final['status']}", response=final)]
+        if isinstance(event, ErrorEvent):
+            final = self.failed(event.error, failure)
+            final["output"] = output
+            return [self._event("response.failed", response=final)]
+        return []
+
+    def _opened(self, thinking: bool, index: int) -> list[_Frame]:
+        """A reasoning item and its summary part, or a message item and its text part."""
+        self._open_id, self._text = _ident("rs" if thinking else "msg"), ""
+        where = {"item_id": self._open_id, "output_index": index}
+        at: dict[str, Any]
+        if thinking:
+            added: dict[str, Any] = {"id": self._open_id, "type": "reasoning", "summary": []}
+            kind, at = "response.reasoning_summary_part.added", {"summary_index": 0}
+            part: dict[str, Any] = {"type": "summary_text", "text": ""}
+        else:
+            added = _message(self._open_id, None, "in_progress")
+            kind, at, part = "response.content_part.added", {"content_index": 0}, _text_part("")
+        return [
+            self._event("response.output_item.added", output_index=index, item=added),
+            self._event(kind, **where, **at, part=part),
+        ]
+
+    def _done(self, item: dict[str, Any]) -> list[_Frame]:
+        self._output.append(item)
+        return [
+            self._event("response.output_item.done", output_index=len(self._output) - 1, item=item)
+        ]
+
+    def _call_events(self, call: ToolCall, output: list[dict[str, Any]]) -> list[_Frame]:
         """A function call's events, its arguments as one delta (agy's call arrives whole)."""
         index = len(output)
         item_id = _ident("fc")
