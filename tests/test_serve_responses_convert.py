@@ -294,3 +294,46 @@ def test_namespaced_tools_are_offered_by_name_and_hosted_web_search_is_agys_own(
         responses_ask(
             {"model": "default", "input": "x", "tools": [{"type": "custom", "name": "p"}]}
         )
+
+
+def _writer(stop_reason: Any, content: list[Any], **ask: Any) -> tuple[Any, AssistantMessage]:
+    from agy_provider.hosts.serve_responses import ResponseWriter
+    from agy_provider.hosts.serve_turn import RunningTurn
+    from agy_provider.hosts.serve_turn import ServeTurns
+    from agy_provider.pi.options import AbortSignal
+    from agy_provider.pi.stream import AssistantMessageEventStream
+
+    asked = responses_ask({"model": "default", "input": "x", **ask})
+    turn = RunningTurn(
+        asked.ask, AssistantMessageEventStream(), AbortSignal(), ServeTurns(agy_bin=None, cwd=None)
+    )
+    message = AssistantMessage(
+        content=content, api="agy", provider="agy", model="m", stop_reason=stop_reason, timestamp=0
+    )
+    return ResponseWriter(turn, asked, RememberedResponses()), message
+
+
+def test_a_cut_off_or_withheld_answer_is_incomplete() -> None:
+    writer, message = _writer("length", [TextContent(text="Half an ans")])
+    response = writer.whole(message)
+    assert (response["status"], response["incomplete_details"]) == (
+        "incomplete",
+        {"reason": "max_output_tokens"},
+    )
+    writer, message = _writer("stop", [ThinkingContent(thinking="", redacted=True)])
+    assert writer.whole(message)["incomplete_details"] == {"reason": "content_filter"}
+    writer, message = _writer("stop", [TextContent(text="Done.")])
+    done = writer.whole(message)
+    assert (done["status"], done["output"][0]["content"][0]["text"]) == ("completed", "Done.")
+    assert writer.memory.get(done["id"]) is done  # remembered: store was not false
+
+
+def test_a_sealed_reasoning_item_carries_the_mark_only_when_included() -> None:
+    mark = "agy-provider:1:conv:token"
+    thinking = ThinkingContent(thinking="hmm", thinking_signature=mark)
+    plain, message = _writer("stop", [thinking], store=False)
+    response = plain.whole(message)
+    assert "encrypted_content" not in response["output"][0]
+    assert plain.memory.get(response["id"]) is None  # store=false: not remembered
+    sealed, message = _writer("stop", [thinking], include=["reasoning.encrypted_content"])
+    assert sealed.whole(message)["output"][0]["encrypted_content"] == mark
