@@ -123,9 +123,14 @@ async def test_create_whole_and_stream_with_the_sdks_helper(served: Served) -> N
     ):
         assert kind in kinds
 
-    events = await raw_events(served, {"model": "default", "input": "Hi"})
+    events = await raw_events(
+        served, {"model": "default", "input": "Hi", "include": ["reasoning.encrypted_content"]}
+    )
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["response"]["id"] == events[0]["response"]["id"]
+    # The provider's mark rides in the final object's reasoning item, as agy's thinking's.
+    reasoning = events[-1]["response"]["output"][0]
+    assert reasoning["encrypted_content"].startswith("agy-provider:1:")
 
 
 async def test_a_function_call_ends_the_response_and_its_output_resumes_the_turn(
@@ -502,3 +507,41 @@ async def test_the_three_apis_give_the_same_turn(
     else:
         assert seen["chat"]["text"] == scenario_answer("default")
     assert seen["chat"]["thinking"] and seen["chat"]["total"] > 0
+
+
+async def test_our_reasoning_items_mark_carries_the_conversation_across_a_restart(
+    live_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that restarted has forgotten its answers; the mark a resent reasoning item
+    carries (`include: reasoning.encrypted_content`) still proves the agy conversation."""
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
+    first = {"role": "user", "content": "Count with me."}
+    body: dict[str, Any] = {
+        "model": "default",
+        "input": [first],
+        "include": ["reasoning.encrypted_content"],
+    }
+    for turn in (0, 1):
+        served, stop, task = await start_server(live_env)
+        try:
+            response = await served.openai().responses.create(**body)
+        finally:
+            stop.set()
+            await task
+        assert response.output_text == scenario_answer("two-turn", turn)
+        items = [item.model_dump(exclude_none=True) for item in response.output]
+        marks = [i["encrypted_content"] for i in items if i["type"] == "reasoning"]
+        assert all(m.startswith("agy-provider:1:") for m in marks) and (marks or turn)
+        body["input"] = [*body["input"], *items, {"role": "user", "content": "Go on."}]
+    assert len(conversations(live_env)) == 1
+    # Without the reasoning item nothing proves it: a new conversation carrying the history.
+    body["input"] = [i for i in body["input"] if i.get("type") != "reasoning"][:3]
+    served, stop, task = await start_server(live_env)
+    try:
+        response = await served.openai().responses.create(**body)
+    finally:
+        stop.set()
+        await task
+    assert response.output_text == scenario_answer("two-turn", 0)
+    assert len(conversations(live_env)) == 2
+    assert not leftovers(live_env)

@@ -295,13 +295,30 @@ class ResponseWriter:
         if isinstance(event, DoneEvent):
             forced = self.turn.forced_call
             frames = self._call_events(forced, output) if forced is not None else []
-            final = self._ended(event.message, output)
+            final = self._ended(event.message, self._sealed(event.message, output))
             return [*frames, self._event(f"response.{final['status']}", response=final)]
         if isinstance(event, ErrorEvent):
             final = self.failed(event.error, failure)
             final["output"] = output
             return [self._event("response.failed", response=final)]
         return []
+
+    def _sealed(
+        self, message: AssistantMessage, output: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The final object's items, its reasoning items carrying their marks when `include`
+        asks: the provider marks the thinking blocks only when the message is delivered, after
+        their items were done."""
+        if SEALED_REASONING not in self.asked.include:
+            return output
+        marks = iter(
+            [b.thinking_signature for b in message.content if isinstance(b, ThinkingContent)]
+        )
+        sealed = []
+        for item in output:
+            mark = next(marks, None) if item["type"] == "reasoning" else None
+            sealed.append({**item, "encrypted_content": mark} if mark else item)
+        return sealed
 
     def _opened(self, thinking: bool, index: int) -> list[_Frame]:
         """A reasoning item and its summary part, or a message item and its text part."""
