@@ -12,7 +12,11 @@
    process, no server, with the same probe.
 3. A client closing its stream after the first delta (5 times, the slow scenario): ms until its
    turn's `aborted` event and until no agy-sim process is left (goal ≤ 200 ms).
-4. With `--many N` (issue 29: N = 50), N streaming clients at once through serve with the
+4. The Responses API (issue 30): `POST /v1/responses` streamed, `--rounds` turns one after
+   another: the first `response.output_text.delta` against the in-process first *text* delta of
+   the same turn (goal ≤ 10 ms), and every delta against its own push (no added lateness),
+   printed beside the same figures for Chat Completions' `content` chunks in the same run.
+5. With `--many N` (issue 29: N = 50), N streaming clients at once through serve with the
    provider's default settings (warm pool, `event_source` auto, `cold_starts` from the CPU
    count) and agy-sim at speed 1 with its 2.5 s cold start for every agy (warm and `-p`), each
    side in a fresh server process: every client must end with the scenario's text in ≥ 2 text
@@ -67,6 +71,30 @@ async def _client_stream(http: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {"first": first, "text": text, "status": response.status_code}
 
 
+async def _client_chat_text(http: Any, body: dict[str, Any]) -> list[float]:
+    """When each of a Chat Completions stream's `content` chunks arrived."""
+    arrived = []
+    async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            said = line.startswith("data: {") and '"content":"' in line
+            if said and any(c["delta"].get("content") for c in json.loads(line[6:])["choices"]):
+                arrived.append(time.monotonic())
+    return arrived
+
+
+async def _client_responses(http: Any) -> dict[str, Any]:
+    """When each of a Responses stream's `response.output_text.delta`s arrived, and its text."""
+    body = {"model": "default", "stream": True, "input": "hi"}
+    arrived = []
+    text = ""
+    async with http.stream("POST", "/v1/responses", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: {") and "response.output_text.delta" in line:
+                arrived.append(time.monotonic())
+                text += json.loads(line[6:])["delta"]
+    return {"arrived": arrived, "text": text}
+
+
 async def _client(base: str, token: str, rounds: int, clients: int) -> None:
     import httpx
 
@@ -76,10 +104,26 @@ async def _client(base: str, token: str, rounds: int, clients: int) -> None:
         base_url=base, headers={"authorization": f"Bearer {token}"}, timeout=120, limits=limits
     ) as http:
         sequential = [await _client_stream(http, body) for _ in range(rounds)]
+        # Chat's first text and the Responses API's, alternating, so load drifts hit both alike.
+        chat_text: list[list[float]] = []
+        responses: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            chat_text.append(await _client_chat_text(http, body))
+            responses.append(await _client_responses(http))
         started = time.monotonic()
         concurrent = await asyncio.gather(*(_client_stream(http, body) for _ in range(clients)))
         wall = time.monotonic() - started
-    print(json.dumps({"sequential": sequential, "concurrent": concurrent, "wall": wall}))
+    print(
+        json.dumps(
+            {
+                "sequential": sequential,
+                "chat_text": chat_text,
+                "responses": responses,
+                "concurrent": concurrent,
+                "wall": wall,
+            }
+        )
+    )
 
 
 async def _many_stream(http: Any, body: dict[str, Any]) -> dict[str, Any]:
@@ -126,13 +170,21 @@ class FirstDeltas:
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.texts: list[list[float]] = []  # each turn's text deltas, when pushed
         self.aborted: list[float] = []  # when a turn's `error` (reason aborted) was produced
         self._seen: list[Any] = []  # the turns themselves: an id() may be reused once one is gone
+        self._seen_text: list[Any] = []
 
     @hookimpl
     def observe_event(self, event: Any, turn: Any) -> None:
         if event.type == "error" and event.reason == "aborted":
             self.aborted.append(time.monotonic())
+        if event.type == "text_delta" and event.delta:
+            if not any(t is turn for t in self._seen_text):
+                self._seen_text.append(turn)
+                self.texts.append([])
+            # A turn's deltas all come before the next turn starts (the rounds run one by one).
+            self.texts[-1].append(time.monotonic())
         if event.type in ("thinking_delta", "text_delta") and not any(
             t is turn for t in self._seen
         ):
@@ -158,6 +210,7 @@ async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[f
     probe = live.LagProbe()
     leaving = await clients_leaving(port, token, observer)
     observer.times.clear()  # the sequential rounds' first deltas only, from here
+    observer.texts.clear()
     client = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
@@ -170,7 +223,7 @@ async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[f
     )
     assert client.stdout is not None
     # The lag probe runs while the concurrent clients do (the sequential rounds come first).
-    while len(observer.times) < rounds:
+    while len(observer.times) < 3 * rounds:
         await asyncio.sleep(0.01)
     probe.start()
     out = await client.stdout.read()
@@ -179,7 +232,11 @@ async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[f
     stop.set()
     await serving
     get_plugin_manager().unregister(name="bench-first-deltas")
-    return {**json.loads(out), "leaving": leaving}, observer.times[:rounds], probe
+    # The turns' text deltas, in the client's order: its plain rounds, then chat and Responses
+    # alternating.
+    texts = observer.texts[rounds : 3 * rounds]
+    pushed = {"chat_text": texts[0::2], "responses": texts[1::2]}
+    return {**json.loads(out), "leaving": leaving, "pushed": pushed}, observer.times[:rounds], probe
 
 
 async def clients_leaving(port: int, token: str, observer: FirstDeltas, trials: int = 5) -> Any:
@@ -441,7 +498,46 @@ async def run(rounds: int, clients: int) -> list[str]:
         f"client leaving: agy gone within {worst_gone:.0f} ms at worst (goal ≤ 200 ms): "
         f"{'PASS' if worst_gone <= 200 else 'FAIL'}"
     )
+    verdicts.append(responses_figure(result, expected))
     return verdicts
+
+
+def _lateness(arrived: list[list[float]], pushed: list[list[float]]) -> tuple[list, list]:
+    """(each turn's first delta's lateness, every delta's), ms: arrival at the client minus
+    the in-process push of the same delta (the n-th of its turn)."""
+    firsts, every = [], []
+    for client, server in zip(arrived, pushed, strict=True):
+        assert len(client) == len(server), (len(client), len(server))
+        late = [(c - t) * 1000 for c, t in zip(client, server, strict=True)]
+        firsts.append(late[0])
+        every += late
+    return firsts, every
+
+
+def responses_figure(result: dict[str, Any], expected: str) -> str:
+    """4. The Responses API's text deltas after the in-process ones, beside Chat's."""
+    pushed = result["pushed"]
+    right = sum(r["text"] == expected for r in result["responses"])
+    firsts, every = _lateness([r["arrived"] for r in result["responses"]], pushed["responses"])
+    chat_firsts, chat_every = _lateness(result["chat_text"], pushed["chat_text"])
+    median, p90 = live.median(firsts), live.percentile(firsts, 90)
+    print(f"\n4. text deltas after the same in-process text deltas, {len(firsts)} turns each:")
+    for name, first, all_ in (
+        ("Responses (response.output_text.delta)", firsts, every),
+        ("Chat Completions (content chunk)      ", chat_firsts, chat_every),
+    ):
+        print(
+            f"   {name}: first median {live.median(first):.2f} ms  p90 "
+            f"{live.percentile(first, 90):.2f} ms; every delta ({len(all_)}) median "
+            f"{live.median(all_):.2f} ms  p90 {live.percentile(all_, 90):.2f} ms"
+        )
+    print(f"   {right}/{len(firsts)} Responses streams with the scenario's text")
+    verdict = "PASS" if p90 <= FIRST_CHUNK_GOAL_MS and right == len(firsts) else "FAIL"
+    return (
+        f"Responses first text delta: median {median:.2f} ms, p90 {p90:.2f} ms; every delta "
+        f"p90 {live.percentile(every, 90):.2f} ms (Chat's {live.percentile(chat_every, 90):.2f}"
+        f" ms; goal ≤ {FIRST_CHUNK_GOAL_MS} ms): {verdict}"
+    )
 
 
 def main() -> int:

@@ -1,9 +1,10 @@
 """`agy-provider serve`: agy behind OpenAI- and Anthropic-compatible endpoints on loopback — the
 Starlette app, its routes, and the uvicorn server it runs in (in-process, our own signals).
 
-A host of the provider like the others: each request is converted (`serve_convert`), started
-through `hosts/_turns.start_turn` (`serve_turn`) and answered in its API's shape
-(`serve_openai`, `serve_anthropic`); `serve_http` guards the door.
+A host of the provider like the others: each request is converted (`serve_convert`,
+`serve_responses_ask`), started through `hosts/_turns.start_turn` (`serve_turn`) and answered in
+its API's shape (`serve_openai`, `serve_anthropic`, `serve_responses`); `serve_http` guards the
+door.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ from agy_provider.hosts.serve_log import Seen
 from agy_provider.hosts.serve_log import record_of
 from agy_provider.hosts.serve_models import ModelChoice
 from agy_provider.hosts.serve_models import ModelMap
+from agy_provider.hosts.serve_responses import RememberedResponses
+from agy_provider.hosts.serve_responses import ResponseWriter
+from agy_provider.hosts.serve_responses_ask import responses_ask
 from agy_provider.hosts.serve_turn import RunningTurn
 from agy_provider.hosts.serve_turn import ServeTurns
 from agy_provider.live.images import check_images
@@ -123,12 +127,15 @@ class ServeServer:
         self._catalog: tuple[float, list[str]] | None = None
         self.models = ModelMap(settings.model_map)
         self._seen = Seen()
+        self.responses = RememberedResponses()
         app = Starlette(
             routes=[
                 Route("/", self._root, methods=["GET"]),  # HEAD too: Starlette adds it
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/responses/{response_id}", self._response, methods=["GET", "DELETE"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
@@ -320,6 +327,71 @@ class ServeServer:
                     yield sse(chunk)
         finally:
             await self._note(turn, record, resuming)
+
+    async def _responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: the same turn as the other APIs, answered by `ResponseWriter`."""
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            return error_response("openai", 400, f"the body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return error_response("openai", 400, "the body must be a JSON object")
+        try:
+            previous = body.get("previous_response_id")
+            continued = None
+            if previous is not None:
+                continued = (
+                    self.responses.continued(previous) if isinstance(previous, str) else None
+                )
+                if continued is None:
+                    raise RequestError(
+                        f"previous_response_id: no response {previous!r} is remembered here "
+                        "(unknown, stored with store=false, or forgotten); resend the items",
+                        param="previous_response_id",
+                    )
+            asked = responses_ask(body, continued)
+            pinned = request.headers.get("x-agy-session")
+            if pinned is not None:
+                key = session_key(pinned, "x-agy-session")
+                asked = dataclasses.replace(
+                    asked, ask=dataclasses.replace(asked.ask, session_key=key)
+                )
+            await self.turns.check(asked.ask)
+        except RequestError as exc:
+            return error_response("openai", exc.status, str(exc), exc.param)
+        except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
+            log.info("a malformed responses request: %r", exc)
+            return error_response(
+                "openai", 400, "the request is malformed: check its fields' types"
+            )
+        ask = asked.ask
+        turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
+        writer = ResponseWriter(turn, asked, self.responses)
+        if ask.stream:
+            # One write per pi event: its events' frames together.
+            return SseResponse(
+                b"".join(sse(data, name) for name, data in batch)
+                async for batch in writer.events(_failure)
+            )
+        last = await _whole(turn, request.receive)
+        if last is None:  # the client went away; the turn is aborted
+            return Response(status_code=499)
+        if isinstance(last, ErrorEvent):
+            writer.failed(last.error, _failure)
+            status, text = _failure(last.error)
+            return error_response("openai", status, text)
+        assert isinstance(last, DoneEvent)
+        return JSONResponse(writer.whole(last.message))
+
+    async def _response(self, request: Request) -> Response:
+        """`GET` / `DELETE /v1/responses/{id}`: a response this server remembers, else 404."""
+        response_id = request.path_params["response_id"]
+        found = self.responses.get(response_id)
+        if found is None or (request.method == "DELETE" and not self.responses.delete(response_id)):
+            return error_response("openai", 404, f"no response {response_id!r} is remembered here")
+        if request.method == "DELETE":
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(found)
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)

@@ -40,6 +40,8 @@ __all__ = [
     "RequestError",
     "ServeAsk",
     "anthropic_ask",
+    "forced_choice",
+    "forced_tools",
     "openai_ask",
     "session_key",
     "user_id_key",
@@ -78,8 +80,8 @@ class RequestError(Exception):
 class ServeAsk:
     """One request as a turn: the model id, pi's context, the settings, and how to answer.
 
-    `forced_tool`: Anthropic's tool-forcing pattern — the answer (JSON of `json_schema`) is
-    returned as a `tool_use` of that name, not as text.
+    `forced_tool`: a forced tool choice — the answer (JSON of `json_schema`) is returned as a
+    call of that tool, not as text; `forced_any`: one of several tools (`forced_tools`).
     """
 
     model: str
@@ -93,6 +95,7 @@ class ServeAsk:
     # Which signal gave `session_key` (the field's name, e.g. `metadata.user_id.session_id`):
     # the request log shows it; "" when no key was given.
     key_source: str = ""
+    forced_any: bool = False
 
 
 def session_key(value: object, field: str) -> str:
@@ -165,7 +168,15 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
             messages.append(_tool_result(call_id, calls[call_id], text, is_error=False))
         else:
             raise RequestError(f"{where}.role: unsupported role {role!r}", param=f"{where}.role")
-    tools = None if body.get("tool_choice") == "none" else _openai_tools(body.get("tools"))
+    tools = _openai_tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    named = choice.get("function") if isinstance(choice, Mapping) else None
+    schema, forced, forced_any = forced_choice(
+        choice,
+        named.get("name") if isinstance(named, Mapping) else None,
+        tools,
+        (_response_format(body.get("response_format")), "response_format"),
+    )
     user = session_key(body.get("user"), "user")
     stream_options = body.get("stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(
@@ -173,14 +184,74 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
     )
     return ServeAsk(
         model=model,
-        context=Context(system_prompt="\n\n".join(system) or None, messages=messages, tools=tools),
+        context=Context(
+            system_prompt="\n\n".join(system) or None,
+            messages=messages,
+            # A forced tool is the answer's shape, not a tool agy may call.
+            tools=None if choice == "none" or forced or forced_any else tools,
+        ),
         stream=body.get("stream") is True,
         reasoning=_effort(body.get("reasoning_effort"), "reasoning_effort"),
         session_key=user,
         key_source="user" if user else "",
-        json_schema=_response_format(body.get("response_format")),
+        json_schema=schema,
         include_usage=include_usage,
+        forced_tool=forced,
+        forced_any=forced_any,
     )
+
+
+def forced_choice(
+    choice: object,
+    name: object,
+    tools: list[Tool] | None,
+    asked: tuple[Mapping[str, Any] | None, str],
+) -> tuple[Mapping[str, Any] | None, str, bool]:
+    """An OpenAI `tool_choice` (either API; `name`: the function a `{type: function}` choice
+    names) with the answer's format `asked` (schema, field) → `forced_tools`' answer, or the
+    asked schema when agy chooses (`auto`, `none`, absent). Raises `RequestError`."""
+    if choice is None or choice in ("auto", "none"):
+        return asked[0], "", False
+    if choice == "required" and not tools:
+        raise RequestError("tool_choice: `required` needs tools", param="tool_choice")
+    named = isinstance(choice, Mapping) and choice.get("type") == "function"
+    if choice != "required" and not (named and isinstance(name, str) and name):
+        raise RequestError(
+            "tool_choice: auto, none, required, or a function by name", param="tool_choice"
+        )
+    if asked[0] is not None:
+        raise RequestError(
+            f"{asked[1]}: cannot be combined with a forced tool_choice (the tool's parameters "
+            "shape the answer)",
+            param=asked[1],
+        )
+    return forced_tools(tools or [], name if named and isinstance(name, str) else None)
+
+
+def forced_tools(tools: list[Tool], name: str | None) -> tuple[Mapping[str, Any], str, bool]:
+    """A forced tool call as structured output: (the answer's JSON Schema, the tool's name,
+    whether the answer names one of several tools). A named tool (or the only one): its
+    parameters. Several: `anyOf` one `{"name": <const>, "arguments": <its parameters>}` per
+    tool — the name discriminates, so one branch holds and the answer says which tool it calls.
+    """
+    if name is None and len(tools) == 1:
+        name = tools[0].name
+    if name is None:
+        return {"type": "object", "anyOf": [_named_call(t) for t in tools]}, "", True
+    for tool in tools:
+        if tool.name == name:
+            return tool.parameters, tool.name, False
+    raise RequestError(f"tool_choice: no tool named {name!r}", param="tool_choice")
+
+
+def _named_call(tool: Tool) -> dict[str, Any]:
+    named = {"name": {"const": tool.name}, "arguments": tool.parameters}
+    return {
+        "type": "object",
+        "properties": named,
+        "required": [*named],
+        "additionalProperties": False,
+    }
 
 
 def _model(value: object) -> str:
