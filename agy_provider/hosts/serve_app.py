@@ -331,11 +331,9 @@ class ServeServer:
     async def _responses(self, request: Request) -> Response:
         """`POST /v1/responses`: the same turn as the other APIs, answered by `ResponseWriter`."""
         try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            return error_response("openai", 400, f"the body is not JSON: {exc}")
-        if not isinstance(body, dict):
-            return error_response("openai", 400, "the body must be a JSON object")
+            body = await parse_body(await request.body())
+        except BodyError as exc:
+            return error_response("openai", 400, str(exc))
         try:
             previous = body.get("previous_response_id")
             continued = None
