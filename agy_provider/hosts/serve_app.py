@@ -38,7 +38,6 @@ from agy_provider.hosts.serve_convert import RequestError
 from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_convert import session_key
 from agy_provider.hosts.serve_http import MAX_BODY_BYTES
 from agy_provider.hosts.serve_http import Guard
 from agy_provider.hosts.serve_http import Shape
@@ -48,6 +47,11 @@ from agy_provider.hosts.serve_http import error_response
 from agy_provider.hosts.serve_http import shape_of
 from agy_provider.hosts.serve_http import sse
 from agy_provider.hosts.serve_http import until_disconnected
+from agy_provider.hosts.serve_owners import Owner
+from agy_provider.hosts.serve_owners import owner_of
+from agy_provider.hosts.serve_tokens import context_window
+from agy_provider.hosts.serve_tokens import estimate_context
+from agy_provider.hosts.serve_tokens import overflow_response
 from agy_provider.hosts.serve_turn import RunningTurn
 from agy_provider.hosts.serve_turn import ServeTurns
 from agy_provider.pi.events import AssistantMessageEvent
@@ -66,6 +70,10 @@ DEFAULT_PORT = 8642
 MAX_HEADER_BYTES = 64 * 1024
 # How long a stopping server lets running requests finish before cancelling them.
 DRAIN_SECONDS = 10.0
+# A body longer than this is parsed, converted and counted in a worker thread: a long transcript
+# (megabytes, up to the body cap) would hold the loop, and every other client's stream, for
+# tens of milliseconds.
+_PARSE_OFF_LOOP = 256 * 1024
 # `agy models` is asked at most this often for `/v1/models` (it spawns agy).
 _CATALOG_SECONDS = 300.0
 
@@ -109,6 +117,7 @@ class ServeServer:
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
@@ -183,27 +192,58 @@ class ServeServer:
     async def _messages(self, request: Request) -> Response:
         return await self._turn(request, "anthropic", anthropic_ask)
 
-    async def _turn(
+    async def _count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the request's input tokens, estimated locally."""
+        read = await self._read(request, "anthropic", anthropic_ask)
+        if isinstance(read, Response):
+            return read
+        return JSONResponse({"input_tokens": read[1]})
+
+    async def _read(
         self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
-    ) -> Response:
+    ) -> Response | tuple[ServeAsk, int, Owner]:
+        """The request as a turn's ask, its estimated input tokens and its owner, or the error
+        response. A long body is parsed and counted in a worker (a few ms per MB)."""
+        raw = await request.body()
+        big = len(raw) > _PARSE_OFF_LOOP
         try:
-            body = json.loads(await request.body())
+            body = await off_loop(json.loads, raw) if big else json.loads(raw)
         except ValueError as exc:
             return error_response(shape, 400, f"the body is not JSON: {exc}")
         if not isinstance(body, dict):
             return error_response(shape, 400, "the body must be a JSON object")
         try:
-            ask = convert(body)
-            pinned = request.headers.get("x-agy-session")
-            if pinned is not None:
-                ask = dataclasses.replace(ask, session_key=session_key(pinned, "x-agy-session"))
-            await self.turns.check(ask)
+            owner = owner_of(body, request.headers, self.turns.owners.responses)
+            ask = await off_loop(convert, body) if big else convert(body)
+            ask = dataclasses.replace(ask, session_key=owner.key)
+            tokens = (
+                await off_loop(estimate_context, ask.context)
+                if big
+                else estimate_context(ask.context)
+            )
         except RequestError as exc:
             return error_response(shape, exc.status, str(exc), exc.param)
         except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
             log.info("a malformed %s request: %r", shape, exc)
             return error_response(shape, 400, "the request is malformed: check its fields' types")
-        turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
+        return ask, tokens, owner
+
+    async def _turn(
+        self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
+    ) -> Response:
+        read = await self._read(request, shape, convert)
+        if isinstance(read, Response):
+            return read
+        ask, tokens, owner = read
+        window = context_window(ask.model)
+        if tokens > window:
+            return overflow_response(shape, tokens, window)
+        try:
+            await self.turns.check(ask)
+        except RequestError as exc:
+            return error_response(shape, exc.status, str(exc), exc.param)
+        placement = self.turns.owners.place(ask, owner)
+        turn = self.turns.start(ask, placement, owner, input_tokens=tokens)
         model = ask.model
         if ask.stream:
             return SseResponse(self._frames(turn, shape, model))
