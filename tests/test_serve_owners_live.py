@@ -89,6 +89,24 @@ async def served_fixture(live_env: Path) -> AsyncIterator[Served]:
     assert not leftovers(live_env)
 
 
+def watch_turns(served: Served) -> list[Any]:
+    """Every `RunningTurn` the server starts, in order (what the request log reads)."""
+    started: list[Any] = []
+    start = served.server.turns.start
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        turn = start(*args, **kwargs)
+        started.append(turn)
+        return turn
+
+    served.server.turns.start = recording  # type: ignore[method-assign]
+    return started
+
+
+def told(turns: list[Any]) -> list[tuple[str, str]]:
+    return [(t.key_source, t.continuity) for t in turns]
+
+
 async def count_turn_one(client: Any, **extra: Any) -> Any:
     one = await client.chat.completions.create(model="default", messages=COUNT, **extra)
     assert one.choices[0].message.content == scenario_answer("two-turn", 0)
@@ -103,6 +121,7 @@ async def test_another_key_replaying_a_transcript_gets_a_conversation_of_its_own
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     client = served.openai()
+    turns = watch_turns(served)
     history = await count_turn_one(client, user="alice")
     go_on = [*history, {"role": "user", "content": "Go on."}]
     stolen = await client.chat.completions.create(model="default", messages=go_on, user="mallory")
@@ -112,6 +131,7 @@ async def test_another_key_replaying_a_transcript_gets_a_conversation_of_its_own
     own = await client.chat.completions.create(model="default", messages=go_on, user="alice")
     assert own.choices[0].message.content == scenario_answer("two-turn", 1)  # untouched
     assert len(conversations(served.app)) == 2
+    assert told(turns) == [("user", "new"), ("user", "new"), ("user", "continued")]
 
 
 async def test_a_forged_session_header_with_another_key_continues_nothing(
@@ -138,6 +158,7 @@ async def test_a_foreign_transcript_ending_in_a_parked_call_id_resumes_nothing(
 ) -> None:
     monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
     client = served.openai()
+    turns = watch_turns(served)
     ask = [{"role": "user", "content": "Where is my order A-1042?"}]
     first = await client.chat.completions.create(
         model="default", messages=ask, tools=[LOOKUP_OPENAI], user="alice"
@@ -162,6 +183,12 @@ async def test_a_foreign_transcript_ending_in_a_parked_call_id_resumes_nothing(
     )
     assert own.choices[0].message.content == tool_answer()  # alice's turn, resumed by her
     assert len(conversations(served.app)) == 3
+    assert told(turns) == [
+        ("user", "new"),
+        ("user", "new"),
+        ("transcript", "new"),
+        ("user", "resumed"),
+    ]
 
 
 async def test_a_forged_thinking_signature_continues_nothing_and_a_real_one_does(
