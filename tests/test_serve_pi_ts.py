@@ -9,6 +9,7 @@ skip, saying why, where node, npm or the registry is not available.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -25,31 +26,34 @@ from host_helpers import tool_output
 from live_helpers import scenario_answer
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from test_serve_owners_live import IMAGE_SEEN
+from test_serve_owners_live import png
 
 pytestmark = pytest.mark.slow
 
 PI_AI = "@mariozechner/pi-ai"
+PICTURE_B64 = base64.b64encode(png()).decode()
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agy-provider-tests"
 
 # One pi-ai turn (or a tool round trip) against the server; prints what pi-ai made of it.
 SCRIPT = r"""
-import { complete } from "@mariozechner/pi-ai";
+import { complete, stream } from "@mariozechner/pi-ai";
 
-const [api, mode, baseUrl, token, toolOutput, parameters] = process.argv.slice(2);
+const [api, mode, baseUrl, token, toolOutput, parameters, image] = process.argv.slice(2);
 const model = {
   id: "default", name: "agy via agy-provider serve", api, provider: "agy-serve",
-  baseUrl, reasoning: true, input: ["text"],
+  baseUrl, reasoning: true, input: ["text", "image"],
   cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
   contextWindow: 1000000, maxTokens: 8192,
 };
-const tools = mode === "tool" ? [{
+const tools = mode === "tool" || mode === "image" ? [{
   name: "lookup_order", description: "Look up an order's status by its id.",
   parameters: JSON.parse(parameters),
 }] : undefined;
 const context = {
   systemPrompt: "You are helpful.",
-  messages: [{ role: "user", content: mode === "tool" ? "Where is my order A-1042?" : "Hi",
-               timestamp: Date.now() }],
+  messages: [{ role: "user", content: mode === "text" ? "Hi" : mode === "two" ? "Count with me."
+               : "Where is my order A-1042?", timestamp: Date.now() }],
   tools,
 };
 const summary = (m) => ({
@@ -58,16 +62,30 @@ const summary = (m) => ({
   thinking: m.content.filter((b) => b.type === "thinking").map((b) => b.thinking).join(""),
   calls: m.content.filter((b) => b.type === "toolCall"), usage: m.usage,
 });
+if (mode === "abort") {  // pi's token statistics on abort: abort at the first text delta
+  const controller = new AbortController();
+  const s = stream(model, context, { apiKey: token, signal: controller.signal });
+  for await (const e of s) if (e.type === "text_delta") controller.abort();
+  console.log(JSON.stringify({ first: summary(await s.result()) }));
+  process.exit(0);
+}
 const first = await complete(model, context, { apiKey: token });
 const out = { first: summary(first) };
-if (mode === "tool" && first.stopReason === "toolUse") {
+if ((mode === "tool" || mode === "image") && first.stopReason === "toolUse") {
   context.messages.push(first);
+  const content = [{ type: "text", text: toolOutput }];
+  if (mode === "image") content.push({ type: "image", data: image, mimeType: "image/png" });
   for (const call of first.content.filter((b) => b.type === "toolCall")) {
     context.messages.push({
       role: "toolResult", toolCallId: call.id, toolName: call.name,
-      content: [{ type: "text", text: toolOutput }], isError: false, timestamp: Date.now(),
+      content, isError: false, timestamp: Date.now(),
     });
   }
+  out.second = summary(await complete(model, context, { apiKey: token }));
+}
+if (mode === "two") {  // pi's own transcript, thinking as pi keeps it, then the next turn
+  context.messages.push(first);
+  context.messages.push({ role: "user", content: "Go on.", timestamp: Date.now() });
   out.second = summary(await complete(model, context, { apiKey: token }));
 }
 console.log(JSON.stringify(out));
@@ -113,6 +131,7 @@ async def pi_turn(pi_ai: Path, served: Served, api: str, mode: str) -> dict[str,
         served.token,
         tool_output("A-1042"),
         json.dumps(TOOL_PARAMETERS),
+        PICTURE_B64,
         cwd=pi_ai,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -141,3 +160,41 @@ async def test_pi_ai_tool_loop_through_serve(
     assert [c["name"] for c in result["first"]["calls"]] == ["lookup_order"]
     assert result["second"]["text"] == tool_answer(), result
     assert len(conversations(served.app)) == 1  # the parked agy turn was resumed
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "anthropic-messages"])
+async def test_pi_ai_continues_its_conversation_through_serve(
+    pi_ai: Path, served: Served, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pi keeps Anthropic thinking only with a signature (else it resends it as text, which
+    # matched no answer, so every turn was a new agy conversation): signed, it is one.
+    monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
+    result = await pi_turn(pi_ai, served, api, "two")
+    assert result["first"]["text"] == scenario_answer("two-turn", 0), result
+    assert result["second"]["text"] == scenario_answer("two-turn", 1), result
+    assert len(conversations(served.app)) == 1
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "anthropic-messages"])
+async def test_pi_ai_tool_result_with_an_image_through_serve(
+    pi_ai: Path, served: Served, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Over Chat Completions pi sends the image as a user message after the tool message; over
+    # Messages inside the tool_result. Either way the parked turn resumes with both.
+    monkeypatch.setenv("AGY_SIM_SCENARIO", TOOL_SCENARIO)
+    result = await pi_turn(pi_ai, served, api, "image")
+    assert result["first"]["stopReason"] == "toolUse", result
+    second = result["second"]
+    assert second["stopReason"] == "stop", result
+    assert tool_output("A-1042") in second["text"] and IMAGE_SEEN in second["text"], result
+    assert len(conversations(served.app)) == 1
+
+
+async def test_pi_ai_keeps_token_statistics_when_it_aborts_an_anthropic_stream(
+    pi_ai: Path, served: Served
+) -> None:
+    # pi asks Anthropic-shaped providers for usage on abort (input and output above 0): the
+    # estimate in `message_start`, the estimate so far after each block.
+    first = (await pi_turn(pi_ai, served, "anthropic-messages", "abort"))["first"]
+    assert first["stopReason"] == "aborted", first
+    assert first["usage"]["input"] > 0 and first["usage"]["output"] > 0, first
