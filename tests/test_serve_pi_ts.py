@@ -37,14 +37,14 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agy-
 
 # One pi-ai turn (or a tool round trip) against the server; prints what pi-ai made of it.
 SCRIPT = r"""
-import { complete, stream } from "@mariozechner/pi-ai";
+import { complete, isContextOverflow, stream } from "@mariozechner/pi-ai";
 
 const [api, mode, baseUrl, token, toolOutput, parameters, image] = process.argv.slice(2);
 const model = {
   id: "default", name: "agy via agy-provider serve", api, provider: "agy-serve",
   baseUrl, reasoning: true, input: ["text", "image"],
   cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
-  contextWindow: 1000000, maxTokens: 8192,
+  contextWindow: 1048576, maxTokens: 8192,
 };
 const tools = mode === "tool" || mode === "image" ? [{
   name: "lookup_order", description: "Look up an order's status by its id.",
@@ -62,6 +62,16 @@ const summary = (m) => ({
   thinking: m.content.filter((b) => b.type === "thinking").map((b) => b.thinking).join(""),
   calls: m.content.filter((b) => b.type === "toolCall"), usage: m.usage,
 });
+if (mode === "overflow") {  // pi's overflow probe: (window + 10k) × 6 characters of lorem ipsum
+  const lorem = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. Sed do eiusmod tempor "
+    + "incididunt ut labore et dolore magna aliqua. ";
+  const text = lorem.repeat(Math.ceil(((model.contextWindow + 10000) * 6) / lorem.length));
+  context.messages = [{ role: "user", content: text, timestamp: Date.now() }];
+  const result = await complete(model, context, { apiKey: token });
+  console.log(JSON.stringify({ first: summary(result),
+                               overflow: isContextOverflow(result, model.contextWindow) }));
+  process.exit(0);
+}
 if (mode === "abort") {  // pi's token statistics on abort: abort at the first text delta
   const controller = new AbortController();
   const s = stream(model, context, { apiKey: token, signal: controller.signal });
@@ -198,3 +208,13 @@ async def test_pi_ai_keeps_token_statistics_when_it_aborts_an_anthropic_stream(
     first = (await pi_turn(pi_ai, served, "anthropic-messages", "abort"))["first"]
     assert first["stopReason"] == "aborted", first
     assert first["usage"]["input"] > 0 and first["usage"]["output"] > 0, first
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "anthropic-messages"])
+async def test_pi_ai_classifies_an_over_long_context_as_overflow(
+    pi_ai: Path, served: Served, api: str
+) -> None:
+    result = await pi_turn(pi_ai, served, api, "overflow")
+    assert result["first"]["stopReason"] == "error", result["first"]
+    assert result["overflow"] is True, result["first"]["error"]  # so pi compacts
+    assert not conversations(served.app)
