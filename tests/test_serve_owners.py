@@ -4,6 +4,7 @@ requests off a main line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -19,6 +20,7 @@ from agy_provider.hosts.serve_owners import ThinkingSigner
 from agy_provider.hosts.serve_owners import owner_of
 from agy_provider.live.continuity import make_mark
 from agy_provider.live.continuity import mark_message
+from agy_provider.live.parking import PARKED
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ThinkingContent
@@ -199,3 +201,37 @@ def test_a_keyed_side_request_leaves_the_keys_session_to_the_main_line() -> None
         request([{"role": "user", "content": "Count."}], system="memory", tools=tools), dave
     )
     assert side.side and side.session_key == ""  # the provider's `serve:dave` is untouched
+
+
+def test_results_for_the_owners_parked_call_resume_it_even_with_other_tools() -> None:
+    owners = Owners(DeliveredMessages())
+    erin = Owner("erin", "user")
+    ask = request([{"role": "user", "content": "Look it up."}])
+    placement = owners.place(ask, erin)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}
+    tool_use = answer("", "c" * 32)
+    tool_use = dataclasses.replace(
+        tool_use, content=[ToolCall(id="toolu_1", name="lookup", arguments={})]
+    )
+    owners.delivered.remember(placement.messages, tool_use, erin.key)
+    owners.settled(erin, placement, tool_use)
+
+    @dataclasses.dataclass(eq=False)
+    class Parked:
+        session_id: str
+
+    parked = Parked(session_id=erin.session_id)
+    PARKED.park(["toolu_1"], parked)
+    try:
+        results = [
+            {"role": "user", "content": "Look it up."},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+        ]
+        tools = [{"name": "lookup", "input_schema": {"type": "object"}}]
+        mine = owners.place(request(results, system="changed", tools=tools), erin)
+        assert mine.resuming and not mine.side and not mine.no_resume
+        theirs = owners.place(request(results), Owner("frank", "user"))
+        assert not theirs.resuming
+    finally:
+        PARKED.release(parked)

@@ -219,11 +219,12 @@ class Owners:
         if line is not None and line.owner != owner.key:
             # Never another owner's: the restore is per owner already; this holds it if not.
             return Placement(messages, owner.key, fingerprint=line_print, no_resume=True)
-        if line is not None and line.fingerprint != line_print:
-            # A side request: the main line keeps its conversation, this one gets its own
-            # carrying the history (plain: no marks, no session, no parked turn).
-            return Placement(messages, "", side=True, no_resume=True, fingerprint=line_print)
         resuming, no_resume = self._parked(restored, owner)
+        if line is not None and line.fingerprint != line_print and not resuming:
+            # A side request: the main line keeps its conversation, this one gets its own
+            # carrying the history (plain: no marks, no session, no parked turn). Results for
+            # the owner's own parked call are never one: that turn waits for them.
+            return Placement(messages, "", side=True, no_resume=True, fingerprint=line_print)
         return Placement(
             restored,
             owner.key,
