@@ -272,6 +272,11 @@ class TurnDriver:
         folder = conversations_dir(plan.state_dir)
         # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
+        if newest_images(self.context):
+            # First: a turn with images runs its own agy (`warm=False`), so the tools below are
+            # then served by the turn's own bridge, which that agy's folders name.
+            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
+            self.ctx.prompt = plan.prompt
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
             tools = TurnTools(
@@ -282,9 +287,6 @@ class TurnDriver:
             )
             plan = await self.opened.offer_tools(tools, plan)
             self.assembler.hide_tools(tools.host_step_names)
-        if newest_images(self.context):
-            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
-            self.ctx.prompt = plan.prompt
         request = plan.request
         process = self.edges.spawn(request)
         self.opened.process = self.ctx.process = process
