@@ -23,7 +23,10 @@ from pathlib import Path
 
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.argv import build_warm_argv
+from agy_provider.agy.database import newest_step_index
+from agy_provider.errors import AgyError
 from agy_provider.live import warm_registry
+from agy_provider.live.discovery import conversations_dir
 from agy_provider.live.warm_agy import IDLE
 from agy_provider.live.warm_agy import KILL_AFTER
 from agy_provider.live.warm_agy import READ_AFTER_EXIT
@@ -40,6 +43,8 @@ __all__ = [
     "WarmSettings",
     "WarmState",
     "WarmTurnSink",
+    "moved_on",
+    "newest_index",
     "warm_key",
 ]
 
@@ -84,6 +89,28 @@ def binary_identity(path: str) -> str:
     except OSError:
         return os.path.abspath(path)
     return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def newest_index(agy: WarmAgy) -> int | None:
+    """The newest step index of `agy`'s conversation database (-1: none yet), read-only through
+    `agy/database.py`; None when it cannot be read (blocking: off the loop)."""
+    if not agy.conversation_id:
+        return None
+    state = agy.template.env.get("ANTIGRAVITY_APP_DATA_DIR", "")
+    path = conversations_dir(state) / f"{agy.conversation_id}.db"
+    try:
+        return newest_step_index(path) if path.is_file() else -1
+    except (AgyError, OSError) as exc:
+        log.debug("warm agy %d: its conversation's newest step is unknown: %s", agy.pid, exc)
+        return None
+
+
+def moved_on(seen: int | None, newest: int | None) -> bool:
+    """Whether an idle agy's conversation moved on since its last turn: it ended at step `seen`
+    and the database now ends at `newest`. Anything but the same known index is not proof that
+    agy saw all of it (another host's turn, a one-shot turn, a database rewritten), and agy,
+    which keeps its conversation in memory, would write over steps it never saw."""
+    return seen is None or newest is None or newest != seen
 
 
 class WarmPool:
@@ -164,6 +191,11 @@ class WarmPool:
         agy.move(WarmState.IN_TURN)
         REGISTRY.changed(agy)
         return agy
+
+    def stale(self, agy: WarmAgy) -> bool:
+        """Whether leased `agy`, idle since an earlier turn, must not take this one: its
+        conversation moved on since (`moved_on`; blocking, a read of agy's database)."""
+        return agy.turns > 0 and moved_on(agy.seen_index, newest_index(agy))
 
     def lease_now(self, request: TurnRequest) -> WarmAgy | None:
         """`lease` without waiting, for the loop: the conversation's idle agy (or, for a new

@@ -26,6 +26,8 @@ from agy_provider.agy.verdict import agy_error
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.warm import POOL
 from agy_provider.live.warm import WarmPool
+from agy_provider.live.warm import newest_index
+from agy_provider.live.warm_agy import KILL_AFTER
 from agy_provider.live.warm_agy import WarmAgy
 from agy_provider.workers import off_loop
 
@@ -70,7 +72,7 @@ class WarmTurn:
         # agy's running usage total before this turn (its `result` totals run over the process).
         self.previous_total: StepUsage | None = None
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
-        self._last_words: asyncio.Task[None] | None = None  # an ERROR result's stderr, awaited
+        self._ending: asyncio.Task[None] | None = None  # after the `result`: `_finish_by_result`
         self._said = ""  # why the fallback failed, as agy's last words
 
     # -- TurnProcess ---------------------------------------------------------------------------
@@ -133,9 +135,29 @@ class WarmTurn:
         await self._start_oneshot()
 
     async def _lease(self) -> WarmAgy | None:
-        ready = self.pool.lease_now(self._asked)  # the usual case: no trip to a worker
-        if ready is not None:
-            return ready
+        agy = self.pool.lease_now(self._asked)  # the usual case: no trip to a worker to lease
+        if agy is None:
+            agy = await self._lease_off_loop()
+        if agy is None or not self._asked.conversation_id:
+            return agy
+        try:
+            stale = await off_loop(self.pool.stale, agy)
+        except BaseException:
+            _end_elsewhere(self.pool, agy)  # leased for a turn that is not going on
+            raise
+        if not stale:
+            return agy
+        # Its conversation moved on since its last turn (another host's turn, say): a new agy
+        # continues it from its database (`--conversation`), having seen all of it.
+        log.info(
+            "warm agy %d has not seen conversation %s's newest steps; starting another",
+            agy.pid,
+            self._asked.conversation_id,
+        )
+        await off_loop(self.pool.discard, agy, interrupt=False, grace=KILL_AFTER)
+        return await self._lease_off_loop()
+
+    async def _lease_off_loop(self) -> WarmAgy | None:
         offered = self.tools.offered if self.tools is not None else ()
         # Leased as the turn planned it: a replaced agy's log file, token and folders are not
         # this turn's settings.
@@ -221,8 +243,8 @@ class WarmTurn:
         if self._falling_back is not None:
             with contextlib.suppress(Exception):
                 await self._falling_back
-        if self._last_words is not None:
-            self._last_words.cancel()  # the turn is over: nothing waits for its words now
+        if self._ending is not None:
+            self._ending.cancel()  # the turn is over: nothing waits for its words now
         if self.oneshot is not None:
             await self.oneshot.terminate(grace)
             return
@@ -296,17 +318,30 @@ class WarmTurn:
     def _take(self, data: bytes, ended: bool) -> None:
         if self.events.feed(data):
             self.id_stated.set()
-        if ended and not self._done.is_set() and self._last_words is None:
+        if ended and not self._done.is_set() and self._ending is None:
             result = read_result(self.events.result or {})
             self._by_result = True
-            if result.status == "ERROR" and not result.canceled and self.agy is not None:
-                self._last_words = asyncio.ensure_future(self._finish_after_last_words(self.agy))
-            else:
+            if self.agy is None:
                 self._finish(1 if result.status == "ERROR" else 0)
+                return
+            words = result.status == "ERROR" and not result.canceled
+            self._ending = asyncio.ensure_future(
+                self._finish_by_result(self.agy, 1 if result.status == "ERROR" else 0, words)
+            )
 
-    async def _finish_after_last_words(self, agy: WarmAgy) -> None:
-        """An ERROR `result`: end the turn once agy's stderr has said something more (its
-        `AGY_ERROR:` line on 1.3.x, which is then the turn's error), or it exited, or at most
+    async def _finish_by_result(self, agy: WarmAgy, code: int, words: bool) -> None:
+        """The turn's `result` is in: what agy's conversation holds now (`seen_index`), read
+        before the turn's end reaches its host, so no other host can know of the conversation's
+        turn and write to it in between; then, after an ERROR, agy's last words."""
+        agy.seen_index = await off_loop(newest_index, agy)
+        if words:
+            await self._wait_for_last_words(agy)
+        if not self._done.is_set():
+            self._finish(code)
+
+    async def _wait_for_last_words(self, agy: WarmAgy) -> None:
+        """An ERROR `result`: wait until agy's stderr has said something more (its `AGY_ERROR:`
+        line on 1.3.x, which is then the turn's error), or it exited, or at most
         `_LAST_WORDS_WAIT`: whichever pipe the hub read first, the turn's words are the same."""
         said = agy.stderr_since(self._stderr_from)
         if not agy_error(said):  # else its words are here already
@@ -317,8 +352,6 @@ class WarmTurn:
                 and asyncio.get_running_loop().time() < deadline
             ):
                 await asyncio.sleep(_LAST_WORDS_POLL)
-        if not self._done.is_set():
-            self._finish(1)
 
     def _died(self, code: int) -> None:
         if self._done.is_set() or self._falling_back is not None:
