@@ -273,8 +273,7 @@ class TurnDriver:
         # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
         if newest_images(self.context):
-            # First: a turn with images runs its own agy (`warm=False`), so the tools below are
-            # then served by the turn's own bridge, which that agy's folders name.
+            # First: such a turn runs its own agy, so the tools below get the turn's own bridge.
             plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
             self.ctx.prompt = plan.prompt
         if plan.offers_tools:
