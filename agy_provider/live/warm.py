@@ -37,6 +37,7 @@ from agy_provider.live.warm_agy import WarmTurnSink
 
 __all__ = [
     "POOL",
+    "START_FAILED_FOR",
     "TRANSITIONS",
     "WarmAgy",
     "WarmPool",
@@ -53,6 +54,10 @@ log = logging.getLogger(__name__)
 # How long a conversation's next turn waits for the previous turn to let go of its agy (that turn
 # delivered its final event; its cleanup is a few milliseconds behind).
 _LET_GO = 10.0
+# How long a binary whose warm agy did not start within the start deadline runs each turn as
+# `agy -p` instead (a sign-in prompt or a broken install is not fixed in seconds; an overloaded
+# machine may be calmer by then, and the warm pool is tried again).
+START_FAILED_FOR = 600.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +127,9 @@ class WarmPool:
         self._changed = threading.Condition(self._lock)  # an agy was let go or ended
         self._agys: list[WarmAgy] = []
         self._refused: set[str] = set()  # binaries (by identity) that refused stream-json input
+        # Binaries (by identity) whose warm agy did not start in time -> until when (monotonic)
+        # their turns run `agy -p` (`start_failed`).
+        self._failed_start: dict[str, float] = {}
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
         self._closed = False
@@ -138,7 +146,31 @@ class WarmPool:
             return [a for a in self._agys if a.state is not WarmState.CLOSED]
 
     def refuses(self, request: TurnRequest) -> bool:
-        return binary_identity(request.agy_bin) in self._refused
+        """Whether `request`'s turn runs `agy -p`: its binary refused to stay, or its warm agy
+        did not start within the start deadline lately (`start_failed`)."""
+        binary = binary_identity(request.agy_bin)
+        until = self._failed_start.get(binary)
+        if until is not None and time.monotonic() >= until:
+            self._failed_start.pop(binary, None)
+            until = None
+        return binary in self._refused or until is not None
+
+    def start_failed(self, request: TurnRequest, timeout: float, said: str) -> None:
+        """`request`'s warm agy did not start its turn within `timeout` seconds (the start
+        deadline): each turn of that binary runs `agy -p` for `START_FAILED_FOR` seconds, so no
+        turn waits for a warm start again meanwhile."""
+        binary = binary_identity(request.agy_bin)
+        if binary not in self._failed_start:
+            log.warning(
+                "%s did not start within %gs (start_timeout) as one process for many turns%s; "
+                "its turns run agy -p for the next %.0f minutes. Run `agy-provider doctor` to "
+                "check agy's install and sign-in",
+                request.agy_bin,
+                timeout,
+                f" (it said: {said.strip()[-300:]})" if said.strip() else "",
+                START_FAILED_FOR / 60,
+            )
+        self._failed_start[binary] = time.monotonic() + START_FAILED_FOR
 
     def refused(self, request: TurnRequest, why: str) -> None:
         """agy would not run as one process for many turns: each turn runs `agy -p` from now on."""

@@ -45,6 +45,9 @@ _BAD_FLAGS = 2
 # at most for them, polling every _LAST_WORDS_POLL.
 _LAST_WORDS_WAIT = 0.5
 _LAST_WORDS_POLL = 0.005
+# A warm agy that did not start in time gets this long after SIGINT before its tree is ended
+# (SIGTERM, then SIGKILL): a hung start rarely answers a signal, and the turn's fallback waits.
+_HUNG_GRACE = 0.1
 
 
 class WarmTurn:
@@ -74,6 +77,7 @@ class WarmTurn:
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
         self._ending: asyncio.Task[None] | None = None  # after the `result`: `_finish_by_result`
         self._said = ""  # why the fallback failed, as agy's last words
+        self._warm_said = ""  # what a warm agy that did not start in time said, for the error
 
     # -- TurnProcess ---------------------------------------------------------------------------
 
@@ -196,6 +200,23 @@ class WarmTurn:
         self._events = StdoutEvents()
         self.id_stated.clear()
 
+    async def start_timed_out(self, timeout: float) -> bool:
+        """The start deadline passed with the turn not started on its warm agy: that agy is
+        ended (its tree), its binary runs `agy -p` for a while (`WarmPool.start_failed`), and
+        this turn falls back once to its own `agy -p`. False when the turn is not on a warm agy
+        (it runs `agy -p` already, or it is over): nothing to fall back from."""
+        agy = self.agy
+        if agy is None or self.oneshot is not None or self._done.is_set():
+            return False
+        said = agy.stderr_since(self._stderr_from)
+        self.pool.start_failed(self._asked, timeout, said)
+        self._drop(agy)
+        # Ended before another agy may start on its conversation (two would be two writers).
+        await off_loop(self.pool.discard, agy, interrupt=True, grace=_HUNG_GRACE)
+        self._warm_said = said
+        await self._start_oneshot()
+        return True
+
     async def _start_oneshot(self) -> None:
         request = self.request = dataclasses.replace(self._asked, warm=False)
         if self.tools is not None:
@@ -285,7 +306,7 @@ class WarmTurn:
         if self._said:
             return self._said
         if self.oneshot is not None:
-            return self.oneshot.stderr_text()
+            return self.oneshot.stderr_text() or self._warm_said
         return self.agy.stderr_since(self._stderr_from) if self.agy is not None else ""
 
     def stdout_text(self) -> str:
