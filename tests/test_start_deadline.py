@@ -44,7 +44,7 @@ def hung_env(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _forget_failed_starts() -> Any:
     """A test's remembered failure must not make the next test's turns run `agy -p`."""
     yield
-    POOL._failed_start.clear()
+    POOL.forget_failed_starts()
 
 
 async def no_agy_left(app: Path) -> list[Any]:

@@ -23,6 +23,9 @@ log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a 
 
 # How much of agy's stderr the error quotes (its last words: a sign-in prompt is a few lines).
 _QUOTED = 600
+# A warm turn whose agy refused to stay falls back to `agy -p` meanwhile, whose stdout is another
+# (`process.events` changes): the wait looks again at least this often (seconds).
+_RECHECK = 0.1
 
 
 def turn_started(process: TurnProcess) -> bool:
@@ -69,7 +72,8 @@ async def await_start(process: TurnProcess, plan: TurnPlan) -> None:
 
 
 async def _started_within(process: TurnProcess, timeout: float) -> bool:
-    """Wait for `turn_started`: woken by each batch of agy's stdout lines and by its exit."""
+    """Wait for `turn_started`: woken by each batch of agy's stdout lines, by its exit, and at
+    least every `_RECHECK` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not turn_started(process):
@@ -84,7 +88,9 @@ async def _started_within(process: TurnProcess, timeout: float) -> bool:
             asyncio.ensure_future(process.wait()),
         }
         try:
-            await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                waits, timeout=min(left, _RECHECK), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             events.remove_listener(moved.set)
             for wait in waits:

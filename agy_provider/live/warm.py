@@ -184,6 +184,10 @@ class WarmPool:
                 why.strip() or "it exited at once",
             )
 
+    def forget_failed_starts(self) -> None:
+        """Every binary may try a warm start again (a test or benchmark starting afresh)."""
+        self._failed_start.clear()
+
     def lease(self, request: TurnRequest, offered: Sequence[object] = ()) -> WarmAgy | None:
         """A warm agy for `request`'s turn, moved to IN_TURN (blocking: it may fork; off the
         loop): the conversation's own, a spare of the same settings for a new conversation, else
