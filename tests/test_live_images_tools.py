@@ -28,6 +28,7 @@ from test_live_images import png
 
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
+from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ThinkingContent
@@ -83,4 +84,34 @@ async def test_one_turn_reaches_the_host_tool_and_sees_the_image(
     (turn,) = recorder.turns
     # A turn with an image runs its own agy; without one, the pool's when it is on.
     assert turn.process.request.warm is (warm and not with_image)
+    assert leftovers(live_env, recorder) == []
+
+
+async def test_a_warm_conversation_goes_on_after_a_turn_with_an_image(
+    live_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The image turn runs its own agy: the conversation's idle warm agy never saw it, so the
+    # next turn must not reuse that agy (it would write over the image turn's steps).
+    monkeypatch.setenv("AGY_WARM", "1")
+    history: list[Any] = []
+    prompts: list[list[Any]] = [
+        [TextContent(text="one")],
+        [TextContent(text="two"), image(png(), "image/png")],
+        [TextContent(text="three")],
+    ]
+    for blocks in prompts:
+        history.append(UserMessage(content=blocks, timestamp=0))
+        options = SimpleStreamOptions(session_id="s")
+        stream = stream_simple(MODEL, Context(messages=list(history)), options)
+        events = [event async for event in stream]
+        message = await stream.result()
+        await wait_for_turns()
+        expect_done(events, message, scenario_answer("default"))
+        history.append(message)
+    first, second, third = recorder.turns
+    conversation = first.binding.conversation_id
+    assert second.binding.conversation_id == conversation == third.binding.conversation_id
+    assert (first.process.request.warm, second.process.request.warm) == (True, False)
+    assert third.process.request.warm and third.process.pid != first.process.pid
+    assert third.process.result["num_turns"] == 3  # agy's own count: it saw the image turn
     assert leftovers(live_env, recorder) == []
