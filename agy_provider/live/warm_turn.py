@@ -354,7 +354,10 @@ class WarmTurn:
         """The turn's `result` is in: what agy's conversation holds now (`seen_index`), read
         before the turn's end reaches its host, so no other host can know of the conversation's
         turn and write to it in between; then, after an ERROR, agy's last words."""
-        agy.seen_index = await off_loop(newest_index, agy)
+        try:
+            agy.seen_index = await off_loop(newest_index, agy)
+        except Exception:  # unknown: its next turn starts another agy (no proof it saw all)
+            log.exception("warm agy %d: its conversation's newest step could not be read", agy.pid)
         if words:
             await self._wait_for_last_words(agy)
         if not self._done.is_set():
