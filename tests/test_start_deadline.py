@@ -80,11 +80,17 @@ async def test_a_warm_agy_that_never_starts_falls_back_once_and_is_not_waited_fo
     assert leftovers(hung_env, recorder) == []
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["warm", "one-shot"])
+@pytest.mark.parametrize(
+    ("warm", "version"),
+    # agy 1.3's `agy -p` prints its `init` before its own start: the hang comes after it.
+    [(True, "1.2.13"), (False, "1.2.13"), (False, "1.3.3")],
+    ids=["warm", "one-shot", "one-shot-1.3"],
+)
 async def test_an_agy_that_never_starts_ends_the_turn_with_its_words_and_what_to_do(
-    hung_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, warm: bool
+    hung_env: Path, recorder: Any, monkeypatch: pytest.MonkeyPatch, warm: bool, version: str
 ) -> None:
     monkeypatch.setenv("AGY_WARM", "1" if warm else "0")
+    monkeypatch.setenv("AGY_SIM_VERSION", version)
     monkeypatch.setenv("AGY_SIM_HANG_AT_START", "all")
     events, message = await run_turn("hello")
     error = expect_error(events, message)
