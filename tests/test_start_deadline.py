@@ -21,9 +21,11 @@ from live_helpers import leftovers
 from live_helpers import run_turn
 from live_helpers import scenario_answer
 
+from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.live.start_deadline import turn_started
 from agy_provider.live.warm import POOL
+from agy_provider.live.warm_turn import WarmTurn
 from agy_provider.pi.types import UserMessage
 from agy_provider.sim.cli import HANG_AT_START_WORDS
 
@@ -132,3 +134,11 @@ STEP = (
 )
 def test_what_counts_as_a_started_turn(process: _Process, started: bool) -> None:
     assert turn_started(process) is started  # type: ignore[arg-type]
+
+
+def test_a_warm_agy_has_started_once_it_said_init() -> None:
+    # Its `init` comes only after its own start (agy prints it before reading any input).
+    turn = WarmTurn(TurnRequest(prompt="hi", cwd=".", agy_bin="agy", warm=True))
+    assert not turn_started(turn)
+    turn.events.feed(INIT)
+    assert turn_started(turn)

@@ -1,8 +1,8 @@
 """The start deadline: agy must start a turn within `start_timeout` seconds of its launch, or it
 is ended (its tree), and the turn falls back once to `agy -p` or ends saying what agy printed.
 
-Owns what "started" means (a stdout line past agy's `init`: the turn's first step, or its end)
-and the wait for it; the warm pool remembers a binary whose warm agy did not start (`warm.py`).
+Owns what "started" means (a warm agy's `init`; for `agy -p`, a stdout line past its `init`; or
+agy's exit) and the wait for it; the warm pool remembers a binary whose warm agy did not start (`warm.py`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ _RECHECK = 0.1
 
 
 def turn_started(process: TurnProcess) -> bool:
-    """Whether agy started the turn: it printed a line past its `init` (a warm agy prints `init`
-    once started, before any input; a one-shot agy from 1.3 prints it at once, before its own
-    start, so only the turn's first step proves that), or it exited (its exit then speaks). A
-    process that states its conversation without any stdout event (not agy's stdout: nothing to
-    judge by) counts as started."""
+    """Whether agy started the turn: a warm agy printed its `init` (only once started, before any
+    input, AGY-FORMATS §2.4); an `agy -p` printed a line past its `init` (from 1.3 it prints
+    `init` at once, before its own start, so only the turn's first step proves that); or agy
+    exited (its exit then speaks). A process that states its conversation without any stdout
+    event (not agy's stdout: nothing to judge by) counts as started."""
     if process.returncode is not None:
         return True
     lines = process.events.line_count
+    if isinstance(process, WarmTurn) and process.oneshot is None:
+        return lines >= 1
     return lines >= 2 or (lines == 0 and bool(process.stated_conversation_id))
 
 

@@ -89,8 +89,8 @@ class Config:
     turn_timeout: float = 600.0
     idle_timeout: float = 180.0
     host_tool_timeout: float = 600.0
-    # The start deadline: agy must start the turn (a line past its `init` on stdout) within this
-    # many seconds, else it is ended and the turn falls back once to `agy -p` or fails saying
+    # The start deadline: agy must start the turn (a warm agy's `init`; `agy -p`'s first step)
+    # within this many seconds, else it is ended and the turn falls back once to `agy -p` or fails saying
     # what agy printed (`live/start_deadline.py`). Real agy prints `init` 2.3–2.8 s after spawn
     # (AGY-FORMATS §2.4) and fifty starting at once on two cores gave first text in 9–12 s:
     # 30 s is ten times a start and three times that crowd, and a twentieth of `turn_timeout`.
