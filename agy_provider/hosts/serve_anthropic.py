@@ -115,6 +115,7 @@ async def message_events(
     yield "ping", {"type": "ping"}
     index = -1
     output = 0.0  # the output's estimated tokens, for usage until agy's figures come
+    first_delta = False
     async for event in turn.events():
         if isinstance(event, ThinkingStartEvent | TextStartEvent):
             index += 1
@@ -131,18 +132,22 @@ async def message_events(
                     "content_block": block,
                 },
             )
-        elif isinstance(event, ThinkingDeltaEvent):
-            delta = {"type": "thinking_delta", "thinking": event.delta}
+            first_delta = True
+        elif isinstance(event, ThinkingDeltaEvent | TextDeltaEvent):
+            delta = (
+                {"type": "thinking_delta", "thinking": event.delta}
+                if isinstance(event, ThinkingDeltaEvent)
+                else {"type": "text_delta", "text": event.delta}
+            )
             yield (
                 "content_block_delta",
                 {"type": "content_block_delta", "index": index, "delta": delta},
             )
-        elif isinstance(event, TextDeltaEvent):
-            delta = {"type": "text_delta", "text": event.delta}
-            yield (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
+            if first_delta:
+                # Once a block has begun, its first words count: a client that aborts in the
+                # middle of the first block keeps output tokens too (one event per block).
+                first_delta = False
+                yield _usage_so_far(turn, output + estimate_text(event.delta))
         elif isinstance(event, ThinkingEndEvent | TextEndEvent):
             if isinstance(event, ThinkingEndEvent):
                 signed = {"type": "signature_delta", "signature": turn.sign(event.content)}
@@ -154,14 +159,7 @@ async def message_events(
             # What is known so far, so a client that aborts keeps it (Anthropic's message may
             # carry several `message_delta`s; the last one holds agy's own figures).
             output += estimate_text(event.content)
-            yield (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": None, "stop_sequence": None},
-                    "usage": _estimated(turn, output),
-                },
-            )
+            yield _usage_so_far(turn, output)
         elif isinstance(event, ToolCallEndEvent):
             for frame in _tool_frames(index := index + 1, event.tool_call):
                 yield frame
@@ -184,6 +182,18 @@ async def message_events(
         elif isinstance(event, ErrorEvent):
             yield "error", on_error(event.error)
             return
+
+
+def _usage_so_far(turn: RunningTurn, output: float) -> tuple[str, dict[str, Any]]:
+    """A `message_delta` with the usage known so far (no stop reason yet)."""
+    return (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": None, "stop_sequence": None},
+            "usage": _estimated(turn, output),
+        },
+    )
 
 
 def _tool_frames(index: int, call: ToolCall) -> list[tuple[str, dict[str, Any]]]:
