@@ -27,10 +27,20 @@ from agy_provider.pi.types import ToolResultMessage
 from agy_provider.pi.types import UserContent
 
 __all__ = [
+    "DATA_URL",
     "RequestError",
     "ServeAsk",
     "forced_choice",
     "forced_tools",
+    "plain_assistant",
+    "plain_tool_result",
+    "read_arguments",
+    "read_effort",
+    "read_image",
+    "read_model",
+    "read_str",
+    "read_tool",
+    "read_tool_list",
     "session_key",
     "user_id_key",
 ]
@@ -40,7 +50,7 @@ __all__ = [
 _SESSION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
 
 
-_DATA_URL = re.compile(r"data:(image/[a-z0-9.+-]+);base64,(.*)", re.DOTALL)
+DATA_URL = re.compile(r"data:(image/[a-z0-9.+-]+);base64,(.*)", re.DOTALL)
 
 
 _EFFORTS: dict[str, ThinkingLevel | None] = {
@@ -171,14 +181,17 @@ def _named_call(tool: Tool) -> dict[str, Any]:
     }
 
 
-def _model(value: object) -> str:
+def read_model(value: object) -> str:
+    """The model a request names (`agy/` in front dropped). Raises `RequestError`."""
     if not isinstance(value, str) or not value:
         raise RequestError("model: required (`default` runs agy's configured model)", param="model")
     # Clients that prefix a provider (`agy/gemini-3.7-flash`) mean the same model.
     return value.removeprefix("agy/")
 
 
-def _effort(value: object, field: str) -> ThinkingLevel | None:
+def read_effort(value: object, field: str) -> ThinkingLevel | None:
+    """An OpenAI-style effort name as agy's thinking level (None: agy's own). Raises
+    `RequestError`."""
     if value is None:
         return None
     if not isinstance(value, str) or value not in _EFFORTS:
@@ -186,7 +199,7 @@ def _effort(value: object, field: str) -> ThinkingLevel | None:
     return _EFFORTS[value]
 
 
-def _tool_list(value: object, one: Callable[[int, Any], Tool]) -> list[Tool] | None:
+def read_tool_list(value: object, one: Callable[[int, Any], Tool]) -> list[Tool] | None:
     """Either API's `tools`: None, or a list whose items `one` reads (None when empty)."""
     if value is None:
         return None
@@ -195,13 +208,15 @@ def _tool_list(value: object, one: Callable[[int, Any], Tool]) -> list[Tool] | N
     return [one(i, tool) for i, tool in enumerate(value)] or None
 
 
-def _str(value: object, field: str) -> str:
+def read_str(value: object, field: str) -> str:
+    """`value` when it is a string. Raises `RequestError` naming `field`."""
     if not isinstance(value, str):
         raise RequestError(f"{field}: expected a string", param=field)
     return value
 
 
-def _arguments(value: object, field: str) -> dict[str, Any]:
+def read_arguments(value: object, field: str) -> dict[str, Any]:
+    """A tool call's arguments, an object or its JSON text. Raises `RequestError`."""
     if isinstance(value, Mapping):
         return dict(value)
     try:
@@ -213,7 +228,8 @@ def _arguments(value: object, field: str) -> dict[str, Any]:
     return parsed
 
 
-def _image(data: object, mime_type: str, where: str) -> ImageContent:
+def read_image(data: object, mime_type: str, where: str) -> ImageContent:
+    """An image from its base64 data (checked to decode). Raises `RequestError`."""
     if not isinstance(data, str):
         raise RequestError(f"{where}: image data must be base64 text", param=where)
     try:
@@ -223,7 +239,8 @@ def _image(data: object, mime_type: str, where: str) -> ImageContent:
     return ImageContent(data=data, mime_type=mime_type)
 
 
-def _tool(name: object, description: object, parameters: object) -> Tool:
+def read_tool(name: object, description: object, parameters: object) -> Tool:
+    """A client's tool (no parameters: an empty object schema). Raises `RequestError`."""
     if not isinstance(name, str) or not name:
         raise RequestError("tools: every tool needs a name", param="tools")
     if parameters is None:
@@ -233,7 +250,7 @@ def _tool(name: object, description: object, parameters: object) -> Tool:
     return Tool(name, description if isinstance(description, str) else "", dict(parameters))
 
 
-def _assistant(content: list[AssistantContent]) -> AssistantMessage:
+def plain_assistant(content: list[AssistantContent]) -> AssistantMessage:
     """A client's copy of an earlier answer: plain history (no mark) unless `DeliveredMessages`
     knows it."""
     return AssistantMessage(
@@ -246,9 +263,10 @@ def _assistant(content: list[AssistantContent]) -> AssistantMessage:
     )
 
 
-def _tool_result(
+def plain_tool_result(
     call_id: str, name: str, content: list[UserContent], *, is_error: bool
 ) -> ToolResultMessage:
+    """A client's tool result as pi's message."""
     return ToolResultMessage(
         tool_call_id=call_id,
         tool_name=name,

@@ -15,19 +15,19 @@ from typing import Any
 from typing import TypeAlias
 from typing import TypeVar
 
-from agy_provider.hosts.serve_ask import _DATA_URL
+from agy_provider.hosts.serve_ask import DATA_URL
 from agy_provider.hosts.serve_ask import RequestError
 from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_ask import _arguments
-from agy_provider.hosts.serve_ask import _assistant
-from agy_provider.hosts.serve_ask import _effort
-from agy_provider.hosts.serve_ask import _image
-from agy_provider.hosts.serve_ask import _model
-from agy_provider.hosts.serve_ask import _str
-from agy_provider.hosts.serve_ask import _tool
-from agy_provider.hosts.serve_ask import _tool_list
-from agy_provider.hosts.serve_ask import _tool_result
 from agy_provider.hosts.serve_ask import forced_choice
+from agy_provider.hosts.serve_ask import plain_assistant
+from agy_provider.hosts.serve_ask import plain_tool_result
+from agy_provider.hosts.serve_ask import read_arguments
+from agy_provider.hosts.serve_ask import read_effort
+from agy_provider.hosts.serve_ask import read_image
+from agy_provider.hosts.serve_ask import read_model
+from agy_provider.hosts.serve_ask import read_str
+from agy_provider.hosts.serve_ask import read_tool
+from agy_provider.hosts.serve_ask import read_tool_list
 from agy_provider.hosts.serve_ask import session_key
 from agy_provider.hosts.serve_ask import user_id_key
 from agy_provider.hosts.serve_notes import place_notes
@@ -63,7 +63,7 @@ _BlockReader: TypeAlias = Callable[[Mapping[str, Any], str], _Read | None]
 
 def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
     """A Chat Completions request as a turn. Raises `RequestError` naming the field at fault."""
-    model = _model(body.get("model"))
+    model = read_model(body.get("model"))
     if body.get("n") not in (None, 1):
         raise RequestError("n: agy gives one answer per request; send n=1", param="n")
     system: list[str] = []
@@ -95,7 +95,7 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
                     param=f"{where}.tool_call_id",
                 )
             content = _result_content(item.get("content"), where, _openai_user)
-            messages.append(_tool_result(call_id, calls[call_id], content, is_error=False))
+            messages.append(plain_tool_result(call_id, calls[call_id], content, is_error=False))
         else:
             raise RequestError(f"{where}.role: unsupported role {role!r}", param=f"{where}.role")
     tools = _openai_tools(body.get("tools"))
@@ -121,7 +121,7 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
             tools=None if choice == "none" or forced or forced_any else tools,
         ),
         stream=body.get("stream") is True,
-        reasoning=_effort(body.get("reasoning_effort"), "reasoning_effort"),
+        reasoning=read_effort(body.get("reasoning_effort"), "reasoning_effort"),
         session_key=user,
         key_source="user" if user else "",
         json_schema=schema,
@@ -141,7 +141,7 @@ def _openai_text(content: object, where: str) -> str:
         for part in content:
             if not isinstance(part, Mapping) or part.get("type") != "text":
                 raise RequestError(f"{where}.content: only text parts are allowed here")
-            parts.append(_str(part.get("text"), f"{where}.content"))
+            parts.append(read_str(part.get("text"), f"{where}.content"))
         return "".join(parts)
     raise RequestError(f"{where}.content: expected a string or a list of parts", param=where)
 
@@ -155,17 +155,17 @@ def _openai_user(content: object, where: str) -> str | list[UserContent]:
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else None
         if kind == "text":
-            blocks.append(TextContent(text=_str(part.get("text"), f"{where}.content")))
+            blocks.append(TextContent(text=read_str(part.get("text"), f"{where}.content")))
         elif kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, Mapping) else image
-            match = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+            match = DATA_URL.fullmatch(url) if isinstance(url, str) else None
             if match is None:
                 raise RequestError(
                     f"{where}.content: images must be data: URLs (base64); agy cannot fetch URLs",
                     param=where,
                 )
-            blocks.append(_image(match[2], match[1], where))
+            blocks.append(read_image(match[2], match[1], where))
         else:
             raise RequestError(f"{where}.content: unsupported part type {kind!r}", param=where)
     return blocks
@@ -182,12 +182,12 @@ def _openai_assistant(item: Mapping[str, Any], where: str) -> AssistantMessage:
             raise RequestError(f"{where}.tool_calls[{j}]: expected a function call", param=where)
         content.append(
             ToolCall(
-                id=_str(call.get("id"), f"{where}.tool_calls[{j}].id"),
-                name=_str(function.get("name"), f"{where}.tool_calls[{j}].function.name"),
-                arguments=_arguments(function.get("arguments"), f"{where}.tool_calls[{j}]"),
+                id=read_str(call.get("id"), f"{where}.tool_calls[{j}].id"),
+                name=read_str(function.get("name"), f"{where}.tool_calls[{j}].function.name"),
+                arguments=read_arguments(function.get("arguments"), f"{where}.tool_calls[{j}]"),
             )
         )
-    return _assistant(content)
+    return plain_assistant(content)
 
 
 def _openai_tools(value: object) -> list[Tool] | None:
@@ -195,9 +195,9 @@ def _openai_tools(value: object) -> list[Tool] | None:
         function = tool.get("function") if isinstance(tool, Mapping) else None
         if not isinstance(tool, Mapping) or tool.get("type") != "function" or not function:
             raise RequestError(f"tools[{i}]: only function tools are supported", param="tools")
-        return _tool(function.get("name"), function.get("description"), function.get("parameters"))
+        return read_tool(function.get("name"), function.get("description"), function.get("parameters"))
 
-    return _tool_list(value, one)
+    return read_tool_list(value, one)
 
 
 def _response_format(value: object) -> Mapping[str, Any] | None:
@@ -227,7 +227,7 @@ def _response_format(value: object) -> Mapping[str, Any] | None:
 
 def anthropic_ask(body: Mapping[str, Any]) -> ServeAsk:
     """A Messages request as a turn. Raises `RequestError` naming the field at fault."""
-    model = _model(body.get("model"))
+    model = read_model(body.get("model"))
     system = _anthropic_system(body.get("system"))
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -286,7 +286,7 @@ def _anthropic_effort(body: Mapping[str, Any]) -> ThinkingLevel | None:
     {type: adaptive}`, which leaves the effort to agy), else `thinking.budget_tokens`."""
     output = body.get("output_config")
     if isinstance(output, Mapping) and output.get("effort") is not None:
-        return _effort(output.get("effort"), "output_config.effort")
+        return read_effort(output.get("effort"), "output_config.effort")
     thinking = body.get("thinking")
     if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
         budget = thinking.get("budget_tokens")
@@ -305,13 +305,13 @@ def _anthropic_system(value: object) -> str | None:
         for block in value:
             if not isinstance(block, Mapping) or block.get("type") != "text":
                 raise RequestError("system: only text blocks are allowed", param="system")
-            texts.append(_str(block.get("text"), "system"))
+            texts.append(read_str(block.get("text"), "system"))
         return "\n\n".join(texts) or None
     raise RequestError("system: a string or a list of text blocks", param="system")
 
 
 def _anthropic_assistant(blocks: list[Any], where: str) -> AssistantMessage:
-    return _assistant(_anthropic_blocks(blocks, where, "assistant", _ASSISTANT_BLOCKS))
+    return plain_assistant(_anthropic_blocks(blocks, where, "assistant", _ASSISTANT_BLOCKS))
 
 
 def _anthropic_user(blocks: list[Any], where: str, calls: Mapping[str, str]) -> list[Message]:
@@ -347,13 +347,13 @@ def _anthropic_blocks(
 
 
 def _text_block(block: Mapping[str, Any], where: str) -> TextContent:
-    return TextContent(text=_str(block.get("text"), where))
+    return TextContent(text=read_str(block.get("text"), where))
 
 
 def _thinking_block(block: Mapping[str, Any], where: str) -> ThinkingContent:
     signature = block.get("signature")
     return ThinkingContent(
-        thinking=_str(block.get("thinking"), where),
+        thinking=read_str(block.get("thinking"), where),
         thinking_signature=signature if isinstance(signature, str) else None,
     )
 
@@ -363,8 +363,8 @@ def _tool_use_block(block: Mapping[str, Any], where: str) -> ToolCall:
     if not isinstance(arguments, Mapping):
         raise RequestError(f"{where}: tool_use.input must be an object", param=where)
     return ToolCall(
-        id=_str(block.get("id"), f"{where}.id"),
-        name=_str(block.get("name"), f"{where}.name"),
+        id=read_str(block.get("id"), f"{where}.id"),
+        name=read_str(block.get("name"), f"{where}.name"),
         arguments=dict(arguments),
     )
 
@@ -373,7 +373,7 @@ def _image_block(block: Mapping[str, Any], where: str) -> ImageContent:
     source = block.get("source")
     if not isinstance(source, Mapping) or source.get("type") != "base64":
         raise RequestError(f"{where}: images must be base64 sources", param=where)
-    return _image(source.get("data"), _str(source.get("media_type"), where), where)
+    return read_image(source.get("data"), read_str(source.get("media_type"), where), where)
 
 
 def _tool_result_block(
@@ -385,7 +385,7 @@ def _tool_result_block(
             f"{where}: tool_result.tool_use_id names no earlier tool_use", param=where
         )
     content = _result_content(block.get("content"), where, _anthropic_result_parts)
-    return _tool_result(call_id, calls[call_id], content, is_error=block.get("is_error") is True)
+    return plain_tool_result(call_id, calls[call_id], content, is_error=block.get("is_error") is True)
 
 
 def _anthropic_result_parts(parts: object, where: str) -> list[UserContent]:
@@ -426,9 +426,9 @@ def _anthropic_tools(value: object) -> list[Tool] | None:
                 "its own server tools",
                 param="tools",
             )
-        return _tool(tool.get("name"), tool.get("description"), tool.get("input_schema"))
+        return read_tool(tool.get("name"), tool.get("description"), tool.get("input_schema"))
 
-    return _tool_list(value, one)
+    return read_tool_list(value, one)
 
 
 def _choice(body: Mapping[str, Any]) -> str:

@@ -12,17 +12,17 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.hosts.serve_ask import _DATA_URL
+from agy_provider.hosts.serve_ask import DATA_URL
 from agy_provider.hosts.serve_ask import RequestError
 from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_ask import _arguments
-from agy_provider.hosts.serve_ask import _assistant
-from agy_provider.hosts.serve_ask import _effort
-from agy_provider.hosts.serve_ask import _image
-from agy_provider.hosts.serve_ask import _model
-from agy_provider.hosts.serve_ask import _str
-from agy_provider.hosts.serve_ask import _tool
 from agy_provider.hosts.serve_ask import forced_choice
+from agy_provider.hosts.serve_ask import plain_assistant
+from agy_provider.hosts.serve_ask import read_arguments
+from agy_provider.hosts.serve_ask import read_effort
+from agy_provider.hosts.serve_ask import read_image
+from agy_provider.hosts.serve_ask import read_model
+from agy_provider.hosts.serve_ask import read_str
+from agy_provider.hosts.serve_ask import read_tool
 from agy_provider.hosts.serve_ask import session_key
 from agy_provider.pi.types import AssistantContent
 from agy_provider.pi.types import AssistantMessage
@@ -93,7 +93,7 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
         value = body.get(field)
         if value not in (None, False, 0, {}):
             raise RequestError(f"{field}: {why}", param=field)
-    model = _model(body.get("model"))
+    model = read_model(body.get("model"))
     reader = _InputReader(previous)
     reader.read(body.get("input"))
     instructions = body.get("instructions")
@@ -120,7 +120,7 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
             tools=None if choice == "none" or forced or forced_any else tools,
         ),
         stream=body.get("stream") is True,
-        reasoning=_effort(effort, "reasoning.effort"),
+        reasoning=read_effort(effort, "reasoning.effort"),
         session_key=_conversation_key(body, previous),
         json_schema=schema,
         forced_tool=forced,
@@ -193,7 +193,7 @@ def _tools(value: object) -> tuple[list[Tool] | None, dict[str, str]]:
     for i, tool in enumerate(value):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind == "namespace" and isinstance(tool.get("tools"), list):
-            space = _str(tool.get("name"), f"tools[{i}].name")
+            space = read_str(tool.get("name"), f"tools[{i}].name")
             for inner in tool["tools"]:
                 tools.append(_function_tool(i, inner))
                 namespaces[tools[-1].name] = space
@@ -214,7 +214,7 @@ def _function_tool(i: int, tool: Any) -> Tool:
             "is not); agy brings its own tools (shell, files, web search)",
             param="tools",
         )
-    return _tool(tool.get("name"), tool.get("description"), tool.get("parameters"))
+    return read_tool(tool.get("name"), tool.get("description"), tool.get("parameters"))
 
 
 def _text_format(value: object) -> Mapping[str, Any] | None:
@@ -287,11 +287,11 @@ class _InputReader:
                     )
                 )
         elif kind == "function_call":
-            call_id = _str(item.get("call_id"), f"{where}.call_id")
+            call_id = read_str(item.get("call_id"), f"{where}.call_id")
             call = ToolCall(
                 id=call_id,
-                name=_str(item.get("name"), f"{where}.name"),
-                arguments=_arguments(item.get("arguments"), where),
+                name=read_str(item.get("name"), f"{where}.name"),
+                arguments=read_arguments(item.get("arguments"), where),
             )
             self.calls[call_id] = call.name
             self._answer.append(call)
@@ -354,7 +354,7 @@ class _InputReader:
             kind = part.get("type") if isinstance(part, Mapping) else None
             if kind in ("input_text", "output_text", "text", "refusal"):
                 key = "refusal" if kind == "refusal" else "text"
-                parts.append(TextContent(text=_str(part.get(key), f"{where}.content")))
+                parts.append(TextContent(text=read_str(part.get(key), f"{where}.content")))
             elif kind == "input_image" and user:
                 parts.append(_data_image(part.get("image_url"), where))
             else:
@@ -365,15 +365,15 @@ class _InputReader:
 
     def _end_answer(self) -> None:
         if self._answer:
-            self.messages.append(_assistant(self._answer))
+            self.messages.append(plain_assistant(self._answer))
             self._answer = []
 
 
 def _data_image(url: object, where: str) -> ImageContent:
-    match = _DATA_URL.fullmatch(url) if isinstance(url, str) else None
+    match = DATA_URL.fullmatch(url) if isinstance(url, str) else None
     if match is None:
         raise RequestError(
             f"{where}.content: images must be data: URLs (base64); agy cannot fetch URLs or files",
             param=f"{where}.content",
         )
-    return _image(match[2], match[1], where)
+    return read_image(match[2], match[1], where)
