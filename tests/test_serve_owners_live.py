@@ -395,7 +395,7 @@ async def test_count_tokens_and_usage_in_message_start(
                 name = line.removeprefix("event: ")
             elif line.startswith("data: "):
                 frames.append((name, json.loads(line.removeprefix("data: "))))
-                if name == "message_delta":
+                if name == "message_delta" and any(f[0] == "content_block_stop" for f in frames):
                     break  # the client aborts after its first block
     start = frames[0][1]["message"]["usage"]
     assert start["input_tokens"] == counted.input_tokens

@@ -128,9 +128,10 @@ async def test_create_whole_and_stream_with_the_sdks_helper(served: Served) -> N
     )
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["response"]["id"] == events[0]["response"]["id"]
-    # The provider's mark rides in the final object's reasoning item, as agy's thinking's.
+    # The server's signature of the thinking rides in the final object's reasoning item, as in
+    # Anthropic's thinking blocks (`serve_owners`), never the provider's raw mark.
     reasoning = events[-1]["response"]["output"][0]
-    assert reasoning["encrypted_content"].startswith("agy-provider:1:")
+    assert reasoning["encrypted_content"].startswith("agy1.")
 
 
 async def test_a_function_call_ends_the_response_and_its_output_resumes_the_turn(
@@ -509,11 +510,13 @@ async def test_the_three_apis_give_the_same_turn(
     assert seen["chat"]["thinking"] and seen["chat"]["total"] > 0
 
 
-async def test_our_reasoning_items_mark_carries_the_conversation_across_a_restart(
+async def test_our_sealed_reasoning_continues_a_conversation_on_its_server_only(
     live_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server that restarted has forgotten its answers; the mark a resent reasoning item
-    carries (`include: reasoning.encrypted_content`) still proves the agy conversation."""
+    """A resent reasoning item sealed by this server (`include: reasoning.encrypted_content`)
+    continues the agy conversation; a restarted server cannot verify it (its secret is new), so
+    the same items start a new conversation carrying the history, as a resent Anthropic
+    transcript does: a client's seal never names a conversation by itself."""
     monkeypatch.setenv("AGY_SIM_SCENARIO", "two-turn")
     first = {"role": "user", "content": "Count with me."}
     body: dict[str, Any] = {
@@ -521,21 +524,19 @@ async def test_our_reasoning_items_mark_carries_the_conversation_across_a_restar
         "input": [first],
         "include": ["reasoning.encrypted_content"],
     }
-    for turn in (0, 1):
-        served, stop, task = await start_server(live_env)
-        try:
+    served, stop, task = await start_server(live_env)
+    try:
+        for turn in (0, 1):
             response = await served.openai().responses.create(**body)
-        finally:
-            stop.set()
-            await task
-        assert response.output_text == scenario_answer("two-turn", turn)
-        items = [item.model_dump(exclude_none=True) for item in response.output]
-        marks = [i["encrypted_content"] for i in items if i["type"] == "reasoning"]
-        assert all(m.startswith("agy-provider:1:") for m in marks) and (marks or turn)
-        body["input"] = [*body["input"], *items, {"role": "user", "content": "Go on."}]
+            assert response.output_text == scenario_answer("two-turn", turn)
+            items = [item.model_dump(exclude_none=True) for item in response.output]
+            seals = [i["encrypted_content"] for i in items if i["type"] == "reasoning"]
+            assert all(m.startswith("agy1.") for m in seals) and (seals or turn)
+            body["input"] = [*body["input"], *items, {"role": "user", "content": "Go on."}]
+    finally:
+        stop.set()
+        await task
     assert len(conversations(live_env)) == 1
-    # Without the reasoning item nothing proves it: a new conversation carrying the history.
-    body["input"] = [i for i in body["input"] if i.get("type") != "reasoning"][:3]
     served, stop, task = await start_server(live_env)
     try:
         response = await served.openai().responses.create(**body)

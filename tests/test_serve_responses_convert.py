@@ -328,7 +328,7 @@ def test_a_cut_off_or_withheld_answer_is_incomplete() -> None:
     assert writer.memory.get(done["id"]) is done  # remembered: store was not false
 
 
-def test_a_sealed_reasoning_item_carries_the_mark_only_when_included() -> None:
+def test_a_sealed_reasoning_item_carries_the_owners_signature_only_when_included() -> None:
     mark = "agy-provider:1:conv:token"
     thinking = ThinkingContent(thinking="hmm", thinking_signature=mark)
     plain, message = _writer("stop", [thinking], store=False)
@@ -336,4 +336,6 @@ def test_a_sealed_reasoning_item_carries_the_mark_only_when_included() -> None:
     assert "encrypted_content" not in response["output"][0]
     assert plain.memory.get(response["id"]) is None  # store=false: not remembered
     sealed, message = _writer("stop", [thinking], include=["reasoning.encrypted_content"])
-    assert sealed.whole(message)["output"][0]["encrypted_content"] == mark
+    seal = sealed.whole(message)["output"][0]["encrypted_content"]
+    # The server's signature of the thinking for its owner, never the provider's raw mark.
+    assert seal != mark and sealed.turn.turns.owners.signer.verify("", "hmm", seal)
