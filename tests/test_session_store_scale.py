@@ -174,3 +174,23 @@ def test_concurrent_processes_saving_into_a_big_store_lose_nothing(tmp_path: Pat
     keys = set(SessionStore(path).all())
     assert {f"w{w}-{n}" for w in range(4) for n in range(25)} <= keys
     assert len(keys) == 4_000 + 100
+
+
+def test_a_record_edited_over_several_lines_is_never_torn_by_a_save(tmp_path: Path) -> None:
+    """The frame of this layout, but one record spread over lines by hand: a save must not
+    replace only its first line."""
+    path = tmp_path / "sessions.json"
+    first = json.dumps({"conversation_id": cid(1), "last_step_index": 1})
+    path.write_text(
+        '{\n  "sessions": {\n'
+        f'    "a": {first},\n'
+        '    "b": {\n'
+        f'      "conversation_id": "{cid(2)}",\n'
+        '      "last_step_index": 2\n'
+        "    }\n"
+        '  },\n  "version": 1\n}\n'
+    )
+    store = SessionStore(path)
+    store.put("b", SessionRecord(conversation_id=cid(3), last_step_index=3))
+    assert json.loads(path.read_text())["version"] == 1  # still JSON
+    assert {k: r.last_step_index for k, r in SessionStore(path).all().items()} == {"a": 1, "b": 3}

@@ -53,8 +53,10 @@ def store_text(lines: Sequence[bytes]) -> bytes:
     return HEADER + SEPARATOR.join(lines) + FOOTER if lines else EMPTY
 
 
-def is_line_layout(buf: Buffer) -> bool:
-    """Whether `buf` is a file `store_text` wrote (its frame, and a first record on one line)."""
+def is_line_layout(buf: Buffer, *, whole: bool = False) -> bool:
+    """Whether `buf` is a file `store_text` wrote (its frame, and a first record on one line).
+    `whole` also checks that no line is indented deeper than a record's (a record over several
+    lines, edited by hand): a save that rewrites lines checks it, a lookup need not."""
     size = len(buf)
     if size == len(EMPTY) and buf[:size] == EMPTY:
         return True
@@ -64,7 +66,9 @@ def is_line_layout(buf: Buffer) -> bool:
         return False
     end = buf.find(b"\n", len(HEADER))
     first: bytes = buf[len(HEADER) : end]
-    return first.startswith(INDENT + b'"') and first.endswith((b"}", b"},"))
+    if not (first.startswith(INDENT + b'"') and first.endswith((b"}", b"},"))):
+        return False
+    return not whole or buf.find(b"\n" + INDENT + b" ", len(HEADER)) < 0
 
 
 def find_line(buf: Buffer, key: str) -> tuple[int, int] | None:

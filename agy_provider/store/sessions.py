@@ -360,7 +360,7 @@ class SessionStore:
         whatever it held can still be looked at)."""
         buf = self._map()
         try:
-            if buf is not None and lines.is_line_layout(buf):
+            if buf is not None and lines.is_line_layout(buf, whole=True):
                 pieces = self._merged(buf, upserts, deletes)
                 if pieces is not None:
                     write_bytes_atomic(self.path, pieces)
