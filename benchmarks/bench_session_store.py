@@ -6,7 +6,8 @@ conversation), and reports its RSS after the import and after that turn (garbage
 the save landed). The store holds 1,000 or 10,000 records: sessions that hosts name
 (`serve:<user>`, never pruned) and conversation records (`conv:<id>`, pruned past 2,000), so
 10,000 records are 2,000 conversations and 8,000 named sessions, a store the code allows today.
-Beside the turn, the same store work alone (the lookups and one save, no agy) isolates it.
+Beside the turn, the same store work alone (the lookups and one save, no agy) isolates it, and
+20 more rounds of it give its CPU per turn in a long-lived host.
 Each is measured for this checkout and for a baseline tree (`git archive <ref>`, default `main`)
 in the same run, interleaved. Goal: RSS after the first turn, 10 k / 1 k records ≤ 1.2×.
 
@@ -66,7 +67,16 @@ def store_work():
 
 outcome = asyncio.run(turn()) if sys.argv[2] == "turn" else store_work()
 gc.collect()
-print(json.dumps({"imported": imported, "after": me.memory_info().rss, "outcome": outcome}))
+after = me.memory_info().rss
+cpu = []
+if sys.argv[2] == "store":  # then 20 more turns' store work: its CPU per turn, steady state
+    import time
+    for _ in range(20):
+        started = time.process_time()
+        store_work()
+        cpu.append(time.process_time() - started)
+print(json.dumps({"imported": imported, "after": after, "outcome": outcome,
+                  "cpu": sorted(cpu)[len(cpu) // 2] if cpu else 0.0}))
 """
 
 
@@ -171,11 +181,12 @@ def main() -> None:
         print(f"  {args.runs} runs of each, interleaved, in {time.perf_counter() - started:.0f} s")
     shutil.rmtree(base, ignore_errors=True)
     for kind, title in (
-        ("store", "the store work alone (lookups + one save)"),
+        ("store", "the store work alone (two lookups + one save; then its CPU per turn, median of 20)"),
         ("turn", "a first turn on agy-sim (AGY_WARM=0)"),
     ):
         print(f"\n{title}: median RSS in MiB of {args.runs} fresh host processes")
-        print(f"  {'code':<22} {'records':>8} {'imported':>9} {'after':>7} {'grew':>7}")
+        cpu_head = f" {'CPU/turn':>9}" if kind == "store" else ""
+        print(f"  {'code':<22} {'records':>8} {'imported':>9} {'after':>7} {'grew':>7}{cpu_head}")
         for side in sides:
             after = {}
             for size in sizes:
@@ -185,6 +196,11 @@ def main() -> None:
                 print(
                     f"  {side:<22} {size:>8,} {mib(imported):>9} {mib(after[size]):>7} "
                     f"{mib(after[size] - imported):>7}"
+                    + (
+                        f" {live.median([r['cpu'] for r in runs]) * 1000:6.1f} ms"
+                        if kind == "store"
+                        else ""
+                    )
                 )
             ratio = after[10_000] / after[1_000]
             verdict = "meets" if ratio <= GOAL else "misses"
