@@ -78,7 +78,10 @@ def _install() -> Path:
     """pi-ai in the cache folder (installed once); skips saying why when it cannot be."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node and npm are needed for the TypeScript pi tier")
+        pytest.skip(
+            "node and npm are needed for the TypeScript pi tier: install Node.js 20 or newer "
+            "(e.g. `apt-get install nodejs npm`, or https://nodejs.org)"
+        )
     folder = CACHE / "pi-ai"
     if not (folder / "node_modules" / PI_AI / "package.json").is_file():
         folder.mkdir(parents=True, exist_ok=True)
