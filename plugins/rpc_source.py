@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -25,6 +26,7 @@ from agy_provider.errors import DecodeError
 from agy_provider.errors import RpcError
 from agy_provider.errors import SourceError
 from agy_provider.hookspecs import hookimpl
+from agy_provider.live.fswatch import watch_folder
 from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.wire.connect import SkippedFrame
 from agy_provider.workers import off_loop
@@ -151,9 +153,20 @@ class RpcEventSource:
                 self.turn.config.idle_timeout,
             ),
         )
-        await language_server.prove_ownership(
-            self.client, self.conversation_id, exited=lambda: process.returncode is not None
-        )
+        # agy loading a resumed conversation: its server knows it once agy writes it, so the
+        # check asks again whenever the conversation's database moves (the sqlite source's watch).
+        database = Path(self.turn.binding.path)
+        watch = await watch_folder(database.parent, lambda name: name.startswith(database.stem))
+        try:
+            await language_server.prove_ownership(
+                self.client,
+                self.conversation_id,
+                exited=lambda: process.returncode is not None,
+                moved=watch.wait if watch is not None else None,
+            )
+        finally:
+            if watch is not None:
+                watch.close()
         self.turn.endpoint = self.client.base_url
         await self._reconcile()
         self._spawn(self._run())

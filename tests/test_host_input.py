@@ -24,8 +24,9 @@ from live_helpers import expect_done
 from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import PI_AI_CLIENT
 from optional import need
-from optional import pi_ai_client_home
+from optional import own_folder
 
 from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple
@@ -340,7 +341,7 @@ def pi_ai_signal() -> tuple[Any, Any]:
 def pi_agent_loop_signal() -> tuple[Any, Any]:
     # pi-agent-loop installs beside pi-ai-client (their `pi_ai` clashes with pi-ai-python's), so
     # its abort module, which imports nothing of pi_ai, is loaded from there on its own.
-    path = pi_ai_client_home() / "pi_agent_loop" / "abort.py"
+    path = own_folder(PI_AI_CLIENT) / "pi_agent_loop" / "abort.py"
     spec = importlib.util.spec_from_file_location("pi_agent_loop_abort", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

@@ -26,7 +26,8 @@ from host_helpers import tool_arguments
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from optional import pi_ai_client_home
+from optional import PI_AI_CLIENT
+from optional import own_folder
 
 from agy_provider.agy.models import list_models
 
@@ -57,7 +58,7 @@ async def until_agy_runs():
 
 def run_host(body: str, tmp_path: Path) -> Any:
     """Run `body` (an `async def main()` returning JSON) beside pi-ai-client; its answer."""
-    host_path = pi_ai_client_home()
+    host_path = own_folder(PI_AI_CLIENT)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(host_path), os.environ.get("PYTHONPATH", "")]),

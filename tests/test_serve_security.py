@@ -222,3 +222,91 @@ def test_a_made_token_is_printed_once_and_never_logged(
     code, printed = server.finish(signal.SIGTERM)
     assert code == 0
     assert printed.count(token) == 1, printed
+
+
+# --- hostile requests and DNS rebinding ---------------------------------------------------------
+
+
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: str, body: bytes
+) -> tuple[int, dict[str, Any]]:
+    """One request on an open connection: (status, its JSON body)."""
+    writer.write(head.encode() + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, json.loads(await reader.readexactly(length))
+
+
+async def test_hostile_bodies_are_400s_on_a_connection_that_goes_on(served: Served) -> None:
+    port = int(served.base.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"POST {{path}} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nx-api-key: {served.token}\r\n"
+        "content-type: application/json\r\n"
+    )
+    hostile = [
+        b"[" * 200_000,  # ≈200 KB of nesting: once a RecursionError and a plain-text 500
+        b'{"model": "default", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"model": "default", "messages": "\xff\xfe"}',
+        b'["a", "list"]',
+        b'{"model": "default", "n": ' + b"9" * 10_000 + b"}",
+        # A tool schema nested past any real one, in an otherwise good request.
+        json.dumps({**BODY, "tools": [{"name": "t", "input_schema": {"a": "DEEP"}}]})
+        .encode()
+        .replace(b'"DEEP"', b"[" * 300 + b"]" * 300),
+    ]
+    try:
+        for path in (CHAT, MESSAGES):
+            for body in hostile:
+                status, answer = await exchange(reader, writer, head.format(path=path), body)
+                assert status == 400, (path, body[:40], answer)
+                if path == MESSAGES:
+                    assert answer["type"] == "error"
+                    assert answer["error"]["type"] == "invalid_request_error"
+                else:
+                    assert answer["error"]["type"] == "invalid_request_error"
+                assert "Traceback" not in json.dumps(answer)
+        # The same connection, a good request after them all.
+        status, answer = await exchange(
+            reader, writer, head.format(path=CHAT), json.dumps(BODY).encode()
+        )
+        assert status == 200
+        assert answer["choices"][0]["message"]["content"] == scenario_answer("default")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_a_foreign_host_or_origin_is_403_before_the_token(served: Served) -> None:
+    port = served.base.rsplit(":", 1)[1]
+    async with httpx.AsyncClient(base_url=served.base) as http:
+        for headers in (
+            {"host": f"evil.example:{port}"},
+            {"host": "127.0.0.1:1"},  # another port: another server's name
+            {"host": f"attacker.test:{port}", **served.headers()},  # with the right token too
+            {"origin": "https://evil.example", **served.headers()},
+            {"origin": f"http://attacker.test:{port}", **served.headers()},
+            {"origin": "null", **served.headers()},
+        ):
+            openai_shaped(await http.post(CHAT, json=BODY, headers=headers), 403)
+            anthropic_shaped(
+                await http.post(MESSAGES, json=BODY, headers=headers), 403, "permission_error"
+            )
+        # Loopback names at our port, and pages of our own origin, are served (a 400: the body
+        # reached the routes, which then refused it).
+        for headers in (
+            {"host": f"localhost:{port}"},
+            {"host": f"[::1]:{port}"},
+            {"host": f"127.0.0.1:{port}", "origin": f"http://localhost:{port}"},
+        ):
+            response = await http.post(MESSAGES, json={}, headers={**headers, **served.headers()})
+            anthropic_shaped(response, 400, "invalid_request_error")
+        # The base URL answers a probe without a token (Claude Code sends `HEAD /`).
+        assert (await http.head("/")).status_code == 200
+        assert (await http.get("/")).json()["name"] == "agy-provider serve"
+        assert (await http.get("/", headers={"host": "evil.example"})).status_code == 403

@@ -24,14 +24,16 @@ _MIN_TOKEN = 16  # a token shorter than this is refused: the server is a door to
 HELP = "serve agy as OpenAI- and Anthropic-compatible endpoints on 127.0.0.1"
 DESCRIPTION = (
     "Serve agy at http://HOST:PORT/v1: OpenAI Chat Completions (/v1/chat/completions, "
-    "/v1/models) and Anthropic Messages (/v1/messages), for the openai and anthropic "
-    "SDKs, the TypeScript pi, opencode, Aider and other clients. Every request needs the "
+    "/v1/models) and Anthropic Messages (/v1/messages), for Claude Code, the openai and "
+    "anthropic SDKs, the TypeScript pi, opencode, Aider and other clients. Model names "
+    "clients know (claude-*, gpt-*) map to agy's models (--model-map). Every request needs the "
     "token (Authorization: Bearer or x-api-key). Without --token or "
     f"{TOKEN_VARIABLE} a token is made and printed once. Serving other people through "
     "one agy sign-in may break agy's terms."
 )
 EXAMPLES = (
     "agy-provider serve",
+    "agy-provider serve -v --model-map 'claude-*haiku*=gemini-3.7-flash'",
     "AGY_PROVIDER_SERVE_TOKEN=$(openssl rand -hex 24) agy-provider serve --port 8642",
 )
 
@@ -49,6 +51,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the token clients must send (default: {TOKEN_VARIABLE}, else one is made); "
         "prefer the variable: a flag is visible to other users in the process list",
+    )
+    parser.add_argument(
+        "--model-map",
+        action="append",
+        default=[],
+        metavar="PATTERN=MODEL",
+        help="send requests for model names matching PATTERN (a glob such as 'claude-*opus*') "
+        "to agy's MODEL (an id, a glob of agy's ids, or 'default'); repeatable, tried before the "
+        "config's serve_model_map and the defaults; '*=none' refuses unknown names (404) "
+        "instead of answering them with 'default'",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log one line per request on stderr (no bodies, no tokens); -vv adds its "
+        "headers, secrets masked",
     )
     add_cwd(parser)
     add_agy_bin(parser)
@@ -82,12 +102,27 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             file=err,
         )
         return EXIT_USAGE
+    from agy_provider.hosts.serve_models import parse_model_map
+    from agy_provider.store.config import load_config
+
+    try:
+        model_map = parse_model_map([*args.model_map, load_config().serve_model_map])
+    except ValueError as exc:
+        print(f"agy-provider: --model-map: {exc}", file=err)
+        return EXIT_USAGE
     made = not token
     token = token or secrets.token_urlsafe(24)
-    return _serve(args, token, port, made, err)
+    return _serve(args, token, port, made, model_map, err)
 
 
-def _serve(args: argparse.Namespace, token: str, port: int, made: bool, err: TextIO) -> int:
+def _serve(
+    args: argparse.Namespace,
+    token: str,
+    port: int,
+    made: bool,
+    model_map: tuple[tuple[str, str], ...],
+    err: TextIO,
+) -> int:
     import asyncio
     import signal
 
@@ -97,12 +132,18 @@ def _serve(args: argparse.Namespace, token: str, port: int, made: bool, err: Tex
     from agy_provider.pi.host_input import checked_cwd
     from agy_provider.store.config import load_config
 
+    def log_line(line: str) -> None:
+        print(f"agy-provider serve: {line}", file=err, flush=True)
+
     settings = ServeSettings(
         token=token,
         host=args.host,
         port=port,
         agy_bin=args.agy_bin,
         cwd=checked_cwd(args.cwd),
+        model_map=model_map,
+        verbosity=args.verbose,
+        log=log_line,
     )
 
     def ready(bound: int) -> None:

@@ -1,9 +1,10 @@
 """`agy-provider serve`: agy behind OpenAI- and Anthropic-compatible endpoints on loopback — the
 Starlette app, its routes, and the uvicorn server it runs in (in-process, our own signals).
 
-A host of the provider like the others: each request is converted (`serve_convert`), started
-through `hosts/_turns.start_turn` (`serve_turn`) and answered in its API's shape
-(`serve_openai`, `serve_anthropic`); `serve_http` guards the door.
+A host of the provider like the others: each request is converted (`serve_convert`,
+`serve_responses_ask`), started through `hosts/_turns.start_turn` (`serve_turn`) and answered in
+its API's shape (`serve_openai`, `serve_anthropic`, `serve_responses`); `serve_http` guards the
+door.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import dataclasses
 import importlib
 import ipaddress
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -30,10 +30,14 @@ from starlette.routing import Route
 
 from agy_provider.bridge.http_serving import listening_socket
 from agy_provider.errors import AgyError
+from agy_provider.errors import IncompleteStreamError
+from agy_provider.errors import UsageError
 from agy_provider.hosts import serve_anthropic
 from agy_provider.hosts import serve_openai
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts.serve_body import BodyError
+from agy_provider.hosts.serve_body import parse_body
 from agy_provider.hosts.serve_convert import RequestError
 from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_convert import anthropic_ask
@@ -48,12 +52,24 @@ from agy_provider.hosts.serve_http import error_response
 from agy_provider.hosts.serve_http import shape_of
 from agy_provider.hosts.serve_http import sse
 from agy_provider.hosts.serve_http import until_disconnected
+from agy_provider.hosts.serve_log import RequestLog
+from agy_provider.hosts.serve_log import RequestRecord
+from agy_provider.hosts.serve_log import Seen
+from agy_provider.hosts.serve_log import record_of
+from agy_provider.hosts.serve_models import ModelChoice
+from agy_provider.hosts.serve_models import ModelMap
+from agy_provider.hosts.serve_responses import RememberedResponses
+from agy_provider.hosts.serve_responses import ResponseWriter
+from agy_provider.hosts.serve_responses_ask import responses_ask
 from agy_provider.hosts.serve_turn import RunningTurn
 from agy_provider.hosts.serve_turn import ServeTurns
+from agy_provider.live.images import check_images
+from agy_provider.live.parking import PARKED
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import ImageContent
 from agy_provider.workers import off_loop
 
 __all__ = ["DEFAULT_PORT", "ServeServer", "ServeSettings", "is_loopback"]
@@ -90,6 +106,11 @@ class ServeSettings:
     agy_bin: str | None = None
     cwd: str | None = None
     max_body: int = MAX_BODY_BYTES
+    # The user's model map entries (`PATTERN=MODEL`, tried before `serve_models`' defaults).
+    model_map: tuple[tuple[str, str], ...] = ()
+    # The request log: 1 a line per request, 2 its headers too (secrets masked), to `log`.
+    verbosity: int = 0
+    log: Callable[[str], None] | None = None
 
 
 class ServeServer:
@@ -104,21 +125,34 @@ class ServeServer:
         self.turns = ServeTurns(agy_bin=settings.agy_bin, cwd=settings.cwd)
         self.port = settings.port
         self._catalog: tuple[float, list[str]] | None = None
+        self.models = ModelMap(settings.model_map)
+        self._seen = Seen()
+        self.responses = RememberedResponses()
         app = Starlette(
             routes=[
+                Route("/", self._root, methods=["GET"]),  # HEAD too: Starlette adds it
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/v1/responses/{response_id}", self._response, methods=["GET", "DELETE"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
-        self.app = Guard(app, settings.token, max_body=settings.max_body)
+        self.guard = Guard(app, settings.token, max_body=settings.max_body)
+        self.app = RequestLog(
+            self.guard,
+            verbosity=settings.verbosity,
+            write=settings.log or (lambda line: log.info("%s", line)),
+            secret=settings.token,
+        )
 
     # --- the server --------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, ready: Callable[[int], None] | None = None) -> None:
         sock = listening_socket(self.settings.host, self.settings.port, 128, reuse_address=True)
         self.port = sock.getsockname()[1]
+        self.guard.serve_at(self.settings.host, self.port)
         config = uvicorn.Config(
             self.app,
             ws="none",
@@ -156,12 +190,22 @@ class ServeServer:
 
     # --- routes ------------------------------------------------------------------------------
 
+    async def _root(self, request: Request) -> Response:
+        # What a client probing the base URL (Claude Code sends `HEAD /`) or a person finds.
+        return JSONResponse(
+            {
+                "name": "agy-provider serve",
+                "endpoints": ["/v1/models", "/v1/chat/completions", "/v1/messages"],
+            }
+        )
+
     async def _models(self, request: Request) -> Response:
         shape = shape_of(request.scope)
         try:
             ids = await self._model_ids()
         except AgyError as exc:
             return error_response(shape, 503, f"agy's models could not be listed: {exc}")
+        ids = [*ids, *(alias for alias, _ in self.models.aliases(ids))]
         if shape == "anthropic":
             return JSONResponse(serve_anthropic.model_list(ids))
         return JSONResponse(serve_openai.model_list(ids))
@@ -186,28 +230,45 @@ class ServeServer:
     async def _turn(
         self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
     ) -> Response:
+        record = record_of(request.scope)
         try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            return error_response(shape, 400, f"the body is not JSON: {exc}")
-        if not isinstance(body, dict):
-            return error_response(shape, 400, "the body must be a JSON object")
+            body = await parse_body(await request.body())
+        except BodyError as exc:
+            return error_response(shape, 400, str(exc))
         try:
             ask = convert(body)
             pinned = request.headers.get("x-agy-session")
             if pinned is not None:
-                ask = dataclasses.replace(ask, session_key=session_key(pinned, "x-agy-session"))
+                ask = dataclasses.replace(
+                    ask,
+                    session_key=session_key(pinned, "x-agy-session"),
+                    key_source="x-agy-session",
+                )
+            if record is not None:
+                record.model_asked = ask.model
+                record.key_source = ask.key_source
+            choice = await self._choose_model(ask.model)
+            ask = dataclasses.replace(ask, model=choice.used)
+            if record is not None:
+                record.model_used = choice.used
             await self.turns.check(ask)
+            await _check_images(ask)
         except RequestError as exc:
             return error_response(shape, exc.status, str(exc), exc.param)
-        except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
+        except (TypeError, AttributeError, ValueError, RecursionError) as exc:
+            # A shape no check foresaw: a client error, never a 500 or a traceback.
             log.info("a malformed %s request: %r", shape, exc)
             return error_response(shape, 400, "the request is malformed: check its fields' types")
-        turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
+        messages = self.turns.delivered.restore(ask.context.messages)
+        resuming = PARKED.find(messages) is not None
+        turn = self.turns.start(ask, messages)
         model = ask.model
         if ask.stream:
-            return SseResponse(self._frames(turn, shape, model))
-        last = await _whole(turn, request.receive)
+            return SseResponse(self._frames(turn, shape, model, record, resuming))
+        try:
+            last = await _whole(turn, request.receive)
+        finally:
+            await self._note(turn, record, resuming)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
@@ -218,17 +279,117 @@ class ServeServer:
             return JSONResponse(serve_anthropic.message(turn, last.message, model))
         return JSONResponse(serve_openai.completion(turn, last.message, model))
 
-    async def _frames(self, turn: RunningTurn, shape: Shape, model: str) -> AsyncIterator[bytes]:
+    async def _choose_model(self, asked: str) -> ModelChoice:
+        """The agy model for the client's name (`serve_models`); agy's catalog is asked only
+        for a name other than `default`, and a catalog agy cannot list lets the name through."""
+        if asked.removeprefix("agy/") == DEFAULT_MODEL_ID:
+            return self.models.choose(asked, None)
+        try:
+            catalog: list[str] | None = await self._model_ids()
+        except AgyError:
+            catalog = None
+        return self.models.choose(asked, catalog)
+
+    async def _note(self, turn: RunningTurn, record: RequestRecord | None, resuming: bool) -> None:
+        """The turn's conversation, how it came about and its tokens, for the request log."""
+        if record is None:
+            return
+        facts = turn.stream.facts
+        if facts.conversation_id:
+            record.conversation = facts.conversation_id
+            kind = self._seen.kind(facts.conversation_id)
+            record.kind = "resumed" if resuming else kind
+        if turn.stream.done:
+            try:
+                usage = (await turn.stream.result()).usage
+            except IncompleteStreamError:  # ended without a message: no tokens to tell
+                return
+            record.tokens = (usage.input + usage.cache_read + usage.cache_write, usage.output)
+
+    async def _frames(
+        self,
+        turn: RunningTurn,
+        shape: Shape,
+        model: str,
+        record: RequestRecord | None,
+        resuming: bool,
+    ) -> AsyncIterator[bytes]:
         def failed(message: AssistantMessage) -> Any:
             status, text = _failure(message)
             return error_body(shape, status, text)
 
-        if shape == "anthropic":
-            async for name, data in serve_anthropic.message_events(turn, model, failed):
-                yield sse(data, name)
-        else:
-            async for chunk in serve_openai.completion_chunks(turn, model, failed):
-                yield sse(chunk)
+        try:
+            if shape == "anthropic":
+                async for name, data in serve_anthropic.message_events(turn, model, failed):
+                    yield sse(data, name)
+            else:
+                async for chunk in serve_openai.completion_chunks(turn, model, failed):
+                    yield sse(chunk)
+        finally:
+            await self._note(turn, record, resuming)
+
+    async def _responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: the same turn as the other APIs, answered by `ResponseWriter`."""
+        try:
+            body = await parse_body(await request.body())
+        except BodyError as exc:
+            return error_response("openai", 400, str(exc))
+        try:
+            previous = body.get("previous_response_id")
+            continued = None
+            if previous is not None:
+                continued = (
+                    self.responses.continued(previous) if isinstance(previous, str) else None
+                )
+                if continued is None:
+                    raise RequestError(
+                        f"previous_response_id: no response {previous!r} is remembered here "
+                        "(unknown, stored with store=false, or forgotten); resend the items",
+                        param="previous_response_id",
+                    )
+            asked = responses_ask(body, continued)
+            pinned = request.headers.get("x-agy-session")
+            if pinned is not None:
+                key = session_key(pinned, "x-agy-session")
+                asked = dataclasses.replace(
+                    asked, ask=dataclasses.replace(asked.ask, session_key=key)
+                )
+            await self.turns.check(asked.ask)
+        except RequestError as exc:
+            return error_response("openai", exc.status, str(exc), exc.param)
+        except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
+            log.info("a malformed responses request: %r", exc)
+            return error_response(
+                "openai", 400, "the request is malformed: check its fields' types"
+            )
+        ask = asked.ask
+        turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
+        writer = ResponseWriter(turn, asked, self.responses)
+        if ask.stream:
+            # One write per pi event: its events' frames together.
+            return SseResponse(
+                b"".join(sse(data, name) for name, data in batch)
+                async for batch in writer.events(_failure)
+            )
+        last = await _whole(turn, request.receive)
+        if last is None:  # the client went away; the turn is aborted
+            return Response(status_code=499)
+        if isinstance(last, ErrorEvent):
+            writer.failed(last.error, _failure)
+            status, text = _failure(last.error)
+            return error_response("openai", status, text)
+        assert isinstance(last, DoneEvent)
+        return JSONResponse(writer.whole(last.message))
+
+    async def _response(self, request: Request) -> Response:
+        """`GET` / `DELETE /v1/responses/{id}`: a response this server remembers, else 404."""
+        response_id = request.path_params["response_id"]
+        found = self.responses.get(response_id)
+        if found is None or (request.method == "DELETE" and not self.responses.delete(response_id)):
+            return error_response("openai", 404, f"no response {response_id!r} is remembered here")
+        if request.method == "DELETE":
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(found)
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
@@ -260,11 +421,30 @@ async def _whole(turn: RunningTurn, receive: Any) -> AssistantMessageEvent | Non
     return consume.result() if consume in done and not consume.cancelled() else None
 
 
+async def _check_images(ask: ServeAsk) -> None:
+    """Every image of the request decodes and is what it says (png, jpeg, gif, webp): a
+    client's mistake is a 400 here, not a failed turn. Raises `RequestError`."""
+    images = [
+        block
+        for message in ask.context.messages
+        if not isinstance(message, AssistantMessage) and not isinstance(message.content, str)
+        for block in message.content
+        if isinstance(block, ImageContent)
+    ]
+    if images:
+        try:
+            await off_loop(check_images, images)  # decoding megabytes: off the loop
+        except UsageError as exc:
+            raise RequestError(str(exc)) from exc
+
+
 def _failure(message: AssistantMessage) -> tuple[int, str]:
     """The HTTP status and text for a turn that failed."""
     text = message.error_message or "the agy turn failed"
     if text.startswith("agy-provider could not start the turn"):
         return 400, text
+    if "is not available" in text and "agy models" in text:
+        return 404, text  # agy does not know the model (a catalog older than agy's own list)
     if "quota" in text.lower() or "resource_exhausted" in text.lower():
         return 429, text
     return 502, text

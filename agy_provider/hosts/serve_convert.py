@@ -19,6 +19,9 @@ from typing import Any
 from typing import TypeAlias
 from typing import TypeVar
 
+from agy_provider.hosts.serve_notes import place_notes
+from agy_provider.hosts.serve_notes import system_note
+from agy_provider.hosts.serve_notes import user_content
 from agy_provider.pi.options import ThinkingLevel
 from agy_provider.pi.types import AssistantContent
 from agy_provider.pi.types import AssistantMessage
@@ -37,8 +40,11 @@ __all__ = [
     "RequestError",
     "ServeAsk",
     "anthropic_ask",
+    "forced_choice",
+    "forced_tools",
     "openai_ask",
     "session_key",
+    "user_id_key",
 ]
 
 # A client's conversation key (`user`, `metadata.user_id`, `x-agy-session`): what can be a
@@ -74,8 +80,8 @@ class RequestError(Exception):
 class ServeAsk:
     """One request as a turn: the model id, pi's context, the settings, and how to answer.
 
-    `forced_tool`: Anthropic's tool-forcing pattern — the answer (JSON of `json_schema`) is
-    returned as a `tool_use` of that name, not as text.
+    `forced_tool`: a forced tool choice — the answer (JSON of `json_schema`) is returned as a
+    call of that tool, not as text; `forced_any`: one of several tools (`forced_tools`).
     """
 
     model: str
@@ -86,6 +92,10 @@ class ServeAsk:
     json_schema: Mapping[str, Any] | None = None
     include_usage: bool = False
     forced_tool: str = ""
+    # Which signal gave `session_key` (the field's name, e.g. `metadata.user_id.session_id`):
+    # the request log shows it; "" when no key was given.
+    key_source: str = ""
+    forced_any: bool = False
 
 
 def session_key(value: object, field: str) -> str:
@@ -99,6 +109,23 @@ def session_key(value: object, field: str) -> str:
             param=field,
         )
     return value
+
+
+def user_id_key(value: object, field: str) -> tuple[str, str]:
+    """(the conversation key, the field it came from) of a plain user id, or of a JSON one's
+    `session_id` (Claude Code's `{"device_id":…,"account_uuid":…,"session_id":…}`; none: no
+    key). Raises `RequestError`."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            inner = f"{field}.session_id"
+            key = session_key(parsed.get("session_id"), inner)
+            return key, inner if key else ""
+    key = session_key(value, field)
+    return key, field if key else ""
 
 
 # --- OpenAI Chat Completions ---------------------------------------------------------------------
@@ -141,20 +168,90 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
             messages.append(_tool_result(call_id, calls[call_id], text, is_error=False))
         else:
             raise RequestError(f"{where}.role: unsupported role {role!r}", param=f"{where}.role")
-    tools = None if body.get("tool_choice") == "none" else _openai_tools(body.get("tools"))
+    tools = _openai_tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    named = choice.get("function") if isinstance(choice, Mapping) else None
+    schema, forced, forced_any = forced_choice(
+        choice,
+        named.get("name") if isinstance(named, Mapping) else None,
+        tools,
+        (_response_format(body.get("response_format")), "response_format"),
+    )
+    user = session_key(body.get("user"), "user")
     stream_options = body.get("stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(
         stream_options.get("include_usage")
     )
     return ServeAsk(
         model=model,
-        context=Context(system_prompt="\n\n".join(system) or None, messages=messages, tools=tools),
+        context=Context(
+            system_prompt="\n\n".join(system) or None,
+            messages=messages,
+            # A forced tool is the answer's shape, not a tool agy may call.
+            tools=None if choice == "none" or forced or forced_any else tools,
+        ),
         stream=body.get("stream") is True,
         reasoning=_effort(body.get("reasoning_effort"), "reasoning_effort"),
-        session_key=session_key(body.get("user"), "user"),
-        json_schema=_response_format(body.get("response_format")),
+        session_key=user,
+        key_source="user" if user else "",
+        json_schema=schema,
         include_usage=include_usage,
+        forced_tool=forced,
+        forced_any=forced_any,
     )
+
+
+def forced_choice(
+    choice: object,
+    name: object,
+    tools: list[Tool] | None,
+    asked: tuple[Mapping[str, Any] | None, str],
+) -> tuple[Mapping[str, Any] | None, str, bool]:
+    """An OpenAI `tool_choice` (either API; `name`: the function a `{type: function}` choice
+    names) with the answer's format `asked` (schema, field) → `forced_tools`' answer, or the
+    asked schema when agy chooses (`auto`, `none`, absent). Raises `RequestError`."""
+    if choice is None or choice in ("auto", "none"):
+        return asked[0], "", False
+    if choice == "required" and not tools:
+        raise RequestError("tool_choice: `required` needs tools", param="tool_choice")
+    named = isinstance(choice, Mapping) and choice.get("type") == "function"
+    if choice != "required" and not (named and isinstance(name, str) and name):
+        raise RequestError(
+            "tool_choice: auto, none, required, or a function by name", param="tool_choice"
+        )
+    if asked[0] is not None:
+        raise RequestError(
+            f"{asked[1]}: cannot be combined with a forced tool_choice (the tool's parameters "
+            "shape the answer)",
+            param=asked[1],
+        )
+    return forced_tools(tools or [], name if named and isinstance(name, str) else None)
+
+
+def forced_tools(tools: list[Tool], name: str | None) -> tuple[Mapping[str, Any], str, bool]:
+    """A forced tool call as structured output: (the answer's JSON Schema, the tool's name,
+    whether the answer names one of several tools). A named tool (or the only one): its
+    parameters. Several: `anyOf` one `{"name": <const>, "arguments": <its parameters>}` per
+    tool — the name discriminates, so one branch holds and the answer says which tool it calls.
+    """
+    if name is None and len(tools) == 1:
+        name = tools[0].name
+    if name is None:
+        return {"type": "object", "anyOf": [_named_call(t) for t in tools]}, "", True
+    for tool in tools:
+        if tool.name == name:
+            return tool.parameters, tool.name, False
+    raise RequestError(f"tool_choice: no tool named {name!r}", param="tool_choice")
+
+
+def _named_call(tool: Tool) -> dict[str, Any]:
+    named = {"name": {"const": tool.name}, "arguments": tool.parameters}
+    return {
+        "type": "object",
+        "properties": named,
+        "required": [*named],
+        "additionalProperties": False,
+    }
 
 
 def _model(value: object) -> str:
@@ -275,42 +372,65 @@ def anthropic_ask(body: Mapping[str, Any]) -> ServeAsk:
         raise RequestError("messages: a non-empty list is required", param="messages")
     messages: list[Message] = []
     calls: dict[str, str] = {}
+    notes: list[UserContent] = []  # mid-conversation system messages not yet placed
     for i, item in enumerate(raw):
         where = f"messages.{i}"
-        if not isinstance(item, Mapping) or item.get("role") not in ("user", "assistant"):
-            raise RequestError(f"{where}: role must be user or assistant", param=where)
+        role = item.get("role") if isinstance(item, Mapping) else None
+        if role not in ("user", "assistant", "system"):
+            raise RequestError(f"{where}: role must be user, assistant or system", param=where)
         blocks = item.get("content")
         if isinstance(blocks, str):
             blocks = [{"type": "text", "text": blocks}]
         if not isinstance(blocks, list):
             raise RequestError(f"{where}.content: a string or a list of blocks", param=where)
-        if item["role"] == "assistant":
+        if role == "system":
+            notes.append(system_note(_openai_text(blocks, where)))
+        elif role == "assistant":
+            place_notes(messages, notes)
             message = _anthropic_assistant(blocks, where)
             calls.update((c.id, c.name) for c in message.content if isinstance(c, ToolCall))
             messages.append(message)
         else:
-            messages.extend(_anthropic_user(blocks, where, calls))
+            read = _anthropic_user(blocks, where, calls)
+            if notes and read and isinstance(read[-1], UserMessage):  # before the user's words
+                read[-1] = dataclasses.replace(read[-1], content=[*notes, *user_content(read[-1])])
+                notes.clear()
+            place_notes(messages, notes)
+            messages.extend(read)
+    if not messages:
+        raise RequestError("messages: no user or assistant message", param="messages")
+    place_notes(messages, notes)
     tools = _anthropic_tools(body.get("tools"))
     schema, forced = _anthropic_structured(body, tools)
     if forced or _choice(body) == "none":
         tools = None  # the forced tool is the answer's shape, not a tool agy may call
-    thinking = body.get("thinking")
-    reasoning: ThinkingLevel | None = None
-    if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
-        budget = thinking.get("budget_tokens")
-        budget = budget if isinstance(budget, int) else 0
-        reasoning = "low" if budget < 4096 else "medium" if budget < 16384 else "high"
     metadata = body.get("metadata")
     user = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    key, source = user_id_key(user, "metadata.user_id")
     return ServeAsk(
         model=model,
         context=Context(system_prompt=system, messages=messages, tools=tools),
         stream=body.get("stream") is True,
-        reasoning=reasoning,
-        session_key=session_key(user, "metadata.user_id"),
+        reasoning=_anthropic_effort(body),
+        session_key=key,
+        key_source=source,
         json_schema=schema,
         forced_tool=forced,
     )
+
+
+def _anthropic_effort(body: Mapping[str, Any]) -> ThinkingLevel | None:
+    """agy's effort: `output_config.effort` when given (Claude Code sends it with `thinking:
+    {type: adaptive}`, which leaves the effort to agy), else `thinking.budget_tokens`."""
+    output = body.get("output_config")
+    if isinstance(output, Mapping) and output.get("effort") is not None:
+        return _effort(output.get("effort"), "output_config.effort")
+    thinking = body.get("thinking")
+    if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        budget = budget if isinstance(budget, int) else 0
+        return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+    return None
 
 
 def _anthropic_system(value: object) -> str | None:
@@ -441,6 +561,9 @@ def _anthropic_structured(
     """(the answer's schema, the forced tool's name): `output_format` (json_schema), or the
     tool-forcing pattern — `tool_choice: {type: tool, name}` — whose tool's schema shapes it."""
     output = body.get("output_format")
+    config = body.get("output_config")
+    if output is None and isinstance(config, Mapping):
+        output = config.get("format")  # the newer name of `output_format`
     if isinstance(output, Mapping) and output.get("type") == "json_schema":
         schema = output.get("schema")
         if not isinstance(schema, Mapping):

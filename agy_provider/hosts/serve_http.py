@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -54,6 +55,7 @@ _DISCARD_FACTOR = 4
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
+    403: "invalid_request_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
@@ -63,6 +65,7 @@ _OPENAI_TYPES = {
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "request_too_large",
@@ -161,11 +164,13 @@ class SseResponse(Response):
 
 
 class Guard:
-    """Every request: the token (`Authorization: Bearer` or `x-api-key`, compared in constant
-    time), never in the URL, and a body at most `max_body` bytes, counted as it arrives.
+    """Every request: a `Host` naming this server and no foreign browser `Origin` (DNS
+    rebinding), the token (`Authorization: Bearer` or `x-api-key`, compared in constant time),
+    never in the URL, and a body at most `max_body` bytes, counted as it arrives.
 
-    Refusals are answered here, in the API's shape (401, 413), before the app sees anything; the
-    body is read ahead and handed to the app whole. No CORS headers, ever.
+    Refusals are answered here, in the API's shape (403, 401, 413), before the app sees
+    anything; the body is read ahead and handed to the app whole. No CORS headers, ever.
+    `GET`/`HEAD /` needs no token (clients probe the base URL so; it says nothing).
     """
 
     def __init__(self, app: ASGIApp, token: str, *, max_body: int = MAX_BODY_BYTES) -> None:
@@ -174,11 +179,31 @@ class Guard:
         self.app = app
         self._token = token.encode()
         self.max_body = max_body
+        self._hosts: frozenset[str] = frozenset()
+        self._any_address = False
+
+    def serve_at(self, host: str, port: int) -> None:
+        """The address the server is bound to: what `Host` and `Origin` may name — the loopback
+        names and `host` at `port` (any IP address for a wildcard bind: a DNS rebinding attack
+        needs a name)."""
+        names = {"127.0.0.1", "localhost", "[::1]", host if ":" not in host else f"[{host}]"}
+        hosts = {f"{name}:{port}" for name in names}
+        if port == 80:
+            hosts |= names
+        self._hosts = frozenset(h.lower() for h in hosts)
+        self._any_address = host in ("0.0.0.0", "::", "")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
         shape = shape_of(scope)
+        foreign = self._foreign(scope.get("headers") or ())
+        if foreign:
+            await self._refuse(scope, send, shape, 403, foreign)
+            return
+        if scope.get("path") == "/" and scope.get("method") in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
         if self._token in unquote_to_bytes(scope.get("query_string", b"")):
             await self._refuse(
                 scope,
@@ -214,6 +239,40 @@ class Guard:
             )
             return
         await self.app(scope, replay_body(body, receive), send)
+
+    def _foreign(self, headers: Any) -> str:
+        """Why `Host`/`Origin` name another site ("" when they do not): a page that reached
+        this port through a DNS name of its own (rebinding) must not be served."""
+        host = origin = None
+        for name, value in headers:
+            if name == b"host":
+                host = value.decode("latin-1").lower()
+            elif name == b"origin":
+                origin = value.decode("latin-1").lower()
+        if not self._hosts:  # not bound yet (an app used without `serve_at`): nothing to check
+            return ""
+        if host is None or not self._ours(host):
+            return (
+                f"the Host header {host!r} does not name this server: use "
+                f"http://127.0.0.1:PORT or http://localhost:PORT (DNS rebinding protection)"
+            )
+        if origin is not None:
+            scheme, _, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not self._ours(rest.rstrip("/")):
+                return f"requests from the web page at {origin!r} are not served"
+        return ""
+
+    def _ours(self, host: str) -> bool:
+        if host in self._hosts:
+            return True
+        if not self._any_address:
+            return False
+        name = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def _authorised(self, headers: Any) -> bool:
         presented = b""

@@ -33,8 +33,11 @@ __all__ = ["completion", "completion_chunks", "finish_reason", "model_list", "op
 _FINISH = {"stop": "stop", "length": "length", "toolUse": "tool_calls"}
 
 
-def finish_reason(message: AssistantMessage) -> str:
-    """OpenAI's finish reason for how the turn ended (a redacted answer: `content_filter`)."""
+def finish_reason(message: AssistantMessage, forced: ToolCall | None = None) -> str:
+    """OpenAI's finish reason for how the turn ended (a redacted answer: `content_filter`; a
+    forced tool choice's answer: `tool_calls`)."""
+    if forced is not None:
+        return "tool_calls"
     if any(isinstance(b, ThinkingContent) and b.redacted for b in message.content) and not any(
         isinstance(b, TextContent) and b.text for b in message.content
     ):
@@ -67,6 +70,8 @@ def completion(turn: RunningTurn, message: AssistantMessage, model: str) -> dict
         text = turn.structured_text
     thinking = "\n\n".join(b.thinking for b in message.content if isinstance(b, ThinkingContent))
     calls = [b for b in message.content if isinstance(b, ToolCall)]
+    if turn.forced_call is not None:  # the answer is the call, its JSON is not said as text
+        text, calls = "", [turn.forced_call]
     body: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if thinking:
         body["reasoning_content"] = thinking
@@ -80,7 +85,12 @@ def completion(turn: RunningTurn, message: AssistantMessage, model: str) -> dict
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": body, "finish_reason": finish_reason(message), "logprobs": None}
+            {
+                "index": 0,
+                "message": body,
+                "finish_reason": finish_reason(message, turn.forced_call),
+                "logprobs": None,
+            }
         ],
         "usage": openai_usage(message.usage),
     }
@@ -119,7 +129,9 @@ async def completion_chunks(
             yield chunk({"tool_calls": [_tool_call(event.tool_call, calls)]})
             calls += 1
         elif isinstance(event, DoneEvent):
-            yield chunk({}, finish_reason(event.message))
+            if turn.forced_call is not None:
+                yield chunk({"tool_calls": [_tool_call(turn.forced_call, calls)]})
+            yield chunk({}, finish_reason(event.message, turn.forced_call))
             if turn.ask.include_usage:
                 yield {**chunk({}), "choices": [], "usage": openai_usage(event.message.usage)}
         elif isinstance(event, ErrorEvent):

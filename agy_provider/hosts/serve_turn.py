@@ -160,19 +160,16 @@ class RunningTurn:
         except StructuredOutputError as exc:
             failed = dataclasses.replace(message, stop_reason="error", error_message=str(exc))
             return [ErrorEvent(reason="error", error=failed)]
-        if self.ask.forced_tool and not isinstance(self.structured, dict):
-            failed = dataclasses.replace(
-                message,
-                stop_reason="error",
-                error_message="agy's answer is not a JSON object, which a tool's input must be",
-            )
-            return [ErrorEvent(reason="error", error=failed)]
-        if self.ask.forced_tool:
-            self.forced_call = ToolCall(
-                id=f"toolu_{secrets.token_hex(12)}",
-                name=self.ask.forced_tool,
-                arguments=self.structured,
-            )
+        if self.ask.forced_tool or self.ask.forced_any:
+            call = _forced_call(self.ask, self.structured)
+            if call is None:
+                failed = dataclasses.replace(
+                    message,
+                    stop_reason="error",
+                    error_message="agy's answer is not a JSON object, which a tool's input must be",
+                )
+                return [ErrorEvent(reason="error", error=failed)]
+            self.forced_call = call
             return [done]
         index = len(message.content)
         return [
@@ -181,6 +178,17 @@ class RunningTurn:
             TextEndEvent(content_index=index, content=text, partial=message),
             done,
         ]
+
+
+def _forced_call(ask: ServeAsk, value: Any) -> ToolCall | None:
+    """The forced tool call an answer makes (None: it is not a tool's input). With several tools
+    the answer is `{"name", "arguments"}` (`serve_convert.forced_tools`), already validated."""
+    name: object = ask.forced_tool
+    if ask.forced_any and isinstance(value, dict):
+        name, value = value.get("name"), value.get("arguments")
+    if not isinstance(value, dict) or not isinstance(name, str):
+        return None
+    return ToolCall(id=f"call_{secrets.token_hex(12)}", name=name, arguments=value)
 
 
 class ServeTurns:

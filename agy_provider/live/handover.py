@@ -95,12 +95,20 @@ class SourceHandover:
         self._retired: list[EventSource] = []  # sources the turn moved away from, still open
         # The preferred source still opening beside the database: (name, source, its open()).
         self._upgrade: tuple[str, EventSource, asyncio.Future[None]] | None = None
+        self._fallbacks = 0  # sources that could not start or failed (`fallbacks`)
 
     def _move(self, state: HandoverState, source: EventSource | None, name: str) -> None:
         if state not in TRANSITIONS[self.state]:
             raise RuntimeError(f"source handover cannot move from {self.state} to {state}")
         self.state, self.source, self.name = state, source, name
         self.turn.source = name
+
+    @property
+    def fallbacks(self) -> int:
+        """How often the turn fell back from a source that could not start or failed to the
+        database or agy's stdout (`TurnFacts.source_fallbacks`); asked at the turn's end, a
+        preferred source still opening never served it, and counts too."""
+        return self._fallbacks + (self._upgrade is not None)
 
     @property
     def reads_database(self) -> bool:
@@ -134,6 +142,7 @@ class SourceHandover:
                     name,
                     exc,
                 )
+                self._fallbacks += 1
                 self.name = self.turn.source = self._database_name
                 await self._open_direct(self._database_name)
             return
@@ -196,6 +205,7 @@ class SourceHandover:
             await source.aclose()
             raise
         log.warning("%s; reading agy's stdout instead (%s: no thinking text)", why, name)
+        self._fallbacks += 1
         if self.source is not None:
             self._retired.append(self.source)
         self._move(S.STDOUT, source, name)
@@ -218,6 +228,7 @@ class SourceHandover:
                 name,
                 exc,
             )
+            self._fallbacks += 1
             self._move(S.DATABASE, self.source, self.name)
             return
         except BaseException:
@@ -256,6 +267,7 @@ class SourceHandover:
             log.warning(
                 "the %s event source failed (%s); finishing from the database", self.name, exc
             )
+            self._fallbacks += 1
         old = self.source
         try:
             backup = await self._open_backup()

@@ -16,6 +16,8 @@ from agy_provider.agy.database import last_step_index
 from agy_provider.agy.models import model_arguments
 from agy_provider.bridge.host_tools import plugin_tools_registered
 from agy_provider.errors import UsageError
+from agy_provider.live.admission import COLD_STARTS
+from agy_provider.live.admission import cold_starts_for
 from agy_provider.live.continuity import Continuation
 from agy_provider.live.continuity import conversation_key
 from agy_provider.live.continuity import find_continuation
@@ -39,6 +41,7 @@ from agy_provider.pi.types import Message
 from agy_provider.pi.types import Model
 from agy_provider.pi.types import ToolResultMessage
 from agy_provider.plugin_manager import get_plugin_manager
+from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 
 __all__ = ["TurnPlanner"]
@@ -154,11 +157,8 @@ class TurnPlanner:
         )
         plugin_tools = plugin_tools_registered(self.pm)
         offers_tools = bool(context.tools) or plugin_tools
-        if config.warm:
-            POOL.configure(
-                WarmSettings(config.warm_max, config.warm_idle_timeout, config.warm_spares)
-            )
-            request = dataclasses.replace(request, warm=True)
+        COLD_STARTS.configure(cold_starts_for(config.cold_starts))  # `live/admission`
+        request = _warm_or_not(config, request)
         return TurnPlan(
             offers_tools=offers_tools,
             plugin_tools=plugin_tools,
@@ -283,3 +283,11 @@ def _json_schema(options: SimpleStreamOptions) -> str:
     if not isinstance(schema, dict):
         raise UsageError(f"{JSON_SCHEMA_OPTION}: a JSON Schema must be an object")
     return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def _warm_or_not(config: Config, request: TurnRequest) -> TurnRequest:
+    """The request run in a warm agy when the settings allow (the pool's bounds from them)."""
+    if not config.warm:
+        return request
+    POOL.configure(WarmSettings(config.warm_max, config.warm_idle_timeout, config.warm_spares))
+    return dataclasses.replace(request, warm=True)

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.images import ImageStaging
 from agy_provider.live.images import newest_images
 from agy_provider.live.prompt import build_prompt
@@ -89,6 +90,8 @@ class TurnResources:
 
     async def stop_agy(self, grace: float = 2.0) -> None:
         starting = self.starting
+        if starting is not None and _queued(self.process):
+            starting.cancel()  # in line for a cold start (`live/admission`): nothing to end
         if starting is not None:
             # A spawn interrupted by the abort still produces a process: let it finish (it is a
             # fork and exec), then end it; one that cannot finish in time is cancelled, and the
@@ -164,3 +167,8 @@ class TurnResources:
         self.version_task = None
         self.process = None
         self.release_lock()
+
+
+def _queued(process: object) -> bool:
+    admission = getattr(process, "admission", None)
+    return isinstance(admission, TurnAdmission) and admission.queued

@@ -35,6 +35,8 @@ from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.errors import AgyNotFoundError
 from agy_provider.errors import TurnError
+from agy_provider.live.admission import TurnAdmission
+from agy_provider.live.admission import hold_until_stated
 from agy_provider.store.atomic import read_json
 from agy_provider.store.atomic import write_json_atomic
 from agy_provider.store.sessions import default_store_path
@@ -203,6 +205,22 @@ class AgyProcess:
         self.events = StdoutEvents()
         # Set once agy stated its conversation id on stdout (stream-json `init`).
         self.id_stated = asyncio.Event()
+        # Its cold start slot (`live/admission`): held from the spawn until `init` or its exit.
+        self.admission = TurnAdmission()
+        self._admitted: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Spawn agy once a cold start slot is free (waiting in line for one; cancelling the
+        wait leaves the line); the slot is held until agy states its conversation or exits."""
+        await self.admission.wait()
+        ticket = self.admission.hand_over()
+        assert ticket is not None
+        try:
+            await self._start()
+        except BaseException:
+            ticket.release()
+            raise
+        self._admitted = hold_until_stated(ticket, self.id_stated, self._exited)
 
     @property
     def pid(self) -> int:
@@ -217,7 +235,7 @@ class AgyProcess:
             return None
         return self._proc.returncode if self._reaped else self._code
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Spawn agy. The fork and exec run in a worker thread (many turns starting at once
         would stall the event loop otherwise); its pipes and its exit are watched by the loop."""
         env = {**os.environ, **self.request.env}
@@ -383,6 +401,7 @@ class AgyProcess:
     async def terminate(self, grace: float = 2.0) -> None:
         """End agy and every descendant ever seen, and whatever is left in its process group
         (also after agy exited on its own): SIGTERM, then SIGKILL after `grace` seconds."""
+        self.admission.release()  # a slot won for an agy that never started
         if self._proc is None:
             return
         await off_loop(self._signal_all, signal.SIGTERM)

@@ -24,6 +24,7 @@ from agy_provider.bridge.host_tools import ToolExecutor
 from agy_provider.bridge.host_tools import TurnTools
 from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
+from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.discovery import conversations_dir
 from agy_provider.live.discovery import snapshot_stems
 from agy_provider.live.handover import SourceHandover
@@ -504,12 +505,13 @@ class TurnDriver:
         )
 
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
-        process = self.opened.process
         return TurnFacts(
             conversation_id=self.conversation_id,
-            exit_code=None if process is None else process.returncode,
+            exit_code=None if self.opened.process is None else self.opened.process.returncode,
             model=final.model if final is not None else "",
             source=self.source_name,
+            admission_wait=_admission_wait(self.opened.process),
+            source_fallbacks=self.opened.handover.fallbacks if self.opened.handover else 0,
         )
 
     def _deliver(self, events: list[AssistantMessageEvent], outcome: TurnOutcome) -> None:
@@ -541,3 +543,8 @@ class TurnDriver:
         if records:
             await saving.save(records, self.opened.version_task)
 
+
+def _admission_wait(process: object) -> float:
+    """How long the turn waited in line for agy's cold start (`live/admission`)."""
+    admission = getattr(process, "admission", None)
+    return admission.waited if isinstance(admission, TurnAdmission) else 0.0

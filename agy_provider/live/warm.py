@@ -24,6 +24,10 @@ from pathlib import Path
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.argv import build_warm_argv
 from agy_provider.live import warm_registry
+from agy_provider.live.admission import COLD_STARTS
+from agy_provider.live.admission import Ticket
+from agy_provider.live.admission import TurnAdmission
+from agy_provider.live.admission import hold_until_init
 from agy_provider.live.warm_agy import IDLE
 from agy_provider.live.warm_agy import KILL_AFTER
 from agy_provider.live.warm_agy import READ_AFTER_EXIT
@@ -35,6 +39,7 @@ from agy_provider.live.warm_agy import WarmTurnSink
 __all__ = [
     "POOL",
     "TRANSITIONS",
+    "WAIT_FOR_ADMISSION",
     "WarmAgy",
     "WarmPool",
     "WarmSettings",
@@ -48,6 +53,17 @@ log = logging.getLogger(__name__)
 # How long a conversation's next turn waits for the previous turn to let go of its agy (that turn
 # delivered its final event; its cleanup is a few milliseconds behind).
 _LET_GO = 10.0
+
+
+class _WaitForAdmission:
+    """`lease`'s answer when the turn's agy must start and no cold start slot is free: the turn
+    waits its turn in the queue (`live/admission.py`) on its loop, then leases again."""
+
+    def __repr__(self) -> str:
+        return "WAIT_FOR_ADMISSION"
+
+
+WAIT_FOR_ADMISSION = _WaitForAdmission()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,11 +141,18 @@ class WarmPool:
                 why.strip() or "it exited at once",
             )
 
-    def lease(self, request: TurnRequest, offered: Sequence[object] = ()) -> WarmAgy | None:
+    def lease(
+        self,
+        request: TurnRequest,
+        offered: Sequence[object] = (),
+        admission: TurnAdmission | None = None,
+    ) -> WarmAgy | _WaitForAdmission | None:
         """A warm agy for `request`'s turn, moved to IN_TURN (blocking: it may fork; off the
         loop): the conversation's own, a spare of the same settings for a new conversation, else
         a new one (serving `offered`, the turn's host tools, from a bridge of its own). None when
-        the bound is reached by agys all in turns (the turn runs `-p`)."""
+        the bound is reached by agys all in turns (the turn runs `-p`). With `admission`, a new
+        one starts only on a cold start slot (the turn's, or a free one), else
+        `WAIT_FOR_ADMISSION`."""
         key = warm_key(request)
         while True:
             retired: list[WarmAgy] = []
@@ -142,7 +165,7 @@ class WarmPool:
                     if found is not None:
                         return _taken(found)
                     if not retired:
-                        return self._start_for(key, request, offered, retired)
+                        return self._start_for(key, request, offered, retired, admission)
             finally:
                 for old in retired:
                     old.end(interrupt=False, grace=KILL_AFTER)
@@ -150,17 +173,26 @@ class WarmPool:
             # start on the conversation (two would be two writers of its database).
 
     def _start_for(
-        self, key: str, request: TurnRequest, offered: Sequence[object], retired: list[WarmAgy]
-    ) -> WarmAgy | None:
+        self,
+        key: str,
+        request: TurnRequest,
+        offered: Sequence[object],
+        retired: list[WarmAgy],
+        admission: TurnAdmission | None = None,
+    ) -> WarmAgy | _WaitForAdmission | None:
         """A new agy, in `request`'s turn, after making room (lock held; the agys it retires
-        join `retired`, for the caller to end); None when every agy is in a turn."""
+        join `retired`, for the caller to end); None when every agy is in a turn (the turn's
+        slot, if any, stays with it for its `agy -p`)."""
+        if admission is not None and not admission.take_now():
+            return WAIT_FOR_ADMISSION
         if not self._make_room(retired):
             log.info(
                 "all %d warm agy processes are in turns (warm_max); this turn runs its own agy -p",
                 self.settings.max,
             )
             return None
-        agy = self._add(key, request, spare=False, offered=offered)
+        ticket = admission.hand_over() if admission is not None else None
+        agy = self._add(key, request, spare=False, offered=offered, ticket=ticket)
         agy.move(WarmState.IN_TURN)
         REGISTRY.changed(agy)
         return agy
@@ -240,12 +272,25 @@ class WarmPool:
         return True
 
     def _add(
-        self, key: str, request: TurnRequest, *, spare: bool, offered: Sequence[object] = ()
+        self,
+        key: str,
+        request: TurnRequest,
+        *,
+        spare: bool,
+        offered: Sequence[object] = (),
+        ticket: Ticket | None = None,
     ) -> WarmAgy:
         agy = WarmAgy(key, request, spare=spare, offered=offered)
         agy.on_closed = self._forget
         agy.on_said_init = REGISTRY.changed
-        agy.start()
+        if ticket is not None:
+            hold_until_init(agy, ticket)  # its cold start slot, until `init` or its end
+        try:
+            agy.start()
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
         self._agys.append(agy)
         if spare:
             REGISTRY.changed(agy)
@@ -268,17 +313,23 @@ class WarmPool:
             spares = [a for a in self._agys if a.spare and a.state is not WarmState.CLOSING]
             if any(a.key == agy.key for a in spares):
                 return
+            # A spare starts only on a free cold start slot: turns waiting for one come first.
+            ticket = COLD_STARTS.try_admit()
+            if ticket is None:
+                log.debug("no spare agy started: agys are starting for turns (cold_starts)")
+                return
             retired: list[WarmAgy] = []
             if len(spares) >= self.settings.spares:
                 oldest = min(spares, key=lambda a: a.last_used)
                 oldest.move(WarmState.CLOSING)
                 retired.append(oldest)
             elif not self._make_room(retired):
+                ticket.release()
                 return
             try:
                 spare = _spare_request(agy.template)
-                self._add(agy.key, spare, spare=True, offered=agy.offered)
-            except OSError as exc:
+                self._add(agy.key, spare, spare=True, offered=agy.offered, ticket=ticket)
+            except OSError as exc:  # its slot went back in `_add`
                 log.info("could not start a spare agy: %s", exc)
         for old in retired:
             old.end(interrupt=False, grace=KILL_AFTER)

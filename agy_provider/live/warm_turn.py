@@ -23,6 +23,7 @@ from agy_provider.agy.result import read_result
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.agy.step import StepUsage
 from agy_provider.agy.verdict import agy_error
+from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.warm import POOL
 from agy_provider.live.warm import WarmPool
@@ -72,6 +73,8 @@ class WarmTurn:
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
         self._last_words: asyncio.Task[None] | None = None  # an ERROR result's stderr, awaited
         self._said = ""  # why the fallback failed, as agy's last words
+        # The turn's cold start slot, when its agy (warm or `-p`) must start (`live/admission`).
+        self.admission = TurnAdmission()
 
     # -- TurnProcess ---------------------------------------------------------------------------
 
@@ -137,21 +140,33 @@ class WarmTurn:
         if ready is not None:
             return ready
         offered = self.tools.offered if self.tools is not None else ()
-        # Leased as the turn planned it: a replaced agy's log file, token and folders are not
-        # this turn's settings.
-        leasing = asyncio.ensure_future(off_loop(self.pool.lease, self._asked, offered))
-        try:
-            return await asyncio.shield(leasing)
-        except asyncio.CancelledError:
-            # The lease goes on in its thread: whatever agy it gives is ended, whenever it does.
-            leasing.add_done_callback(self._abandoned)
-            raise
+        while True:
+            # Leased as the turn planned it: a replaced agy's log file, token and folders are
+            # not this turn's settings.
+            leasing = asyncio.ensure_future(
+                off_loop(self.pool.lease, self._asked, offered, self.admission)
+            )
+            try:
+                leased = await asyncio.shield(leasing)
+            except asyncio.CancelledError:
+                # The lease goes on in its thread: whatever agy it gives is ended, whenever it
+                # does.
+                leasing.add_done_callback(self._abandoned)
+                raise
+            if leased is None or isinstance(leased, WarmAgy):
+                if leased is not None:
+                    self.admission.release()  # an agy was there after all
+                return leased
+            # WAIT_FOR_ADMISSION: a new agy must start and as many as the machine bears are
+            # starting; the turn waits in line.
+            await self.admission.wait()
 
-    def _abandoned(self, leasing: asyncio.Future[WarmAgy | None]) -> None:
+    def _abandoned(self, leasing: asyncio.Future[Any]) -> None:
+        self.admission.release()
         if leasing.cancelled() or leasing.exception() is not None:
             return
         agy = leasing.result()
-        if agy is not None:
+        if isinstance(agy, WarmAgy):
             _end_elsewhere(self.pool, agy)
 
     def _use(self, agy: WarmAgy) -> None:
@@ -184,6 +199,7 @@ class WarmTurn:
             )
         process = AgyProcess(request)
         process.id_stated = self.id_stated
+        process.admission = self.admission  # a slot the turn holds already, else its wait
         try:
             await process.start()
         finally:
@@ -223,6 +239,7 @@ class WarmTurn:
                 await self._falling_back
         if self._last_words is not None:
             self._last_words.cancel()  # the turn is over: nothing waits for its words now
+        self.admission.release()  # a slot won for an agy that never started
         if self.oneshot is not None:
             await self.oneshot.terminate(grace)
             return

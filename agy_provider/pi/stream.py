@@ -32,13 +32,18 @@ class TurnFacts:
 
     `conversation_id` the agy conversation ("" when none was bound); `exit_code` agy's, once it
     had exited; `model` the model that answered, as agy recorded it; `source` the event source
-    the turn read (`rpc`, `sqlite`, …).
+    the turn read (`rpc`, `sqlite`, …); `admission_wait` the seconds the turn waited in line for
+    a cold start of agy (`cold_starts`; 0.0 when it waited for none); `source_fallbacks` how
+    often the turn fell back from the source it read (one that could not start or failed) to
+    agy's database or stdout.
     """
 
     conversation_id: str = ""
     exit_code: int | None = None
     model: str = ""
     source: str = ""
+    admission_wait: float = 0.0
+    source_fallbacks: int = 0
 
 
 class AssistantMessageEventStream:

@@ -219,11 +219,17 @@ async def prove_ownership(
     *,
     exited: Callable[[], bool] = lambda: False,
     timeout: float = 5.0,
+    moved: Callable[[float], Awaitable[bool]] | None = None,
 ) -> None:
     """`GetConversationMetadata` must echo the id as `rootConversationId`; else `TurnError`.
 
     A server that does not know the conversation *yet* (its database can appear a moment before
-    the server registers it) is asked again until `timeout` or agy's exit.
+    the server registers it; agy loading a resumed one answers `trajectory not found`) is asked
+    again until `timeout` or agy's exit. `moved(seconds)`: a wait for the conversation's database
+    to change (True when it did), given where one can be had: the server is then also asked at
+    once when the database moves, and past `timeout` only then, for as long as agy runs — agy
+    writes a conversation only once it has loaded it, so a short turn after a long load is not
+    missed between two tries.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -235,12 +241,16 @@ async def prove_ownership(
             )
             break
         except RpcError as exc:
-            if "not found" not in exc.message or exited() or loop.time() >= deadline:
-                raise TurnError(
-                    f"the language server does not host conversation {conversation_id}: "
-                    f"{exc.message}"
-                ) from exc
-        await asyncio.sleep(pause)
+            late = loop.time() >= deadline and moved is None
+            if "not found" not in exc.message or exited() or late:
+                raise _not_hosted(conversation_id, exc) from exc
+            failure = exc
+        if moved is None:
+            await asyncio.sleep(pause)
+        else:
+            while not await moved(pause) and loop.time() >= deadline:
+                if exited():  # agy is gone without writing: nothing more will move
+                    raise _not_hosted(conversation_id, failure) from failure
         pause = min(pause * 2, _RETRY_MAX)
     metadata = answer.get("metadata")
     root = metadata.get("rootConversationId") if isinstance(metadata, dict) else None
@@ -248,3 +258,9 @@ async def prove_ownership(
         raise TurnError(
             f"the language server answered for conversation {root!r}, not {conversation_id}"
         )
+
+
+def _not_hosted(conversation_id: str, exc: RpcError) -> TurnError:
+    return TurnError(
+        f"the language server does not host conversation {conversation_id}: {exc.message}"
+    )

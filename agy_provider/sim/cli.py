@@ -134,6 +134,21 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 # How long after a turn's `result` its words on stderr come (ms, ÷ AGY_SIM_SPEED; default 0).
 STDERR_LAG_ENV = "AGY_SIM_STDERR_LAG_MS"
+# How long a resumed conversation loads before its turn (ms, ÷ AGY_SIM_SPEED; default 0).
+LOAD_ENV = "AGY_SIM_LOAD_MS"
+
+
+def start_log(what: str, at: float) -> None:
+    """`AGY_SIM_START_LOG`: one line `<pid> <start|init> <monotonic seconds>` appended per
+    event, so a test sees how many agys were starting at once (sim/CONTRACT.md)."""
+    path = os.environ.get("AGY_SIM_START_LOG")
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{os.getpid()} {what} {at:.6f}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def _float_env(name: str, default: float, floor: float) -> float:
@@ -257,6 +272,13 @@ class Session:
         self.init_sent = False
 
     def _opened(self, conversation: Conversation) -> None:
+        if not self._fresh:
+            # `AGY_SIM_LOAD_MS`: agy loading a resumed conversation; its server does not know it
+            # meanwhile (`trajectory not found`), and the turn starts after.
+            load = _float_env(LOAD_ENV, 0.0, 0.0) / 1000 / self.speed
+            if load > 0:
+                self.state.log(f"agy-sim loading conversation {conversation.id}: {load:.3f} s")
+                time.sleep(load)
         self.link.conversation(conversation)
 
     def emit(self, event: dict[str, Any]) -> None:
@@ -302,6 +324,7 @@ class Session:
             f"agy-sim cold start: {self.cold_start_ms} ms ({self.cold_start_source}), "
             f"AGY_SIM_SPEED {self.speed:g}"
         )
+        start_log("start", since)
         remaining = since + self.cold_start_ms / 1000 / self.speed - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
@@ -390,6 +413,7 @@ class Session:
         ):
             init["model"] = model.name
         init.update(cwd=os.getcwd(), tools=_TOOLS, permission_mode=mode)
+        start_log("init", time.monotonic())  # before it is out: no host saw it earlier
         self.emit({"event": "init", "conversation_id": conversation_id, "init": init})
         self.init_sent = True
 

@@ -3,9 +3,9 @@
 Owns `TurnPlays`, read once at start: `AGY_SIM_TURNS` (else the scenario's `process_turns`) lists,
 for turn 1, 2, … of the process, `NAME` (that scenario's first turn), `NAME#K` (its K-th turn) or
 `-` (the process's scenario as usual); turns past the list play as usual. A prompt containing
-`[agy-sim:NAME]` or `[agy-sim:NAME#K]` plays that instead, whatever the list says. NAME is a
-built-in scenario or a `.json` path, as `AGY_SIM_SCENARIO` takes. A played turn counts its
-scenario's step faults from its own first row (`TurnPlay`).
+`[agy-sim:NAME]` or `[agy-sim:NAME#K]` (the last one, when it holds several) plays that instead,
+whatever the list says. NAME is a built-in scenario or a `.json` path, as `AGY_SIM_SCENARIO`
+takes. A played turn counts its scenario's step faults from its own first row (`TurnPlay`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,11 @@ class TurnPlays:
 
         Raises `UsageError` when the prompt's marker names no loadable scenario.
         """
-        marker = MARKER.search(prompt)
-        if marker is not None:
+        # The last marker wins: a host's prompt puts the newest input after the history it
+        # resends, and a marker quoted from an earlier turn must not replay that turn's scenario.
+        markers = list(MARKER.finditer(prompt))
+        if markers:
+            marker = markers[-1]
             return self._play(marker[1], marker[2], f"[agy-sim:{marker[1]}]")
         if 1 <= number <= len(self._by_turn):
             return self._by_turn[number - 1]

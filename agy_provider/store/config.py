@@ -46,7 +46,11 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 _TIMEOUTS = ("turn_timeout", "idle_timeout", "host_tool_timeout", "warm_idle_timeout")
 # Counts of warm agy processes: each is a whole agy (~330 MB of memory for the real one), so the
 # bound is small; 1,000 catches a typo without limiting a machine that can hold that many.
-_COUNTS: Mapping[str, tuple[int, int]] = {"warm_max": (1, 1000), "warm_spares": (0, 1000)}
+_COUNTS: Mapping[str, tuple[int, int]] = {
+    "warm_max": (1, 1000),
+    "warm_spares": (0, 1000),
+    "cold_starts": (0, 1000),
+}
 
 # Environment variable -> setting. Set variables win over the file, for this process only.
 ENV_OVERRIDES: Mapping[str, str] = {
@@ -66,6 +70,8 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_WARM_IDLE_TIMEOUT": "warm_idle_timeout",
     "AGY_WARM_MAX": "warm_max",
     "AGY_WARM_SPARES": "warm_spares",
+    "AGY_COLD_STARTS": "cold_starts",
+    "AGY_SERVE_MODEL_MAP": "serve_model_map",
 }
 
 
@@ -96,6 +102,12 @@ class Config:
     warm_idle_timeout: float = 600.0
     warm_max: int = 4
     warm_spares: int = 1
+    # How many agys may be starting at once (spawned, no `init` yet: `live/admission.py`); turns
+    # beyond it wait in a first-come queue. 0: one per CPU this process may run on.
+    cold_starts: int = 0
+    # `serve`'s model map: comma-separated `PATTERN=MODEL` entries tried before its defaults
+    # (`hosts/serve_models.py`); `*=none` switches the fallback to `default` off.
+    serve_model_map: str = ""
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
