@@ -74,9 +74,6 @@ def instructor_python() -> dict[str, str]:
     return instructor_env()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 30: Chat Completions' forced tool_choice not on this branch"
-)
 async def test_instructor_tools_mode_gets_the_model(
     instructor_python: dict[str, str], served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
