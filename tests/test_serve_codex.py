@@ -24,10 +24,7 @@ from npm_cache import npm_package
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(strict=True, reason="issue 30: /v1/responses not on this branch"),
-]
+pytestmark = pytest.mark.slow
 
 CODEX = "@openai/codex"
 # agy-sim's scenario in which the model calls Codex's shell tool (`exec_command`) by name.

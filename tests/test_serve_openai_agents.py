@@ -23,10 +23,7 @@ agents = pytest.importorskip(
     "agents", reason="openai-agents is not installed: pip install -e '.[clients]'"
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(strict=True, reason="issue 30: /v1/responses not on this branch"),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
