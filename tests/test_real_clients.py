@@ -5,8 +5,7 @@ Claude Code (`claude -p`) and the pi coding agent (`pi -p`), installed from npm 
 Each test has its own agy state folder, HOME and working folder: a plain answer, a second turn
 that continues the conversation (`--continue` / `-c`: still one agy conversation), and a client
 tool round trip (agy-sim's `client-bash` scenarios call the client's own shell tool, the client
-runs it, agy's answer quotes the output only a real shell prints). Configurations that fail on a
-serve defect issue 28 names are strict xfails saying which.
+runs it, agy's answer quotes the output only a real shell prints).
 """
 
 from __future__ import annotations
@@ -84,19 +83,13 @@ CLAUDE_QUIET = {
     "DISABLE_AUTOUPDATER": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
-SERVE_DEFECTS = (
-    "issue 28: Claude Code's mid-conversation system message, its JSON metadata.user_id and "
-    "Claude model names are refused by serve — fixed on the serve branches"
-)
 # As a user configures it (`default`, an agy model, or a Claude name, nothing else), and the
-# workaround the issue found (the body's model and metadata replaced), which works today.
-TODAY_REFUSED = pytest.mark.xfail(strict=True, reason=SERVE_DEFECTS)
+# workaround issue 28 found before serve took Claude Code's requests (the body's model and
+# metadata replaced), which must keep working.
 CLAUDE_CONFIGS = [
-    pytest.param({"ANTHROPIC_MODEL": "default"}, id="default", marks=TODAY_REFUSED),
-    pytest.param(
-        {"ANTHROPIC_MODEL": "gemini-3.7-flash-medium"}, id="agy-model", marks=TODAY_REFUSED
-    ),
-    pytest.param({"ANTHROPIC_MODEL": "claude-sonnet-4-5"}, id="claude-name", marks=TODAY_REFUSED),
+    pytest.param({"ANTHROPIC_MODEL": "default"}, id="default"),
+    pytest.param({"ANTHROPIC_MODEL": "gemini-3.7-flash-medium"}, id="agy-model"),
+    pytest.param({"ANTHROPIC_MODEL": "claude-sonnet-4-5"}, id="claude-name"),
     pytest.param(
         {
             "ANTHROPIC_MODEL": "claude-sonnet-4-5",
@@ -199,21 +192,7 @@ def pi_p(pi_cli: Path, base: str, api: str, folders: tuple[Path, Path], *args: s
     return done.stdout.strip()
 
 
-@pytest.mark.parametrize(
-    "api",
-    [
-        pytest.param(
-            "anthropic-messages",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 28: streamed Anthropic thinking blocks carry no signature, so pi "
-                "resends them as text and `-c` starts a new agy conversation — fixed on the "
-                "serve branches",
-            ),
-        ),
-        "openai-completions",
-    ],
-)
+@pytest.mark.parametrize("api", ["anthropic-messages", "openai-completions"])
 def test_pi_answers_then_continues_one_agy_conversation(
     pi_cli: Path, serve: str, live_env: Path, folders: tuple[Path, Path], api: str
 ) -> None:

@@ -313,3 +313,64 @@ def test_a_structured_answer_after_words_is_read_from_its_last_block() -> None:
     assert _structured(["Let me check. ", '{"n": 2}'], schema) == ({"n": 2}, '{"n": 2}')
     with pytest.raises(StructuredOutputError):
         _structured(["no JSON ", "at all"], schema)
+
+
+def test_tool_results_carry_images_in_both_apis() -> None:
+    call = {"id": "t1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}
+    image_url = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    openai = openai_ask(
+        {
+            "model": "default",
+            "messages": [
+                {"role": "user", "content": "Take a picture."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {
+                    "role": "tool",
+                    "tool_call_id": "t1",
+                    "content": [{"type": "text", "text": "ok"}, image_url],
+                },
+            ],
+        }
+    )
+    use = {"type": "tool_use", "id": "t1", "name": "shot", "input": {}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    anthropic = anthropic_ask(
+        {
+            "model": "default",
+            "messages": [
+                {"role": "user", "content": "Take a picture."},
+                {"role": "assistant", "content": [use]},
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t1",
+                            "content": [{"type": "text", "text": "ok"}, image],
+                        }
+                    ],
+                },
+            ],
+        }
+    )
+    for ask in (openai, anthropic):
+        result = ask.context.messages[-1]
+        assert isinstance(result, ToolResultMessage)
+        assert list(result.content) == [
+            TextContent(text="ok"),
+            ImageContent(data=PNG, mime_type="image/png"),
+        ]
+    with pytest.raises(RequestError, match="unsupported tool_result block"):
+        anthropic_ask(
+            {
+                "model": "default",
+                "messages": [
+                    {"role": "user", "content": "Take a picture."},
+                    {"role": "assistant", "content": [use]},
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [use]}],
+                    },
+                ],
+            }
+        )

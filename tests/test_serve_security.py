@@ -27,8 +27,10 @@ from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.cli import main
+from agy_provider.hosts.serve_http import MAX_BODY_BYTES
 
-TEN_MB = 10 * 1024 * 1024
+# Past the body cap (32 MiB, which an over-long context must fit under to be counted).
+OVER_CAP = MAX_BODY_BYTES + 1024 * 1024
 CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 BODY = {"model": "default", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
@@ -70,8 +72,8 @@ async def test_no_token_a_wrong_one_or_one_in_the_url_is_401(served: Served) -> 
     assert not await asyncio.to_thread(agy_processes, served.app)
 
 
-async def test_a_ten_megabyte_body_is_413_declared_or_not(served: Served) -> None:
-    big = b'{"model": "default", "messages": [], "pad": "' + b"x" * TEN_MB + b'"}'
+async def test_a_body_over_the_cap_is_413_declared_or_not(served: Served) -> None:
+    big = b'{"model": "default", "messages": [], "pad": "' + b"x" * OVER_CAP + b'"}'
 
     async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
         for start in range(0, len(big), 65536):

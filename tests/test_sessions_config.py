@@ -412,7 +412,7 @@ def test_an_unreadable_store_is_never_replaced(
 # -- timeouts: nan, inf, zero, negative and absurd values are refused by name ---------------------
 
 
-@pytest.mark.parametrize("key", ["turn_timeout", "idle_timeout"])
+@pytest.mark.parametrize("key", ["turn_timeout", "idle_timeout", "start_timeout"])
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "-5", "0", "1e12", "true"])
 def test_bad_timeouts_in_the_file_are_refused(tmp_path: Path, key: str, literal: str) -> None:
     path = tmp_path / "config.json"
@@ -430,7 +430,7 @@ def test_bad_timeouts_in_the_file_are_refused(tmp_path: Path, key: str, literal:
         assert "greater than 0 and at most 604800" in message
 
 
-@pytest.mark.parametrize("variable", ["AGY_TURN_TIMEOUT", "AGY_IDLE_TIMEOUT"])
+@pytest.mark.parametrize("variable", ["AGY_TURN_TIMEOUT", "AGY_IDLE_TIMEOUT", "AGY_START_TIMEOUT"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "0.0", "1e400", "soon"])
 def test_bad_timeouts_in_the_environment_are_refused(
     tmp_path: Path, variable: str, value: str

@@ -26,6 +26,7 @@ __all__ = [
     "last_step_index",
     "newest_checkpoint_rows",
     "newest_generator_rows",
+    "newest_step_index",
     "next_step_index",
     "open_conversation_db",
     "read_conversation_id",
@@ -249,6 +250,23 @@ def last_step_index(path: str | os.PathLike[str]) -> int:
     finally:
         conn.close()
     return max((row[0] for row in rows), default=-1)
+
+
+def newest_step_index(path: str | os.PathLike[str]) -> int:
+    """The newest step index at `path` in one lookup (`idx` is the table's integer primary key:
+    SQLite reads its largest at once), -1 when it has none. Raises `DatabaseError`."""
+    conn = open_conversation_db(path)
+    try:
+        newest = conn.execute("SELECT max(idx) FROM steps").fetchone()[0]
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        raise DatabaseError(f"cannot read the newest step: {exc}", path=os.fspath(path)) from exc
+    finally:
+        conn.close()
+    if newest is None:
+        return -1
+    if isinstance(newest, int):
+        return newest
+    return last_step_index(path)  # an odd, non-integer idx: only integer ones are steps
 
 
 def read_step_rows(conn: sqlite3.Connection, indices: Sequence[int]) -> list[StepRow]:

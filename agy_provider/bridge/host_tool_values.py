@@ -60,10 +60,12 @@ class HostToolCall:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HostToolResult:
-    """What a host tool answered: text for the model, and whether it is an error."""
+    """What a host tool answered: text for the model, whether it is an error, and the images
+    it returned (`(mime type, base64 data)` each: MCP carries them as image content)."""
 
     text: str
     is_error: bool = False
+    images: tuple[tuple[str, str], ...] = ()
 
 
 HostToolHandler = Callable[[HostToolCall], Awaitable["HostToolResult | str"]]
@@ -160,4 +162,4 @@ async def _capped(
         len(result.text),
         len(cut),
     )
-    return HostToolResult(cut, result.is_error)
+    return HostToolResult(cut, result.is_error, result.images)

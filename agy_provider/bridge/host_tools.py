@@ -11,6 +11,7 @@ to. Importing `agy_provider.bridge.mcp_bridge` loads the MCP SDK (~1–2 s the f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -30,6 +31,7 @@ from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import Tool
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
+from agy_provider.pi.types import UserMessage
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ __all__ = [
     "ToolExecutor",
     "TurnTools",
     "plugin_tools_registered",
+    "result_images",
     "result_text",
     "tools_signature",
 ]
@@ -64,14 +67,17 @@ def plugin_tools_registered(pm: Any) -> bool:
 
 
 def result_text(message: ToolResultMessage) -> str:
-    """A tool result as the text agy's model reads; images are named, not sent (agy takes none)."""
-    parts: list[str] = []
-    for block in message.content:
-        if isinstance(block, TextContent):
-            parts.append(block.text)
-        elif isinstance(block, ImageContent):
-            parts.append(f"[an image ({block.mime_type}) the host tool returned is not shown]")
-    return "\n".join(parts)
+    """A tool result's text as agy's model reads it (its images go beside it, `result_images`)."""
+    return "\n".join(block.text for block in message.content if isinstance(block, TextContent))
+
+
+def result_images(message: ToolResultMessage) -> tuple[tuple[str, str], ...]:
+    """A tool result's images as MCP image content takes them: (mime type, base64 data)."""
+    return tuple(
+        (block.mime_type, block.data)
+        for block in message.content
+        if isinstance(block, ImageContent)
+    )
 
 
 class TurnTools:
@@ -223,7 +229,9 @@ class TurnTools:
             if message is None:
                 result = HostToolResult("the host returned no result for this call", True)
             else:
-                result = HostToolResult(result_text(message), message.is_error)
+                result = HostToolResult(
+                    result_text(message), message.is_error, result_images(message)
+                )
             if not self._parked.resolve(call_id, result):
                 log.info("host tool call %s was no longer open when the host answered", call_id)
 
@@ -257,6 +265,28 @@ def _load_bridge() -> Any:
             "(`pip install --force-reinstall agy-provider`) or `pip install 'mcp>=2.3,<3'`"
         ) from exc
     return mcp_bridge
+
+
+# Put between a tool result and the user message that followed it, when both go to agy as the
+# result of its call (`ParkedTurns.find`).
+FOLLOWING_USER_MESSAGE = "[the user's message that followed this tool result:]"
+
+
+def trailing_results(
+    messages: Sequence[object],
+) -> tuple[list[ToolResultMessage], UserMessage | None]:
+    """The tool results that end `messages` (in order), and the one user message after them
+    when there is one (else None); no results: ([], None)."""
+    end = len(messages)
+    after = None
+    if end and isinstance(messages[-1], UserMessage):
+        after = messages[-1]
+        end -= 1
+    start = end
+    while start and isinstance(messages[start - 1], ToolResultMessage):
+        start -= 1
+    found = [m for m in messages[start:end] if isinstance(m, ToolResultMessage)]
+    return (found, after) if found else ([], None)
 
 
 class ParkedTurns:
@@ -302,28 +332,47 @@ class ParkedTurns:
 
     def resumed_by_another(self, messages: Sequence[object]) -> bool:
         """True when the trailing tool results of `messages` already resumed a running turn."""
-        ids = set()
-        for message in reversed(messages):
-            if not isinstance(message, ToolResultMessage):
-                break
-            ids.add(message.tool_call_id)
+        ids = {m.tool_call_id for m in trailing_results(messages)[0]}
         with self._lock:
             return bool(ids) and ids <= self._answered.keys()
 
-    def find(self, messages: Sequence[object]) -> tuple[Any, dict[str, ToolResultMessage]] | None:
-        """The parked turn the trailing tool results of `messages` answer, with those results."""
-        results: dict[str, ToolResultMessage] = {}
-        for message in reversed(messages):
-            if not isinstance(message, ToolResultMessage):
-                break
-            results.setdefault(message.tool_call_id, message)
-        if not results:
+    def find(
+        self, messages: Sequence[object], session_id: str = ""
+    ) -> tuple[Any, dict[str, ToolResultMessage]] | None:
+        """The parked turn the trailing tool results of `messages` answer, with those results.
+
+        Only its owner resumes it: the turn must have been started with the same `session_id`
+        ("" for none). A user message after the results (pi sends one when a tool result
+        carries images the API cannot put in a tool message, or after abandoning a call) goes
+        with them: its content is appended to the last result, which agy reads in that order.
+        """
+        found, after = trailing_results(messages)
+        if not found:
             return None
         with self._lock:
-            turns = {id(t): t for k, t in self._by_call.items() if k in results}
+            turns = {
+                id(t): t for k, t in self._by_call.items() if k in {m.tool_call_id for m in found}
+            }
         if len(turns) != 1:
             return None
         (turn,) = turns.values()
+        if (getattr(turn, "session_id", "") or "") != (session_id or ""):
+            return None
+        results: dict[str, ToolResultMessage] = {}
+        for message in found:
+            results.setdefault(message.tool_call_id, message)
+        if after is not None:
+            last = found[-1]
+            content = after.content
+            added = [TextContent(text=content)] if isinstance(content, str) else list(content)
+            results[last.tool_call_id] = dataclasses.replace(
+                results[last.tool_call_id],
+                content=(
+                    *results[last.tool_call_id].content,
+                    TextContent(text=FOLLOWING_USER_MESSAGE),
+                    *added,
+                ),
+            )
         return turn, results
 
     def of_session(self, session_id: str) -> list[Any]:

@@ -118,9 +118,14 @@ _CLOSED_MESSAGE = (
 
 
 def _mcp_result(result: HostToolResult) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(text=result.text)], is_error=result.is_error
+    content: list[mcp_types.TextContent | mcp_types.ImageContent] = [
+        mcp_types.TextContent(text=result.text)
+    ]
+    content += (
+        mcp_types.ImageContent(type="image", data=data, mime_type=mime)
+        for mime, data in result.images
     )
+    return mcp_types.CallToolResult(content=list(content), is_error=result.is_error)
 
 
 class _Post:

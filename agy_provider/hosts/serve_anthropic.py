@@ -13,6 +13,7 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agy_provider.hosts.serve_tokens import estimate_text
 from agy_provider.hosts.serve_turn import RunningTurn
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
@@ -65,8 +66,9 @@ def _blocks(turn: RunningTurn, message: AssistantMessage) -> list[dict[str, Any]
         )
     for block in message.content:
         if isinstance(block, ThinkingContent):
-            # The signature carries the provider's mark: clients send thinking back with it.
-            signature = block.thinking_signature or ""
+            # Signed (`serve_owners`): a client sends thinking back with its signature, which
+            # tells serve the block is its own, unedited, and this owner's.
+            signature = turn.sign(block.thinking)
             out.append({"type": "thinking", "thinking": block.thinking, "signature": signature})
         elif isinstance(block, TextContent) and turn.forced_call is None:
             out.append({"type": "text", "text": block.text})
@@ -75,6 +77,12 @@ def _blocks(turn: RunningTurn, message: AssistantMessage) -> list[dict[str, Any]
     if turn.forced_call is not None:
         out.append(_tool_use(turn.forced_call))
     return out
+
+
+def _estimated(turn: RunningTurn, output: float) -> dict[str, Any]:
+    """Usage as known while the answer streams: the request's estimated input, the output's
+    estimate so far (agy's own figures come with the last `message_delta`)."""
+    return {**anthropic_usage(Usage(input=turn.input_tokens)), "output_tokens": round(output)}
 
 
 def _envelope(model: str, content: list[dict[str, Any]], usage: Usage) -> dict[str, Any]:
@@ -102,9 +110,12 @@ async def message_events(
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """(event name, data) pairs of a streamed message; a failed turn ends with an `error`
     event (`on_error(message)`), which Anthropic's SDKs raise."""
-    yield "message_start", {"type": "message_start", "message": _envelope(model, [], Usage())}
+    start = _envelope(model, [], Usage(input=turn.input_tokens))
+    yield "message_start", {"type": "message_start", "message": start}
     yield "ping", {"type": "ping"}
     index = -1
+    output = 0.0  # the output's estimated tokens, for usage until agy's figures come
+    first_delta = False
     async for event in turn.events():
         if isinstance(event, ThinkingStartEvent | TextStartEvent):
             index += 1
@@ -121,20 +132,34 @@ async def message_events(
                     "content_block": block,
                 },
             )
-        elif isinstance(event, ThinkingDeltaEvent):
-            delta = {"type": "thinking_delta", "thinking": event.delta}
+            first_delta = True
+        elif isinstance(event, ThinkingDeltaEvent | TextDeltaEvent):
+            delta = (
+                {"type": "thinking_delta", "thinking": event.delta}
+                if isinstance(event, ThinkingDeltaEvent)
+                else {"type": "text_delta", "text": event.delta}
+            )
             yield (
                 "content_block_delta",
                 {"type": "content_block_delta", "index": index, "delta": delta},
             )
-        elif isinstance(event, TextDeltaEvent):
-            delta = {"type": "text_delta", "text": event.delta}
-            yield (
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
+            if first_delta:
+                # Once a block has begun, its first words count: a client that aborts in the
+                # middle of the first block keeps output tokens too (one event per block).
+                first_delta = False
+                yield _usage_so_far(turn, output + estimate_text(event.delta))
         elif isinstance(event, ThinkingEndEvent | TextEndEvent):
+            if isinstance(event, ThinkingEndEvent):
+                signed = {"type": "signature_delta", "signature": turn.sign(event.content)}
+                yield (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": signed},
+                )
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            # What is known so far, so a client that aborts keeps it (Anthropic's message may
+            # carry several `message_delta`s; the last one holds agy's own figures).
+            output += estimate_text(event.content)
+            yield _usage_so_far(turn, output)
         elif isinstance(event, ToolCallEndEvent):
             for frame in _tool_frames(index := index + 1, event.tool_call):
                 yield frame
@@ -157,6 +182,18 @@ async def message_events(
         elif isinstance(event, ErrorEvent):
             yield "error", on_error(event.error)
             return
+
+
+def _usage_so_far(turn: RunningTurn, output: float) -> tuple[str, dict[str, Any]]:
+    """A `message_delta` with the usage known so far (no stop reason yet)."""
+    return (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": None, "stop_sequence": None},
+            "usage": _estimated(turn, output),
+        },
+    )
 
 
 def _tool_frames(index: int, call: ToolCall) -> list[tuple[str, dict[str, Any]]]:

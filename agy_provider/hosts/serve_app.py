@@ -42,7 +42,6 @@ from agy_provider.hosts.serve_convert import RequestError
 from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_convert import session_key
 from agy_provider.hosts.serve_http import MAX_BODY_BYTES
 from agy_provider.hosts.serve_http import Guard
 from agy_provider.hosts.serve_http import Shape
@@ -54,17 +53,21 @@ from agy_provider.hosts.serve_http import sse
 from agy_provider.hosts.serve_http import until_disconnected
 from agy_provider.hosts.serve_log import RequestLog
 from agy_provider.hosts.serve_log import RequestRecord
-from agy_provider.hosts.serve_log import Seen
 from agy_provider.hosts.serve_log import record_of
 from agy_provider.hosts.serve_models import ModelChoice
 from agy_provider.hosts.serve_models import ModelMap
+from agy_provider.hosts.serve_owners import Owner
+from agy_provider.hosts.serve_owners import owner_of
 from agy_provider.hosts.serve_responses import RememberedResponses
 from agy_provider.hosts.serve_responses import ResponseWriter
+from agy_provider.hosts.serve_responses_ask import ResponsesAsk
 from agy_provider.hosts.serve_responses_ask import responses_ask
+from agy_provider.hosts.serve_tokens import context_window
+from agy_provider.hosts.serve_tokens import estimate_context
+from agy_provider.hosts.serve_tokens import overflow_response
 from agy_provider.hosts.serve_turn import RunningTurn
 from agy_provider.hosts.serve_turn import ServeTurns
 from agy_provider.live.images import check_images
-from agy_provider.live.parking import PARKED
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
@@ -82,6 +85,10 @@ DEFAULT_PORT = 8642
 MAX_HEADER_BYTES = 64 * 1024
 # How long a stopping server lets running requests finish before cancelling them.
 DRAIN_SECONDS = 10.0
+# A body longer than this is parsed, converted and counted in a worker thread: a long transcript
+# (megabytes, up to the body cap) would hold the loop, and every other client's stream, for
+# tens of milliseconds.
+_PARSE_OFF_LOOP = 256 * 1024
 # `agy models` is asked at most this often for `/v1/models` (it spawns agy).
 _CATALOG_SECONDS = 300.0
 
@@ -126,7 +133,6 @@ class ServeServer:
         self.port = settings.port
         self._catalog: tuple[float, list[str]] | None = None
         self.models = ModelMap(settings.model_map)
-        self._seen = Seen()
         self.responses = RememberedResponses()
         app = Starlette(
             routes=[
@@ -136,6 +142,7 @@ class ServeServer:
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/responses/{response_id}", self._response, methods=["GET", "DELETE"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
@@ -227,48 +234,75 @@ class ServeServer:
     async def _messages(self, request: Request) -> Response:
         return await self._turn(request, "anthropic", anthropic_ask)
 
-    async def _turn(
+    async def _count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the request's input tokens, estimated locally."""
+        read = await self._read(request, "anthropic", anthropic_ask)
+        if isinstance(read, Response):
+            return read
+        return JSONResponse({"input_tokens": read[1]})
+
+    async def _read(
         self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
-    ) -> Response:
+    ) -> Response | tuple[ServeAsk, int, Owner]:
+        """The request as a turn's ask (its model chosen by the map, its images checked), its
+        estimated input tokens and its owner, or the error response. A long body is parsed,
+        converted and counted in a worker (a few ms per MB)."""
         record = record_of(request.scope)
+        raw = await request.body()
+        big = len(raw) > _PARSE_OFF_LOOP
         try:
-            body = await parse_body(await request.body())
+            body = await parse_body(raw)
         except BodyError as exc:
             return error_response(shape, 400, str(exc))
         try:
-            ask = convert(body)
-            pinned = request.headers.get("x-agy-session")
-            if pinned is not None:
-                ask = dataclasses.replace(
-                    ask,
-                    session_key=session_key(pinned, "x-agy-session"),
-                    key_source="x-agy-session",
-                )
+            owner = owner_of(body, request.headers, self.turns.owners.responses)
+            ask = await off_loop(convert, body) if big else convert(body)
+            ask = dataclasses.replace(ask, session_key=owner.key, key_source=owner.source)
             if record is not None:
                 record.model_asked = ask.model
-                record.key_source = ask.key_source
+                record.key_source = owner.source
             choice = await self._choose_model(ask.model)
             ask = dataclasses.replace(ask, model=choice.used)
             if record is not None:
                 record.model_used = choice.used
-            await self.turns.check(ask)
             await _check_images(ask)
+            tokens = (
+                await off_loop(estimate_context, ask.context)
+                if big
+                else estimate_context(ask.context)
+            )
         except RequestError as exc:
             return error_response(shape, exc.status, str(exc), exc.param)
         except (TypeError, AttributeError, ValueError, RecursionError) as exc:
             # A shape no check foresaw: a client error, never a 500 or a traceback.
             log.info("a malformed %s request: %r", shape, exc)
             return error_response(shape, 400, "the request is malformed: check its fields' types")
-        messages = self.turns.delivered.restore(ask.context.messages)
-        resuming = PARKED.find(messages) is not None
-        turn = self.turns.start(ask, messages)
+        return ask, tokens, owner
+
+    async def _turn(
+        self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
+    ) -> Response:
+        read = await self._read(request, shape, convert)
+        if isinstance(read, Response):
+            return read
+        ask, tokens, owner = read
+        window = context_window(ask.model)
+        if tokens > window:
+            return overflow_response(shape, tokens, window)
+        try:
+            await self.turns.check(ask)
+        except RequestError as exc:
+            return error_response(shape, exc.status, str(exc), exc.param)
+        placement = self.turns.owners.place(ask, owner)
+        turn = self.turns.start(ask, placement, owner, input_tokens=tokens)
+        record = record_of(request.scope)
         model = ask.model
         if ask.stream:
-            return SseResponse(self._frames(turn, shape, model, record, resuming))
+            return SseResponse(self._frames(turn, shape, model, record))
         try:
             last = await _whole(turn, request.receive)
         finally:
-            await self._note(turn, record, resuming)
+            await self._note(turn, record)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
@@ -290,15 +324,14 @@ class ServeServer:
             catalog = None
         return self.models.choose(asked, catalog)
 
-    async def _note(self, turn: RunningTurn, record: RequestRecord | None, resuming: bool) -> None:
+    async def _note(self, turn: RunningTurn, record: RequestRecord | None) -> None:
         """The turn's conversation, how it came about and its tokens, for the request log."""
         if record is None:
             return
         facts = turn.stream.facts
         if facts.conversation_id:
             record.conversation = facts.conversation_id
-            kind = self._seen.kind(facts.conversation_id)
-            record.kind = "resumed" if resuming else kind
+            record.kind = turn.continuity
         if turn.stream.done:
             try:
                 usage = (await turn.stream.result()).usage
@@ -312,7 +345,6 @@ class ServeServer:
         shape: Shape,
         model: str,
         record: RequestRecord | None,
-        resuming: bool,
     ) -> AsyncIterator[bytes]:
         def failed(message: AssistantMessage) -> Any:
             status, text = _failure(message)
@@ -326,15 +358,13 @@ class ServeServer:
                 async for chunk in serve_openai.completion_chunks(turn, model, failed):
                     yield sse(chunk)
         finally:
-            await self._note(turn, record, resuming)
+            await self._note(turn, record)
 
     async def _responses(self, request: Request) -> Response:
         """`POST /v1/responses`: the same turn as the other APIs, answered by `ResponseWriter`."""
-        try:
-            body = await parse_body(await request.body())
-        except BodyError as exc:
-            return error_response("openai", 400, str(exc))
-        try:
+        asked: list[ResponsesAsk] = []
+
+        def convert(body: Any) -> ServeAsk:
             previous = body.get("previous_response_id")
             continued = None
             if previous is not None:
@@ -347,31 +377,31 @@ class ServeServer:
                         "(unknown, stored with store=false, or forgotten); resend the items",
                         param="previous_response_id",
                     )
-            asked = responses_ask(body, continued)
-            pinned = request.headers.get("x-agy-session")
-            if pinned is not None:
-                key = session_key(pinned, "x-agy-session")
-                asked = dataclasses.replace(
-                    asked, ask=dataclasses.replace(asked.ask, session_key=key)
-                )
-            await self.turns.check(asked.ask)
+            asked.append(responses_ask(body, continued))
+            return asked[-1].ask
+
+        read = await self._read(request, "openai", convert)
+        if isinstance(read, Response):
+            return read
+        ask, tokens, owner = read
+        window = context_window(ask.model)
+        if tokens > window:
+            return overflow_response("openai", tokens, window)
+        try:
+            await self.turns.check(ask)
         except RequestError as exc:
             return error_response("openai", exc.status, str(exc), exc.param)
-        except (TypeError, AttributeError, ValueError) as exc:  # a shape no check foresaw
-            log.info("a malformed responses request: %r", exc)
-            return error_response(
-                "openai", 400, "the request is malformed: check its fields' types"
-            )
-        ask = asked.ask
-        turn = self.turns.start(ask, self.turns.delivered.restore(ask.context.messages))
-        writer = ResponseWriter(turn, asked, self.responses)
+        placement = self.turns.owners.place(ask, owner)
+        turn = self.turns.start(ask, placement, owner, input_tokens=tokens)
+        writer = ResponseWriter(turn, dataclasses.replace(asked[-1], ask=ask), self.responses)
+        self.turns.owners.remember_response(writer.id, owner)
+        record = record_of(request.scope)
         if ask.stream:
-            # One write per pi event: its events' frames together.
-            return SseResponse(
-                b"".join(sse(data, name) for name, data in batch)
-                async for batch in writer.events(_failure)
-            )
-        last = await _whole(turn, request.receive)
+            return SseResponse(self._response_frames(turn, writer, record))
+        try:
+            last = await _whole(turn, request.receive)
+        finally:
+            await self._note(turn, record)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
@@ -380,6 +410,16 @@ class ServeServer:
             return error_response("openai", status, text)
         assert isinstance(last, DoneEvent)
         return JSONResponse(writer.whole(last.message))
+
+    async def _response_frames(
+        self, turn: RunningTurn, writer: ResponseWriter, record: RequestRecord | None
+    ) -> AsyncIterator[bytes]:
+        try:
+            # One write per pi event: its events' frames together.
+            async for batch in writer.events(_failure):
+                yield b"".join(sse(data, name) for name, data in batch)
+        finally:
+            await self._note(turn, record)
 
     async def _response(self, request: Request) -> Response:
         """`GET` / `DELETE /v1/responses/{id}`: a response this server remembers, else 404."""

@@ -164,8 +164,8 @@ def openai_ask(body: Mapping[str, Any]) -> ServeAsk:
                     f"{where}.tool_call_id: no earlier assistant tool call has this id",
                     param=f"{where}.tool_call_id",
                 )
-            text = _openai_text(item.get("content"), where)
-            messages.append(_tool_result(call_id, calls[call_id], text, is_error=False))
+            content = _result_content(item.get("content"), where, _openai_user)
+            messages.append(_tool_result(call_id, calls[call_id], content, is_error=False))
         else:
             raise RequestError(f"{where}.role: unsupported role {role!r}", param=f"{where}.role")
     tools = _openai_tools(body.get("tools"))
@@ -522,11 +522,30 @@ def _tool_result_block(
         raise RequestError(
             f"{where}: tool_result.tool_use_id names no earlier tool_use", param=where
         )
-    inner = block.get("content")
-    text = (
-        inner if isinstance(inner, str) else _openai_text(inner, where) if inner is not None else ""
-    )
-    return _tool_result(call_id, calls[call_id], text, is_error=block.get("is_error") is True)
+    content = _result_content(block.get("content"), where, _anthropic_result_parts)
+    return _tool_result(call_id, calls[call_id], content, is_error=block.get("is_error") is True)
+
+
+def _anthropic_result_parts(parts: object, where: str) -> list[UserContent]:
+    """A `tool_result`'s content blocks: text and images (Claude Code's `Read` of a picture)."""
+    readers: dict[str, _BlockReader[UserContent]] = {"text": _text_block, "image": _image_block}
+    if not isinstance(parts, list):
+        raise RequestError(f"{where}: tool_result.content is a string or a list", param=where)
+    return _anthropic_blocks(parts, f"{where}.content", "tool_result", readers)
+
+
+def _result_content(
+    value: object, where: str, parts: Callable[[Any, str], str | list[UserContent]]
+) -> list[UserContent]:
+    """A tool result's content in either API's shape: none, a string, or parts (text and
+    images) that `parts` reads."""
+    if value is None:
+        return [TextContent(text="")]
+    if isinstance(value, str):
+        return [TextContent(text=value)]
+    read = parts(value, where)
+    blocks: list[UserContent] = [TextContent(text=read)] if isinstance(read, str) else list(read)
+    return blocks or [TextContent(text="")]
 
 
 _ASSISTANT_BLOCKS: dict[str, _BlockReader[AssistantContent]] = {
@@ -642,11 +661,13 @@ def _assistant(content: list[AssistantContent]) -> AssistantMessage:
     )
 
 
-def _tool_result(call_id: str, name: str, text: str, *, is_error: bool) -> ToolResultMessage:
+def _tool_result(
+    call_id: str, name: str, content: list[UserContent], *, is_error: bool
+) -> ToolResultMessage:
     return ToolResultMessage(
         tool_call_id=call_id,
         tool_name=name,
-        content=[TextContent(text=text)],
+        content=content,
         is_error=is_error,
         timestamp=0,
     )

@@ -45,9 +45,11 @@ log = logging.getLogger(__name__)
 
 Shape = Literal["openai", "anthropic"]
 
-# A request body larger than this is refused (413) as it arrives: a long transcript with a few
-# images is well under it; agy itself takes 20 MiB images only as files (live/images).
-MAX_BODY_BYTES = 4 * 1024 * 1024
+# A request body larger than this is refused (413) as it arrives. It is far above a full
+# context: a transcript at Gemini's 1M-token window is ~4-6 MB of text, and a longer one must be
+# read and counted to get the error clients take for an overflow (400 `prompt is too long`,
+# `context_length_exceeded`) instead of this 413; the rest is room for images.
+MAX_BODY_BYTES = 32 * 1024 * 1024
 # A body over the cap is still read (and dropped) up to this many times the cap, so the client
 # gets its 413 instead of a connection reset mid-upload.
 _DISCARD_FACTOR = 4

@@ -1,8 +1,7 @@
 """serve's memory of delivered answers: each assistant message as a client of either API sees it
-(its text and tool calls, after the transcript before it) mapped to the message the provider
-delivered, marks intact (`live/continuity`), so a resent transcript proves its agy conversation
-as a pi host's would. In memory, bounded; a server restart forgets it (the next turn then starts
-a new conversation carrying the history, as for any unproven transcript).
+(its text and tool calls, after the transcript before it) mapped, per owner, to the message the
+provider delivered, marks intact, so a resent transcript proves its agy conversation to its
+owner only. In memory, bounded; a restart forgets it (then a new conversation carries history).
 """
 
 from __future__ import annotations
@@ -17,15 +16,20 @@ from typing import Any
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Message
 from agy_provider.pi.types import TextContent
+from agy_provider.pi.types import ThinkingContent
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
 
-__all__ = ["DELIVERED_BOUND", "DeliveredMessages", "visible_text"]
+__all__ = ["DELIVERED_BOUND", "FOREIGN_THINKING", "DeliveredMessages", "visible_text"]
 
 # How many delivered assistant messages the server remembers (least recently used go first):
 # each is one conversation's newest answer at most a few times over, so a few thousand cover
 # every client a loopback server has, at the size of their answers.
 DELIVERED_BOUND = 4096
+# The signature a client's thinking block is given when its own did not verify
+# (`serve_owners`): not ours, so its text counts as what the client sees and the transcript
+# no longer matches any answer serve delivered.
+FOREIGN_THINKING = "serve:foreign-thinking"
 
 
 def visible_text(message: AssistantMessage) -> str:
@@ -41,7 +45,12 @@ def _visible(message: Message) -> Any:
             for c in message.content
             if isinstance(c, ToolCall)
         ]
-        return ["assistant", visible_text(message).strip(), calls]
+        foreign = [
+            c.thinking
+            for c in message.content
+            if isinstance(c, ThinkingContent) and c.thinking_signature == FOREIGN_THINKING
+        ]
+        return ["assistant", visible_text(message).strip(), calls, *foreign]
     if isinstance(message, ToolResultMessage):
         return [
             "tool",
@@ -58,6 +67,12 @@ def _visible(message: Message) -> Any:
             for c in content
         ],
     ]
+
+
+def _owner_seed(owner: str) -> bytes:
+    """Where an owner's chain of digests starts: the same transcript under two owners is two
+    keys, so one owner's resent transcript never finds another's answers."""
+    return hashlib.sha256(b"owner\0" + owner.encode("utf-8", "surrogatepass")).digest()
 
 
 def _chain(previous: bytes, message: Message) -> bytes:
@@ -84,9 +99,12 @@ class DeliveredMessages:
     def __len__(self) -> int:
         return len(self._known)
 
-    def remember(self, transcript: Sequence[Message], delivered: AssistantMessage) -> None:
-        """`delivered` answered `transcript` (as the client sent it, before `restore`)."""
-        digest = b""
+    def remember(
+        self, transcript: Sequence[Message], delivered: AssistantMessage, owner: str = ""
+    ) -> None:
+        """`delivered` answered `transcript` (as the client sent it, before `restore`), for
+        `owner` (its key, "" for a client known by its transcript alone)."""
+        digest = _owner_seed(owner)
         for message in transcript:
             digest = _chain(digest, message)
         key = _chain(digest, delivered)
@@ -96,10 +114,11 @@ class DeliveredMessages:
             while len(self._known) > self._bound:
                 self._known.popitem(last=False)
 
-    def restore(self, messages: Sequence[Message]) -> tuple[Message, ...]:
-        """`messages` with every assistant message we delivered replaced by the delivered one."""
+    def restore(self, messages: Sequence[Message], owner: str = "") -> tuple[Message, ...]:
+        """`messages` with every assistant message we delivered to `owner` replaced by the
+        delivered one (another owner's answers stay plain history)."""
         out: list[Message] = []
-        digest = b""
+        digest = _owner_seed(owner)
         for message in messages:
             digest = _chain(digest, message)
             if isinstance(message, AssistantMessage):

@@ -45,7 +45,8 @@ __all__ = ["RESPONSES_BOUND", "RememberedResponses", "ResponseWriter", "response
 # each holds its transcript, so a few hundred cover the clients of a loopback server without
 # letting memory grow with every answer.
 RESPONSES_BOUND = 512
-# The `include` value that asks for reasoning items' sealed content: ours is the provider's mark.
+# The `include` value that asks for reasoning items' sealed content: ours is the owner's
+# signature of the thinking (`serve_owners.ThinkingSigner`), as Anthropic's thinking blocks carry.
 SEALED_REASONING = "reasoning.encrypted_content"
 Failure = Callable[[AssistantMessage], tuple[int, str]]
 _Frame = tuple[str, dict[str, Any]]  # an event's name and its data
@@ -187,7 +188,7 @@ class ResponseWriter:
         structured = self.turn.ask.json_schema is not None and self.turn.forced_call is None
         for block in message.content:
             if isinstance(block, ThinkingContent):
-                signature = block.thinking_signature if sealed else None
+                signature = self.turn.sign(block.thinking) if sealed else None
                 output.append(_reasoning(_ident("rs"), block.thinking, signature))
             elif isinstance(block, TextContent) and self.turn.ask.json_schema is None:
                 output.append(_message(_ident("msg"), block.text))
@@ -274,7 +275,7 @@ class ResponseWriter:
             return [self._event(kind, **where, **at, delta=event.delta)]
         if isinstance(event, ThinkingEndEvent):
             sealed = SEALED_REASONING in self.asked.include
-            signature = _signature(event.partial, event.content_index) if sealed else None
+            signature = self.turn.sign(self._text) if sealed else None
             item = _reasoning(self._open_id, self._text, signature)
             at = {**where, "summary_index": 0}
             return [
@@ -295,30 +296,13 @@ class ResponseWriter:
         if isinstance(event, DoneEvent):
             forced = self.turn.forced_call
             frames = self._call_events(forced, output) if forced is not None else []
-            final = self._ended(event.message, self._sealed(event.message, output))
+            final = self._ended(event.message, output)
             return [*frames, self._event(f"response.{final['status']}", response=final)]
         if isinstance(event, ErrorEvent):
             final = self.failed(event.error, failure)
             final["output"] = output
             return [self._event("response.failed", response=final)]
         return []
-
-    def _sealed(
-        self, message: AssistantMessage, output: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """The final object's items, its reasoning items carrying their marks when `include`
-        asks: the provider marks the thinking blocks only when the message is delivered, after
-        their items were done."""
-        if SEALED_REASONING not in self.asked.include:
-            return output
-        marks = iter(
-            [b.thinking_signature for b in message.content if isinstance(b, ThinkingContent)]
-        )
-        sealed = []
-        for item in output:
-            mark = next(marks, None) if item["type"] == "reasoning" else None
-            sealed.append({**item, "encrypted_content": mark} if mark else item)
-        return sealed
 
     def _opened(self, thinking: bool, index: int) -> list[_Frame]:
         """A reasoning item and its summary part, or a message item and its text part."""
@@ -366,11 +350,6 @@ class ResponseWriter:
             ),
             self._event("response.output_item.done", output_index=index, item=done),
         ]
-
-
-def _signature(message: AssistantMessage, index: int) -> str | None:
-    block = message.content[index] if 0 <= index < len(message.content) else None
-    return block.thinking_signature if isinstance(block, ThinkingContent) else None
 
 
 def _with_content(message: AssistantMessage, content: list[Any]) -> AssistantMessage:

@@ -276,14 +276,16 @@ class _InputReader:
             summary = item.get("summary") or []
             texts = [p.get("text") for p in summary if isinstance(p, Mapping)]
             sealed = item.get("encrypted_content")
-            # Ours carries the provider's mark; another model's sealed reasoning means nothing
-            # to agy and is dropped by the provider's mark check.
-            self._answer.append(
-                ThinkingContent(
-                    thinking="\n\n".join(t for t in texts if isinstance(t, str)),
-                    thinking_signature=sealed if isinstance(sealed, str) else None,
+            # A sealed item carries our signature (checked by `serve_owners`: another's or an
+            # edited one marks the transcript foreign); an unsealed one is the client's echo of
+            # a summary, which no API keeps as part of the conversation: left out.
+            if isinstance(sealed, str) and sealed:
+                self._answer.append(
+                    ThinkingContent(
+                        thinking="\n\n".join(t for t in texts if isinstance(t, str)),
+                        thinking_signature=sealed,
+                    )
                 )
-            )
         elif kind == "function_call":
             call_id = _str(item.get("call_id"), f"{where}.call_id")
             call = ToolCall(

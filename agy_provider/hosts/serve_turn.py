@@ -26,6 +26,11 @@ from agy_provider.hosts._turns import start_turn
 from agy_provider.hosts.serve_convert import RequestError
 from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_memory import DeliveredMessages
+from agy_provider.hosts.serve_owners import SESSION_PREFIX
+from agy_provider.hosts.serve_owners import Owner
+from agy_provider.hosts.serve_owners import Owners
+from agy_provider.hosts.serve_owners import Placement
+from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import agy_version
 from agy_provider.live.runner import find_agy
@@ -50,9 +55,6 @@ __all__ = ["ServeTurns", "StructuredOutputError", "parse_structured"]
 
 log = logging.getLogger(__name__)
 
-# Session ids serve gives the provider: a client's key in a namespace of its own, so it never
-# names a `chat` or pi host's session.
-SESSION_PREFIX = "serve:"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _FENCED = re.compile(r"```(?:json)?\s*\n(.*)\n```", re.DOTALL)
 # How long stopping the server waits for its turns (agy's trees end in ~0.2 s after an abort;
@@ -113,15 +115,47 @@ def check_schema(schema: Mapping[str, Any]) -> None:
 
 @dataclasses.dataclass(eq=False)
 class RunningTurn:
-    """One request's turn: its stream, the abort it obeys, and what it answers."""
+    """One request's turn: its stream, the abort it obeys, and what it answers.
+
+    `owner` is whose it is (`owner.source`: which signal gave the key, for the request log),
+    `placement` where it went; `continuity` says "new", "continued" or "resumed";
+    `input_tokens` is the request's estimate (`serve_tokens`).
+    """
 
     ask: ServeAsk
     stream: AssistantMessageEventStream
     stop: AbortSignal
     turns: ServeTurns
+    owner: Owner = dataclasses.field(default_factory=Owner)
+    placement: Placement | None = None
+    input_tokens: int = 0
     structured: Any = None  # the validated value, for structured output
     structured_text: str = ""  # the text it was read from (what the client gets)
     forced_call: ToolCall | None = None  # the tool-forcing pattern's answer
+
+    @property
+    def key_source(self) -> str:
+        """The signal that gave the owner's key (`transcript` when none did)."""
+        return self.owner.source
+
+    @property
+    def continuity(self) -> str:
+        """How the turn's conversation was chosen: `resumed` (a parked turn goes on),
+        `continued` (an earlier conversation), or `new`; from the conversation it ran on once
+        the turn is bound."""
+        placement = self.placement
+        if placement is None:
+            return "new"
+        if placement.resuming:
+            return "resumed"
+        ran_on = self.stream.facts.conversation_id
+        if placement.expected and (not ran_on or ran_on == placement.expected):
+            return "continued"
+        return "new"
+
+    def sign(self, thinking: str) -> str:
+        """The signature of a thinking block this turn hands out (`serve_owners`)."""
+        return self.turns.owners.sign(self.owner, thinking)
 
     def abort(self, reason: str) -> None:
         if not self.stream.done:
@@ -148,7 +182,9 @@ class RunningTurn:
 
     async def _finish(self, done: DoneEvent) -> list[AssistantMessageEvent]:
         message = done.message
-        self.turns.delivered.remember(self.ask.context.messages, message)
+        self.turns.delivered.remember(self.ask.context.messages, message, self.owner.key)
+        if self.placement is not None:
+            self.turns.owners.settled(self.owner, self.placement, message)
         schema = self.ask.json_schema
         if schema is None:
             return [done]
@@ -198,6 +234,7 @@ class ServeTurns:
         self.agy_bin = agy_bin
         self.cwd = cwd
         self.delivered = DeliveredMessages()
+        self.owners = Owners(self.delivered)
         self._running: set[RunningTurn] = set()
         self._versions: dict[str, tuple[int, ...]] = {}
 
@@ -221,16 +258,28 @@ class ServeTurns:
                 status=400,
             )
 
-    def start(self, ask: ServeAsk, messages: Any) -> RunningTurn:
-        """Start `ask`'s turn with `messages` (the transcript, our answers restored)."""
-        metadata = {JSON_SCHEMA_OPTION: dict(ask.json_schema)} if ask.json_schema else None
+    def start(
+        self,
+        ask: ServeAsk,
+        placement: Placement,
+        owner: Owner | None = None,
+        *,
+        input_tokens: int = 0,
+    ) -> RunningTurn:
+        """Start `ask`'s turn for `owner` where `placement` puts it (`Owners.place`)."""
+        metadata: dict[str, Any] = {}
+        if ask.json_schema:
+            metadata[JSON_SCHEMA_OPTION] = dict(ask.json_schema)
+        if placement.no_resume:
+            metadata[NO_RESUME_OPTION] = True
+        key = placement.session_key
         options = SimpleStreamOptions(
             reasoning=ask.reasoning,
-            session_id=SESSION_PREFIX + ask.session_key if ask.session_key else None,
-            metadata=metadata,
+            session_id=SESSION_PREFIX + key if key else None,
+            metadata=metadata or None,
         )
         model = agy_model(ask.model)
-        context = dataclasses.replace(ask.context, messages=messages)
+        context = dataclasses.replace(ask.context, messages=placement.messages)
         stop = AbortSignal()
         try:
             stream = start_turn(
@@ -242,7 +291,15 @@ class ServeTurns:
         except UsageError as exc:
             stream = AssistantMessageEventStream()
             stream.push(refusal(model, exc))
-        turn = RunningTurn(dataclasses.replace(ask, context=context), stream, stop, self)
+        turn = RunningTurn(
+            dataclasses.replace(ask, context=context),
+            stream,
+            stop,
+            self,
+            owner=owner or Owner(),
+            placement=placement,
+            input_tokens=input_tokens,
+        )
         self._running.add(turn)
         stream_done = asyncio.ensure_future(stream.turn_ended())
         stream_done.add_done_callback(lambda _: self._running.discard(turn))

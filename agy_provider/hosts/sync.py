@@ -237,7 +237,7 @@ def _events(
     turn: HostTurn, kwargs: dict[str, Any]
 ) -> Generator[AssistantMessageEvent, None, TurnFacts]:
     runner: _TurnThread | _Resumed = _TurnThread(turn, kwargs)
-    found = PARKED.find(turn.context.messages)
+    found = PARKED.find(turn.context.messages, turn.options.session_id or "")
     loop = found[0].loop if found is not None else None
     if loop is not None and loop.is_running():
         try:  # tool results for a turn parked on its loop: the same turn goes on

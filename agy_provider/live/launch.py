@@ -18,6 +18,7 @@ from agy_provider.errors import TurnError
 from agy_provider.live.conversation_lock import ConversationLock
 from agy_provider.live.discovery import Binding
 from agy_provider.live.runner import prompt_fits_argv
+from agy_provider.live.start_deadline import await_start
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import TurnProcess
@@ -47,12 +48,15 @@ async def bind_turn(
 ) -> Binding:
     """The database `process` writes for `plan` (`folder` held the stems `before` it started).
 
-    Raises `Forked` when agy started another conversation than the one it was to resume, a
-    `TurnError` in agy's own words when it exited failing before it wrote anything. A database
+    First the start deadline (`start_deadline.await_start`: agy started the turn, or fell back to
+    `agy -p` that did, within `start_timeout`). Raises `Forked` when agy started another
+    conversation than the one it was to resume, a `TurnError` in agy's own words when it exited
+    failing before it wrote anything or did not start in time. A database
     that never appeared for the id agy stated is no failure when a source reads agy's stdout
     (`EventSourceSpec.stdout`): the binding then names it unproven, and the handover, finding it
     unreadable, reads the turn from stdout.
     """
+    await await_start(process, plan)  # the start deadline: a hung start ends or falls back
     config = plan.config
     try:
         return await edges.bind(

@@ -16,13 +16,16 @@ from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
 
-__all__ = ["PARKED", "STOPPED_WAITING", "HostToolParking", "end_parked"]
+__all__ = ["NO_RESUME_OPTION", "PARKED", "STOPPED_WAITING", "HostToolParking", "end_parked"]
 
 log = logging.getLogger(__name__)
 
 STOPPED_WAITING = (
     "the program stopped waiting for its turns before the host answered agy's tool call"
 )
+# `options.metadata[NO_RESUME_OPTION]` true: this call's tool results must not resume a parked
+# turn, whatever they answer (a host that cannot show the call is the parked turn's owner's).
+NO_RESUME_OPTION = "agy_no_resume"
 # A wait for the host ends this long before agy's own clock would end the turn.
 _AGY_CLOCK_MARGIN = 10.0
 

@@ -273,6 +273,10 @@ class TurnDriver:
         folder = conversations_dir(plan.state_dir)
         # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
+        if newest_images(self.context):
+            # First: such a turn runs its own agy, so the tools below get the turn's own bridge.
+            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
+            self.ctx.prompt = plan.prompt
         if plan.offers_tools:
             # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
             tools = TurnTools(
@@ -283,9 +287,6 @@ class TurnDriver:
             )
             plan = await self.opened.offer_tools(tools, plan)
             self.assembler.hide_tools(tools.host_step_names)
-        if newest_images(self.context):
-            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
-            self.ctx.prompt = plan.prompt
         request = plan.request
         process = self.edges.spawn(request)
         self.opened.process = self.ctx.process = process

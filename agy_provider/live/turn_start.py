@@ -11,6 +11,7 @@ import time
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import GitBaselines
 from agy_provider.bridge.host_tools import ToolExecutor
+from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.turn import PARKED
 from agy_provider.live.turn import TurnDriver
 from agy_provider.live.turn import TurnEdges
@@ -43,7 +44,11 @@ def open_turn(
     `start_sent`: the caller pushed the new turn's `start` already (stamped `timestamp`).
     """
     model, context, options = turn.model, turn.context, turn.options
-    found = PARKED.find(context.messages)
+    # Only the parked turn's owner resumes it: the same session, and not a call its host says
+    # must not resume one (`NO_RESUME_OPTION`: serve, for a transcript it could not prove).
+    found = PARKED.find(context.messages, options.session_id or "")
+    if found is not None and (options.metadata or {}).get(NO_RESUME_OPTION):
+        found = None
     if found is not None:
         parked, results = found
         if (

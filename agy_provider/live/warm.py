@@ -23,11 +23,14 @@ from pathlib import Path
 
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.argv import build_warm_argv
+from agy_provider.agy.database import newest_step_index
+from agy_provider.errors import AgyError
 from agy_provider.live import warm_registry
 from agy_provider.live.admission import COLD_STARTS
 from agy_provider.live.admission import Ticket
 from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.admission import hold_until_init
+from agy_provider.live.discovery import conversations_dir
 from agy_provider.live.warm_agy import IDLE
 from agy_provider.live.warm_agy import KILL_AFTER
 from agy_provider.live.warm_agy import READ_AFTER_EXIT
@@ -38,6 +41,7 @@ from agy_provider.live.warm_agy import WarmTurnSink
 
 __all__ = [
     "POOL",
+    "START_FAILED_FOR",
     "TRANSITIONS",
     "WAIT_FOR_ADMISSION",
     "WarmAgy",
@@ -45,6 +49,8 @@ __all__ = [
     "WarmSettings",
     "WarmState",
     "WarmTurnSink",
+    "moved_on",
+    "newest_index",
     "warm_key",
 ]
 
@@ -53,6 +59,10 @@ log = logging.getLogger(__name__)
 # How long a conversation's next turn waits for the previous turn to let go of its agy (that turn
 # delivered its final event; its cleanup is a few milliseconds behind).
 _LET_GO = 10.0
+# How long a binary whose warm agy did not start within the start deadline runs each turn as
+# `agy -p` instead (a sign-in prompt or a broken install is not fixed in seconds; an overloaded
+# machine may be calmer by then, and the warm pool is tried again).
+START_FAILED_FOR = 600.0
 
 
 class _WaitForAdmission:
@@ -102,6 +112,28 @@ def binary_identity(path: str) -> str:
     return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
 
 
+def newest_index(agy: WarmAgy) -> int | None:
+    """The newest step index of `agy`'s conversation database (-1: none yet), read-only through
+    `agy/database.py`; None when it cannot be read (blocking: off the loop)."""
+    if not agy.conversation_id:
+        return None
+    state = agy.template.env.get("ANTIGRAVITY_APP_DATA_DIR", "")
+    path = conversations_dir(state) / f"{agy.conversation_id}.db"
+    try:
+        return newest_step_index(path) if path.is_file() else -1
+    except (AgyError, OSError) as exc:
+        log.debug("warm agy %d: its conversation's newest step is unknown: %s", agy.pid, exc)
+        return None
+
+
+def moved_on(seen: int | None, newest: int | None) -> bool:
+    """Whether an idle agy's conversation moved on since its last turn: it ended at step `seen`
+    and the database now ends at `newest`. Anything but the same known index is not proof that
+    agy saw all of it (another host's turn, a one-shot turn, a database rewritten), and agy,
+    which keeps its conversation in memory, would write over steps it never saw."""
+    return seen is None or newest is None or newest != seen
+
+
 class WarmPool:
     """Every warm agy of this host process, bounded; thread-safe (turns run on many loops)."""
 
@@ -111,6 +143,9 @@ class WarmPool:
         self._changed = threading.Condition(self._lock)  # an agy was let go or ended
         self._agys: list[WarmAgy] = []
         self._refused: set[str] = set()  # binaries (by identity) that refused stream-json input
+        # Binaries (by identity) whose warm agy did not start in time -> until when (monotonic)
+        # their turns run `agy -p` (`start_failed`).
+        self._failed_start: dict[str, float] = {}
         self._reaper: threading.Thread | None = None
         self._wake = threading.Event()
         self._closed = False
@@ -127,7 +162,31 @@ class WarmPool:
             return [a for a in self._agys if a.state is not WarmState.CLOSED]
 
     def refuses(self, request: TurnRequest) -> bool:
-        return binary_identity(request.agy_bin) in self._refused
+        """Whether `request`'s turn runs `agy -p`: its binary refused to stay, or its warm agy
+        did not start within the start deadline lately (`start_failed`)."""
+        binary = binary_identity(request.agy_bin)
+        until = self._failed_start.get(binary)
+        if until is not None and time.monotonic() >= until:
+            self._failed_start.pop(binary, None)
+            until = None
+        return binary in self._refused or until is not None
+
+    def start_failed(self, request: TurnRequest, timeout: float, said: str) -> None:
+        """`request`'s warm agy did not start its turn within `timeout` seconds (the start
+        deadline): each turn of that binary runs `agy -p` for `START_FAILED_FOR` seconds, so no
+        turn waits for a warm start again meanwhile."""
+        binary = binary_identity(request.agy_bin)
+        if binary not in self._failed_start:
+            log.warning(
+                "%s did not start within %gs (start_timeout) as one process for many turns%s; "
+                "its turns run agy -p for the next %.0f minutes. Run `agy-provider doctor` to "
+                "check agy's install and sign-in",
+                request.agy_bin,
+                timeout,
+                f" (it said: {said.strip()[-300:]})" if said.strip() else "",
+                START_FAILED_FOR / 60,
+            )
+        self._failed_start[binary] = time.monotonic() + START_FAILED_FOR
 
     def refused(self, request: TurnRequest, why: str) -> None:
         """agy would not run as one process for many turns: each turn runs `agy -p` from now on."""
@@ -140,6 +199,10 @@ class WarmPool:
                 request.agy_bin,
                 why.strip() or "it exited at once",
             )
+
+    def forget_failed_starts(self) -> None:
+        """Every binary may try a warm start again (a test or benchmark starting afresh)."""
+        self._failed_start.clear()
 
     def lease(
         self,
@@ -196,6 +259,11 @@ class WarmPool:
         agy.move(WarmState.IN_TURN)
         REGISTRY.changed(agy)
         return agy
+
+    def stale(self, agy: WarmAgy) -> bool:
+        """Whether leased `agy`, idle since an earlier turn, must not take this one: its
+        conversation moved on since (`moved_on`; blocking, a read of agy's database)."""
+        return agy.turns > 0 and moved_on(agy.seen_index, newest_index(agy))
 
     def lease_now(self, request: TurnRequest) -> WarmAgy | None:
         """`lease` without waiting, for the loop: the conversation's idle agy (or, for a new

@@ -138,6 +138,10 @@ class WarmAgy:
         # Usage totals in agy's `result` run over this process's turns (AGY-FORMATS §2.2): the
         # newest, so that the next turn's share is the difference (None before any result).
         self.last_total: StepUsage | None = None
+        # The conversation's newest step index when its last turn ended (`warm.newest_index`,
+        # read before that turn's end reaches its host): a turn reuses this agy only while the
+        # database still ends there (another host's agy may have written since). None: unknown.
+        self.seen_index: int | None = None
         self.exited = threading.Event()
         self.said_anything = False  # any stdout line at all: agy took the flags
         self._lock = threading.Lock()

@@ -27,6 +27,8 @@ from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.warm import POOL
 from agy_provider.live.warm import WarmPool
+from agy_provider.live.warm import newest_index
+from agy_provider.live.warm_agy import KILL_AFTER
 from agy_provider.live.warm_agy import WarmAgy
 from agy_provider.workers import off_loop
 
@@ -44,6 +46,9 @@ _BAD_FLAGS = 2
 # at most for them, polling every _LAST_WORDS_POLL.
 _LAST_WORDS_WAIT = 0.5
 _LAST_WORDS_POLL = 0.005
+# A warm agy that did not start in time gets this long after SIGINT before its tree is ended
+# (SIGTERM, then SIGKILL): a hung start rarely answers a signal, and the turn's fallback waits.
+_HUNG_GRACE = 0.1
 
 
 class WarmTurn:
@@ -71,10 +76,11 @@ class WarmTurn:
         # agy's running usage total before this turn (its `result` totals run over the process).
         self.previous_total: StepUsage | None = None
         self._falling_back: asyncio.Task[None] | None = None  # agy refused: `agy -p` starting
-        self._last_words: asyncio.Task[None] | None = None  # an ERROR result's stderr, awaited
+        self._ending: asyncio.Task[None] | None = None  # after the `result`: `_finish_by_result`
         self._said = ""  # why the fallback failed, as agy's last words
         # The turn's cold start slot, when its agy (warm or `-p`) must start (`live/admission`).
         self.admission = TurnAdmission()
+        self._warm_said = ""  # what a warm agy that did not start in time said, for the error
 
     # -- TurnProcess ---------------------------------------------------------------------------
 
@@ -136,9 +142,29 @@ class WarmTurn:
         await self._start_oneshot()
 
     async def _lease(self) -> WarmAgy | None:
-        ready = self.pool.lease_now(self._asked)  # the usual case: no trip to a worker
-        if ready is not None:
-            return ready
+        agy = self.pool.lease_now(self._asked)  # the usual case: no trip to a worker to lease
+        if agy is None:
+            agy = await self._lease_off_loop()
+        if agy is None or not self._asked.conversation_id:
+            return agy
+        try:
+            stale = await off_loop(self.pool.stale, agy)
+        except BaseException:
+            _end_elsewhere(self.pool, agy)  # leased for a turn that is not going on
+            raise
+        if not stale:
+            return agy
+        # Its conversation moved on since its last turn (another host's turn, say): a new agy
+        # continues it from its database (`--conversation`), having seen all of it.
+        log.info(
+            "warm agy %d has not seen conversation %s's newest steps; starting another",
+            agy.pid,
+            self._asked.conversation_id,
+        )
+        await off_loop(self.pool.discard, agy, interrupt=False, grace=KILL_AFTER)
+        return await self._lease_off_loop()
+
+    async def _lease_off_loop(self) -> WarmAgy | None:
         offered = self.tools.offered if self.tools is not None else ()
         while True:
             # Leased as the turn planned it: a replaced agy's log file, token and folders are
@@ -189,6 +215,23 @@ class WarmTurn:
         self._events = StdoutEvents()
         self.id_stated.clear()
 
+    async def start_timed_out(self, timeout: float) -> bool:
+        """The start deadline passed with the turn not started on its warm agy: that agy is
+        ended (its tree), its binary runs `agy -p` for a while (`WarmPool.start_failed`), and
+        this turn falls back once to its own `agy -p`. False when the turn is not on a warm agy
+        (it runs `agy -p` already, or it is over): nothing to fall back from."""
+        agy = self.agy
+        if agy is None or self.oneshot is not None or self._done.is_set():
+            return False
+        said = agy.stderr_since(self._stderr_from)
+        self.pool.start_failed(self._asked, timeout, said)
+        self._drop(agy)
+        # Ended before another agy may start on its conversation (two would be two writers).
+        await off_loop(self.pool.discard, agy, interrupt=True, grace=_HUNG_GRACE)
+        self._warm_said = said
+        await self._start_oneshot()
+        return True
+
     async def _start_oneshot(self) -> None:
         request = self.request = dataclasses.replace(self._asked, warm=False)
         if self.tools is not None:
@@ -237,8 +280,8 @@ class WarmTurn:
         if self._falling_back is not None:
             with contextlib.suppress(Exception):
                 await self._falling_back
-        if self._last_words is not None:
-            self._last_words.cancel()  # the turn is over: nothing waits for its words now
+        if self._ending is not None:
+            self._ending.cancel()  # the turn is over: nothing waits for its words now
         self.admission.release()  # a slot won for an agy that never started
         if self.oneshot is not None:
             await self.oneshot.terminate(grace)
@@ -280,7 +323,7 @@ class WarmTurn:
         if self._said:
             return self._said
         if self.oneshot is not None:
-            return self.oneshot.stderr_text()
+            return self.oneshot.stderr_text() or self._warm_said
         return self.agy.stderr_since(self._stderr_from) if self.agy is not None else ""
 
     def stdout_text(self) -> str:
@@ -313,17 +356,33 @@ class WarmTurn:
     def _take(self, data: bytes, ended: bool) -> None:
         if self.events.feed(data):
             self.id_stated.set()
-        if ended and not self._done.is_set() and self._last_words is None:
+        if ended and not self._done.is_set() and self._ending is None:
             result = read_result(self.events.result or {})
             self._by_result = True
-            if result.status == "ERROR" and not result.canceled and self.agy is not None:
-                self._last_words = asyncio.ensure_future(self._finish_after_last_words(self.agy))
-            else:
+            if self.agy is None:
                 self._finish(1 if result.status == "ERROR" else 0)
+                return
+            words = result.status == "ERROR" and not result.canceled
+            self._ending = asyncio.ensure_future(
+                self._finish_by_result(self.agy, 1 if result.status == "ERROR" else 0, words)
+            )
 
-    async def _finish_after_last_words(self, agy: WarmAgy) -> None:
-        """An ERROR `result`: end the turn once agy's stderr has said something more (its
-        `AGY_ERROR:` line on 1.3.x, which is then the turn's error), or it exited, or at most
+    async def _finish_by_result(self, agy: WarmAgy, code: int, words: bool) -> None:
+        """The turn's `result` is in: what agy's conversation holds now (`seen_index`), read
+        before the turn's end reaches its host, so no other host can know of the conversation's
+        turn and write to it in between; then, after an ERROR, agy's last words."""
+        try:
+            agy.seen_index = await off_loop(newest_index, agy)
+        except Exception:  # unknown: its next turn starts another agy (no proof it saw all)
+            log.exception("warm agy %d: its conversation's newest step could not be read", agy.pid)
+        if words:
+            await self._wait_for_last_words(agy)
+        if not self._done.is_set():
+            self._finish(code)
+
+    async def _wait_for_last_words(self, agy: WarmAgy) -> None:
+        """An ERROR `result`: wait until agy's stderr has said something more (its `AGY_ERROR:`
+        line on 1.3.x, which is then the turn's error), or it exited, or at most
         `_LAST_WORDS_WAIT`: whichever pipe the hub read first, the turn's words are the same."""
         said = agy.stderr_since(self._stderr_from)
         if not agy_error(said):  # else its words are here already
@@ -334,8 +393,6 @@ class WarmTurn:
                 and asyncio.get_running_loop().time() < deadline
             ):
                 await asyncio.sleep(_LAST_WORDS_POLL)
-        if not self._done.is_set():
-            self._finish(1)
 
     def _died(self, code: int) -> None:
         if self._done.is_set() or self._falling_back is not None:

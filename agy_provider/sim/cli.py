@@ -149,6 +149,14 @@ def start_log(what: str, at: float) -> None:
         os.write(fd, f"{os.getpid()} {what} {at:.6f}\n".encode())
     finally:
         os.close(fd)
+# A start that never ends (a sign-in prompt, a hung install): `all` (or `1`), `persistent` (one
+# agy for many turns only) or `print` (`-p` only). After its cold start agy says on stderr what it
+# waits for and waits forever, printing nothing more on stdout; a signal ends it.
+HANG_AT_START_ENV = "AGY_SIM_HANG_AT_START"
+HANG_AT_START_WORDS = (
+    "Sign in to continue: open https://accounts.google.com/o/oauth2/auth in a browser "
+    "(agy-sim: AGY_SIM_HANG_AT_START)"
+)
 
 
 def _float_env(name: str, default: float, floor: float) -> float:
@@ -328,6 +336,12 @@ class Session:
         remaining = since + self.cold_start_ms / 1000 / self.speed - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
+        hang = os.environ.get(HANG_AT_START_ENV, "").strip()
+        if hang in ("1", "all", "persistent" if self.persistent else "print"):
+            sys.stderr.write(HANG_AT_START_WORDS + "\n")
+            sys.stderr.flush()
+            while True:  # until a signal ends the process
+                time.sleep(3600)
 
     def conversation(self) -> Conversation:
         """`-p`: the cold start, then the conversation (1.3.x printed `init` before it)."""

@@ -10,6 +10,7 @@ call, 3 the result}. The SDK is imported only when a scenario calls an MCP tool.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import threading
@@ -196,8 +197,16 @@ class McpToolRun:
                 result = await client.call_tool(spec.tool, dict(spec.arguments))
         except Exception as exc:
             return McpOutcome(f"MCP server {server.name!r} failed: {_reason(exc)}", True)
-        text = "\n".join(block.text for block in result.content if block.type == "text")
-        return McpOutcome(text, bool(result.is_error))
+        # agy's model sees a result's images; the simulator names each one in the text, so a
+        # test can tell that the image arrived (its type and decoded size).
+        parts = [
+            block.text
+            if block.type == "text"
+            else f"[image {block.mime_type}, {len(base64.b64decode(block.data))} bytes]"
+            for block in result.content
+            if block.type in ("text", "image")
+        ]
+        return McpOutcome("\n".join(parts), bool(result.is_error))
 
 
 def _reason(exc: BaseException) -> str:

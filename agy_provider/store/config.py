@@ -43,7 +43,13 @@ _CHOICES: Mapping[str, tuple[str, ...]] = {
 # Timeouts in seconds must be finite and positive; the bound keeps agy's --print-timeout (a Go
 # duration our deadline plus a margin) far from overflow and catches minutes typed as milliseconds.
 MAX_TIMEOUT = 7 * 24 * 3600.0
-_TIMEOUTS = ("turn_timeout", "idle_timeout", "host_tool_timeout", "warm_idle_timeout")
+_TIMEOUTS = (
+    "turn_timeout",
+    "idle_timeout",
+    "host_tool_timeout",
+    "warm_idle_timeout",
+    "start_timeout",
+)
 # Counts of warm agy processes: each is a whole agy (~330 MB of memory for the real one), so the
 # bound is small; 1,000 catches a typo without limiting a machine that can hold that many.
 _COUNTS: Mapping[str, tuple[int, int]] = {
@@ -62,6 +68,7 @@ ENV_OVERRIDES: Mapping[str, str] = {
     "AGY_EVENT_SOURCE": "event_source",
     "AGY_TURN_TIMEOUT": "turn_timeout",
     "AGY_IDLE_TIMEOUT": "idle_timeout",
+    "AGY_START_TIMEOUT": "start_timeout",
     "AGY_HOST_TOOL_TIMEOUT": "host_tool_timeout",
     "AGY_APP_DATA_DIR": "app_data_dir",
     "AGY_CSRF": "csrf",
@@ -88,6 +95,13 @@ class Config:
     turn_timeout: float = 600.0
     idle_timeout: float = 180.0
     host_tool_timeout: float = 600.0
+    # The start deadline: agy must start the turn (a warm agy's `init`; `agy -p`'s first step)
+    # within this many seconds, else it is ended and the turn falls back once to `agy -p` or fails saying
+    # what agy printed (`live/start_deadline.py`). Real agy prints `init` 2.3–2.8 s after spawn
+    # (AGY-FORMATS §2.4) and fifty starting at once on two cores gave first text in 9–12 s:
+    # 30 s is ten times a start and three times that crowd, and a twentieth of `turn_timeout`.
+    # At or above `turn_timeout` it is off (the turn deadline bounds the start, as before).
+    start_timeout: float = 30.0
     agy_bin: str = ""
     app_data_dir: str = ""
     csrf: bool = True
