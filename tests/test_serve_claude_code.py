@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve_ask import user_id_key
 from agy_provider.hosts.serve_body import MAX_DEPTH
 from agy_provider.hosts.serve_body import BodyError
 from agy_provider.hosts.serve_body import parse_body
-from agy_provider.hosts.serve_convert import RequestError
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_convert import user_id_key
 from agy_provider.hosts.serve_log import RequestRecord
 from agy_provider.hosts.serve_log import Seen
 from agy_provider.hosts.serve_log import mask_headers

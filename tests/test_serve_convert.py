@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_convert import RequestError
+from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve_ask import session_key
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_convert import session_key
 from agy_provider.hosts.serve_memory import DeliveredMessages
 from agy_provider.hosts.serve_turn import StructuredOutputError
 from agy_provider.hosts.serve_turn import parse_structured

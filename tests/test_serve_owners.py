@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_convert import RequestError
+from agy_provider.hosts.serve_ask import RequestError
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_memory import FOREIGN_THINKING
 from agy_provider.hosts.serve_memory import DeliveredMessages
@@ -45,7 +45,7 @@ CLAUDE_USER_ID = json.dumps(
         (
             {"metadata": {"user_id": CLAUDE_USER_ID}},
             {"x-claude-code-session-id": "other"},
-            Owner("5f0c7c1e-1111-2222-3333-444455556666", "metadata.user_id"),
+            Owner("5f0c7c1e-1111-2222-3333-444455556666", "metadata.user_id.session_id"),
         ),
         (
             {"prompt_cache_key": "pck"},

@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from agy_provider.hosts.serve_convert import RequestError
-from agy_provider.hosts.serve_convert import forced_tools
+from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve_ask import forced_tools
 from agy_provider.hosts.serve_convert import openai_ask
 from agy_provider.hosts.serve_responses import RememberedResponses
 from agy_provider.hosts.serve_responses import responses_usage

@@ -36,10 +36,10 @@ from agy_provider.hosts import serve_anthropic
 from agy_provider.hosts import serve_openai
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
+from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve_ask import ServeAsk
 from agy_provider.hosts.serve_body import BodyError
 from agy_provider.hosts.serve_body import parse_body
-from agy_provider.hosts.serve_convert import RequestError
-from agy_provider.hosts.serve_convert import ServeAsk
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_convert import openai_ask
 from agy_provider.hosts.serve_http import MAX_BODY_BYTES

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 from typing import Final
 
-from agy_provider.hosts.serve_convert import ServeAsk
-from agy_provider.hosts.serve_convert import session_key
-from agy_provider.hosts.serve_convert import user_id_key
+from agy_provider.hosts.serve_ask import ServeAsk
+from agy_provider.hosts.serve_ask import session_key
+from agy_provider.hosts.serve_ask import user_id_key
 from agy_provider.hosts.serve_memory import FOREIGN_THINKING
 from agy_provider.hosts.serve_memory import DeliveredMessages
 from agy_provider.live.continuity import parse_mark

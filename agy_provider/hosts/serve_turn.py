@@ -23,8 +23,8 @@ from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
 from agy_provider.hosts._turns import refusal
 from agy_provider.hosts._turns import start_turn
-from agy_provider.hosts.serve_convert import RequestError
-from agy_provider.hosts.serve_convert import ServeAsk
+from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve_ask import ServeAsk
 from agy_provider.hosts.serve_memory import DeliveredMessages
 from agy_provider.hosts.serve_owners import SESSION_PREFIX
 from agy_provider.hosts.serve_owners import Owner

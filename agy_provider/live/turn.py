@@ -274,11 +274,10 @@ class TurnDriver:
         # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
         if newest_images(self.context):
-            # First: such a turn runs its own agy, so the tools below get the turn's own bridge.
+            # First: it runs its own agy, whose own MCP bridge serves the host's tools below.
             plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
             self.ctx.prompt = plan.prompt
         if plan.offers_tools:
-            # The host's tools (and plugins'), served to agy for this turn by the MCP bridge.
             tools = TurnTools(
                 self.context.tools or (),
                 turn=self.ctx,
