@@ -34,6 +34,8 @@ from typing import Any
 
 import psutil
 
+from agy_provider.owned_folders import sweep_once
+
 __all__ = ["KILL_GRACE", "drop_folder", "forget", "guard", "keep_folder", "supervisor_pid"]
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,9 @@ _broken = False  # the supervisor could not be started: said once, not tried aga
 def guard(pgid: int) -> None:
     """Have the supervisor end process group `pgid` (an agy started in a session of its own) if
     this process dies before `forget(pgid)`. Starts the supervisor on first use (a fork: call it
-    off the event loop)."""
+    off the event loop); the first use also sweeps the temp folder of the private folders hosts
+    killed together with their supervisor left (`owned_folders`)."""
+    sweep_once()
     _send({"guard": pgid})
 
 

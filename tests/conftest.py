@@ -3,6 +3,7 @@ soak tests, and Hypothesis settings that hold on a busy machine."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import sys
@@ -26,6 +27,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # As llm's tests do: plugins installed in this environment load under the tests only when
     # AGY_PROVIDER_PLUGINS names them (plugin_manager.load_plugins reads this flag).
     sys._called_from_test = True  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
+        # The package's bytecode, as a regular (non-editable) install has it: where
+        # PYTHONDONTWRITEBYTECODE is set, every agy-sim and child Python the tests start would
+        # otherwise compile it again. Files already compiled cost a stat each.
+        for folder in ("agy_provider", "plugins"):
+            compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 @pytest.fixture

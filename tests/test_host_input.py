@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import importlib.util
 import logging
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,9 @@ from live_helpers import expect_done
 from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import PI_AI_CLIENT
+from optional import need
+from optional import own_folder
 
 from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple
@@ -201,10 +203,8 @@ def test_plain_dataclasses_and_objects_are_read_through_their_fields() -> None:
 
 
 def test_pi_ai_python_objects_and_its_transcript() -> None:
-    pi_types = pytest.importorskip(
-        "pi_ai.types", reason="pi-ai-python is not installed (extra `hosts`)"
-    )
-    transcript = pytest.importorskip("pi_ai.utils.transcript")
+    pi_types = need("pi_ai.types", "pi-ai-python", "hosts")
+    transcript = need("pi_ai.utils.transcript", "pi-ai-python", "hosts")
     context = pi_types.Context(
         messages=[pi_types.UserMessage("hi")],
         system_prompt="Be brief.",
@@ -220,9 +220,7 @@ def test_pi_ai_python_objects_and_its_transcript() -> None:
 
 
 def test_pi_agent_core_pydantic_objects() -> None:
-    core = pytest.importorskip(
-        "pi_agent_core", reason="pi-agent-core is not installed (extra `hosts`)"
-    )
+    core = need("pi_agent_core", "pi-agent-core", "hosts")
     context = core.AgentContext(
         system_prompt="sys",
         messages=[
@@ -246,9 +244,7 @@ def test_pi_agent_core_pydantic_objects() -> None:
 
 
 def test_pi_agents_py_dataclasses() -> None:
-    types = pytest.importorskip(
-        "pi_agents.ai.types", reason="pi-agents-py is not installed (extra `hosts`)"
-    )
+    types = need("pi_agents.ai.types", "pi-agents-py", "hosts")
     context = types.Context(
         system_prompt="sys",
         messages=[
@@ -337,9 +333,7 @@ class FlagSignal:
 
 
 def pi_ai_signal() -> tuple[Any, Any]:
-    abort = pytest.importorskip(
-        "pi_ai.abort", reason="pi-ai-python is not installed (extra `hosts`)"
-    )
+    abort = need("pi_ai.abort", "pi-ai-python", "hosts")
     controller = abort.AbortController()
     return controller.signal, controller.abort
 
@@ -347,10 +341,9 @@ def pi_ai_signal() -> tuple[Any, Any]:
 def pi_agent_loop_signal() -> tuple[Any, Any]:
     # pi-agent-loop installs beside pi-ai-client (their `pi_ai` clashes with pi-ai-python's), so
     # its abort module, which imports nothing of pi_ai, is loaded from there on its own.
-    path = Path(sys.prefix) / "hosts" / "pi-ai-client" / "pi_agent_loop" / "abort.py"
+    path = own_folder(PI_AI_CLIENT) / "pi_agent_loop" / "abort.py"
     spec = importlib.util.spec_from_file_location("pi_agent_loop_abort", path)
-    if not path.is_file() or spec is None or spec.loader is None:
-        pytest.skip(f"pi-agent-loop is not installed in {path.parents[1]} (.ci/run installs it)")
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     AbortController = module.AbortController

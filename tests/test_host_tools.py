@@ -27,6 +27,7 @@ from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import scenario_answer
 from live_helpers import terminal
+from optional import need
 
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
@@ -247,12 +248,8 @@ async def test_an_abort_ends_a_parked_turn(tool_env: Path, recorder: Any, when: 
 async def test_a_pi_ai_python_agent_runs_the_host_tool_once_and_answers_with_it(
     tool_env: Path, recorder: Any
 ) -> None:
-    pi_ai = pytest.importorskip(
-        "pi_ai", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
-    )
-    pi_agent = pytest.importorskip(
-        "pi_agent", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
-    )
+    pi_ai = need("pi_ai", "pi-ai-python", "hosts")
+    pi_agent = need("pi_agent", "pi-ai-python", "hosts")
     from agy_provider.hosts.pi_ai_python import provider
 
     runs: list[dict[str, Any]] = []

@@ -19,13 +19,12 @@ from host_helpers import until_agy_runs
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import need
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
 
-core = pytest.importorskip(
-    "pi_agent_core", reason="pi-agent-core is not installed (pip install -e '.[hosts]')"
-)
+core = need("pi_agent_core", "pi-agent-core", "hosts")
 from agy_provider.hosts.pi_agent_core import model  # noqa: E402
 from agy_provider.hosts.pi_agent_core import models  # noqa: E402
 from agy_provider.hosts.pi_agent_core import stream_fn  # noqa: E402

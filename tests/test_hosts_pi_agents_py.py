@@ -21,20 +21,21 @@ from host_helpers import tool_output
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import need
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
 
-pytest.importorskip("pi_agents", reason="pi-agents-py is not installed (pip install -e '.[hosts]')")
-from pi_agents.agent.agent import Agent
-from pi_agents.ai import stream as pi_stream
-from pi_agents.ai import types as pi
+need("pi_agents", "pi-agents-py", "hosts")
+from pi_agents.agent.agent import Agent  # noqa: E402
+from pi_agents.ai import stream as pi_stream  # noqa: E402
+from pi_agents.ai import types as pi  # noqa: E402
 
-from agy_provider.hosts.pi_agents_py import model
-from agy_provider.hosts.pi_agents_py import models
-from agy_provider.hosts.pi_agents_py import register
-from agy_provider.hosts.pi_agents_py import stream_fn
-from agy_provider.hosts.pi_agents_py import unregister
+from agy_provider.hosts.pi_agents_py import model  # noqa: E402
+from agy_provider.hosts.pi_agents_py import models  # noqa: E402
+from agy_provider.hosts.pi_agents_py import register  # noqa: E402
+from agy_provider.hosts.pi_agents_py import stream_fn  # noqa: E402
+from agy_provider.hosts.pi_agents_py import unregister  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

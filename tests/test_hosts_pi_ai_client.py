@@ -2,9 +2,9 @@
 turn through `Models`, a two-prompt `Agent` (one agy conversation), and an abort through the
 Agent's own `abort()` (which cancels the stream).
 
-pi-ai-client's import name `pi_ai` is also pi-ai-python's, so `.ci/run` installs pi-ai-client
-and pi-agent-loop into their own folder (`.venv/hosts/pi-ai-client`), and each check runs in a
-child Python with that folder first on its path.
+pi-ai-client's import name `pi_ai` is also pi-ai-python's, so pi-ai-client and pi-agent-loop
+live in their own folder (`.venv/hosts/pi-ai-client`, installed on first use: `optional.py`), and
+each check runs in a child Python with that folder first on its path.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from host_helpers import tool_arguments
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import PI_AI_CLIENT
+from optional import own_folder
 
 from agy_provider.agy.models import list_models
 
 pytestmark = pytest.mark.slow
-
-HOST_PATH = Path(sys.prefix) / "hosts" / "pi-ai-client"
 
 PRELUDE = """
 import asyncio, json, sys
@@ -58,14 +58,10 @@ async def until_agy_runs():
 
 def run_host(body: str, tmp_path: Path) -> Any:
     """Run `body` (an `async def main()` returning JSON) beside pi-ai-client; its answer."""
-    if not (HOST_PATH / "pi_ai" / "registry.py").is_file():
-        pytest.skip(
-            f"pi-ai-client is not installed in {HOST_PATH} (.ci/run: pip install --target "
-            f"{HOST_PATH} pi-ai-client pi-agent-loop)"
-        )
+    host_path = own_folder(PI_AI_CLIENT)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HOST_PATH), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(host_path), os.environ.get("PYTHONPATH", "")]),
     }
     probe = subprocess.run(
         [sys.executable, "-c", "import pi_ai.registry, pi_agent_loop"],
@@ -84,7 +80,7 @@ def run_host(body: str, tmp_path: Path) -> Any:
     )
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HOST_PATH), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(host_path), os.environ.get("PYTHONPATH", "")]),
     }
     done = subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=200

@@ -15,16 +15,13 @@ from host_helpers import until_agy_runs
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import need
 
 from agy_provider.agy.models import list_models
 from agy_provider.live.provider import wait_for_turns
 
-pi_ai = pytest.importorskip(
-    "pi_ai", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
-)
-pi_agent = pytest.importorskip(
-    "pi_agent", reason="pi-ai-python is not installed (pip install -e '.[hosts]')"
-)
+pi_ai = need("pi_ai", "pi-ai-python", "hosts")
+pi_agent = need("pi_agent", "pi-ai-python", "hosts")
 from pi_ai.abort import AbortController  # noqa: E402
 from pi_ai.types import Context  # noqa: E402
 from pi_ai.types import UserMessage  # noqa: E402

@@ -21,13 +21,14 @@ from live_helpers import Observed
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import need
 
 from agy_provider.agy.models import collapse_tiers
 from agy_provider.sim.scenario import DEFAULT_CATALOG
 from agy_provider.sim.scenario import PlannerSpec
 from agy_provider.sim.scenario import load_scenario
 
-llm = pytest.importorskip("llm", reason="llm is not installed: pip install -e '.[llm]'")
+llm = need("llm", "llm", "llm")
 
 LLM = os.path.join(os.path.dirname(sys.executable), "llm")
 SIM_MODELS = collapse_tiers((m.slug, m.name) for m in DEFAULT_CATALOG)

@@ -25,18 +25,15 @@ from host_helpers import tool_output
 from live_helpers import agy_processes
 from live_helpers import leftovers
 from live_helpers import scenario_answer
+from optional import need
 
 from agy_provider.hosts.serve_app import ServeServer
 from agy_provider.hosts.serve_app import ServeSettings
 
 pytestmark = pytest.mark.slow
 
-openai = pytest.importorskip(
-    "openai", reason="the serve extra is not installed (pip install -e '.[serve]')"
-)
-anthropic = pytest.importorskip(
-    "anthropic", reason="the serve extra is not installed (pip install -e '.[serve]')"
-)
+openai = need("openai", "the openai SDK", "serve")
+anthropic = need("anthropic", "the anthropic SDK", "serve")
 
 LOOKUP_OPENAI = {
     "type": "function",

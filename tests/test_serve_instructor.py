@@ -2,8 +2,9 @@
 over Chat Completions with a forced `tool_choice` naming that model's function.
 
 instructor 1.17 pins `jiter<0.15`, which only `openai<=3.3` accepts, while the pi hosts need a newer
-`openai`: `.ci/run` installs instructor with its own dependencies into `.venv/hosts/instructor`,
-and the check runs in a Python beside it. It skips, saying how to install it, where it is absent.
+`openai`: the test installs instructor with its own dependencies into `.venv/hosts/instructor`
+on first use (`optional.py`), and the check runs in a Python beside it. It skips, saying how to
+install it, where it cannot be installed.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from live_helpers import scenario_answer
+from optional import INSTRUCTOR
+from optional import own_folder
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 
-HOST_PATH = Path(sys.prefix) / "hosts" / "instructor"
-INSTALL = f"pip install --target {HOST_PATH} instructor==1.17.0"
 
 # The Pydantic model the structured-output scenario's answer fits; instructor sends it as the
 # function `City` and `tool_choice: {"type": "function", "function": {"name": "City"}}`.
@@ -50,11 +50,10 @@ print(json.dumps(city.model_dump()))
 
 def instructor_env() -> dict[str, str]:
     """The environment of a Python that imports instructor (and its own openai) first."""
-    if not (HOST_PATH / "instructor" / "__init__.py").is_file():
-        pytest.skip(f"instructor is not installed in {HOST_PATH} (.ci/run: {INSTALL})")
+    home = own_folder(INSTRUCTOR)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HOST_PATH), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
     }
     probe = subprocess.run(
         [sys.executable, "-c", "import instructor"],

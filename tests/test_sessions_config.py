@@ -48,21 +48,22 @@ def test_concurrent_writers_merge(tmp_path: Path) -> None:
     assert set(records) == {f"w{w}-{n}" for w in range(4) for n in range(15)}
 
 
-def test_reads_parse_the_store_only_when_its_bytes_changed(
+def test_a_lookup_parses_its_own_line_and_a_save_only_the_records_it_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each turn reads the store twice and writes it once: with many records, parsing it at
-    every read was most of a turn's CPU. The file is parsed again only when another writer (here
-    a real second process) changed it; what this process wrote is never parsed back."""
+    """Each turn reads the store and writes it: with many records, parsing all of them at every
+    read was most of a turn's CPU, and keeping them parsed grew every host by megabytes. A
+    lookup now parses one record, a save none, and a write of another process is read the same
+    way."""
     path = tmp_path / "sessions.json"
-    parses: list[int] = []
-    original = SessionStore._parse
+    parsed: list[object] = []
+    original = SessionRecord.from_json.__func__  # type: ignore[attr-defined]
 
-    def parse(self: SessionStore, data: bytes) -> Any:
-        parses.append(len(data))
-        return original(self, data)
+    def from_json(cls: type[SessionRecord], data: Any) -> SessionRecord:
+        parsed.append(data)
+        return original(cls, data)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(SessionStore, "_parse", parse)
+    monkeypatch.setattr(SessionRecord, "from_json", classmethod(from_json))
     store = SessionStore(path)
     store.put_many(
         {f"s{n}": SessionRecord(conversation_id=UUID, last_step_index=n) for n in range(300)}
@@ -71,7 +72,7 @@ def test_reads_parse_the_store_only_when_its_bytes_changed(
         record = store.get(f"s{n}")
         assert record is not None and record.last_step_index == n
         SessionStore(path).put(f"new{n}", SessionRecord(conversation_id=UUID))
-    assert parses == []  # 100 reads and 50 writes, none parsed
+    assert len(parsed) == 50  # 50 lookups, 50 writes: one record parsed each lookup
     # One record per line, and JSON as a whole.
     lines = path.read_text().splitlines()
     assert len(lines) == 350 + 5 and json.loads(path.read_text())["version"] == 1
@@ -88,11 +89,11 @@ def test_reads_parse_the_store_only_when_its_bytes_changed(
     )
     other, kept = store.get("other"), store.get("s3")
     assert other is not None and other.last_step_index == 7 and kept is not None
-    assert len(parses) == 1  # the other process's write: parsed once, then remembered
-    # What a caller gets is its own copy: changing it changes nothing remembered.
-    store.all()["s0"] = SessionRecord(conversation_id=UUID, last_step_index=99)  # type: ignore[index]
-    first = store.get("s0")
-    assert first is not None and first.last_step_index == 0
+    assert len(parsed) == 52
+    # What a caller gets is read-only: nothing it holds changes the store.
+    with pytest.raises(TypeError):
+        store.all()["s0"] = SessionRecord(conversation_id=UUID)  # type: ignore[index]
+    assert len(store.all()) == 351  # a listing parses every record
 
 
 def test_saves_at_the_same_time_share_writes_and_each_returns_once_its_record_landed(

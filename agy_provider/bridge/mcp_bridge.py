@@ -48,9 +48,8 @@ from starlette.types import Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agy_provider import lifeline
-from agy_provider.bridge.bridge_folders import _FOLDER_PREFIX
-from agy_provider.bridge.bridge_folders import _remove_folder
-from agy_provider.bridge.bridge_folders import _start_stamp
+from agy_provider.bridge.bridge_folders import make_bridge_folder
+from agy_provider.bridge.bridge_folders import remove_folder as _remove_folder
 from agy_provider.bridge.bridge_folders import sweep_stale_folders
 from agy_provider.bridge.host_tool_values import MAX_RESULT_BYTES
 from agy_provider.bridge.host_tool_values import HostTool
@@ -363,9 +362,7 @@ class HostToolBridge:
 
     def _write_config(self) -> Path:
         parent = self._parent_dir or tempfile.gettempdir()
-        sweep_stale_folders(parent)
-        owner = f"{_FOLDER_PREFIX}{os.getpid()}-{_start_stamp(os.getpid())}-"
-        folder = Path(tempfile.mkdtemp(prefix=owner, dir=parent))
+        folder = Path(make_bridge_folder(parent))
         # It holds the token: should this process die unannounced, the lifeline removes it.
         lifeline.keep_folder(str(folder))
         try:

@@ -18,8 +18,10 @@ import tempfile
 from collections.abc import Sequence
 from typing import Final
 
+from agy_provider import lifeline
 from agy_provider.errors import TurnError
 from agy_provider.errors import UsageError
+from agy_provider.owned_folders import make_owned_folder
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import UserMessage
@@ -50,7 +52,6 @@ _ALIASES: Final = {"image/jpg": "image/jpeg"}
 
 # The line the prompt gives each image (agy-sim reads the same shape: `sim/engine.py`).
 _LINE: Final = "Attached image {number} ({mime_type}): view the file {path}"
-_FOLDER_PREFIX: Final = "agy-provider-images-"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -167,7 +168,10 @@ class ImageStaging:
     def _write(self) -> None:
         checked = check_images(self._images)
         try:
-            self.folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)  # 0700, ours alone
+            # 0700, ours alone, named after this process: should it die mid-turn, its lifeline
+            # removes the folder, or else the next host's start does (`owned_folders`).
+            self.folder = make_owned_folder("images")
+            lifeline.keep_folder(self.folder)
             if "\n" in self.folder or "\r" in self.folder:
                 raise OSError(f"the temporary folder {self.folder!r} has a line break in its name")
             paths = []
@@ -194,3 +198,4 @@ class ImageStaging:
     def _remove_folder(self) -> None:
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+            lifeline.drop_folder(self.folder)

@@ -108,7 +108,7 @@ class TurnPlanner:
             continue_session=continue_session,
             named_conversation=named_conversation,
         )
-        self.unseen = unseen
+        self.unseen, self._stored = unseen, None  # the store's view maps its file: let it go
         resume = bool(conversation_id)
         prompt = build_prompt(context, resume=resume, unseen=unseen)
         self.ctx = TurnContext(
@@ -179,7 +179,7 @@ class TurnPlanner:
         unsaved = UNSAVED.get(str(self.edges.store.path), session_id)
         if unsaved is not None:
             return unsaved
-        if self._stored is None:  # the store read once per planning, however many lookups
+        if self._stored is None:  # the store read once per planning; records parsed when asked
             self._stored = self.edges.store.all()
         return self._stored.get(session_id)
 

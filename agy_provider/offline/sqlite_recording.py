@@ -10,7 +10,6 @@ import functools
 import os
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from agy_provider.offline.recording import Warn
 from agy_provider.offline.recording import guarded_decode
 from agy_provider.offline.recording import open_regular
 from agy_provider.offline.recording import short_reason
+from agy_provider.owned_folders import make_owned_folder
 from agy_provider.wire import jsontext
 from agy_provider.wire.protowire import Message
 
@@ -195,7 +195,8 @@ def _has_side_files(path: str) -> bool:
 def _private_copy(path: str) -> tuple[str, str]:
     """Copy the database and its -wal (never the -shm: SQLite rebuilds it from the -wal) into a
     private folder; returns (folder, the copy's path). The originals are only read."""
-    folder = tempfile.mkdtemp(prefix="agy-replay-")
+    # Named after this process: a replay killed outright leaves it to the next host's sweep.
+    folder = make_owned_folder("replay")
     copy = os.path.join(folder, "conversation.db")
     try:
         for suffix in ("", "-wal"):

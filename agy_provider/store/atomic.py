@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ from typing import Any
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
 
-__all__ = ["file_lock", "read_json", "write_json_atomic", "write_text_atomic"]
+__all__ = [
+    "file_lock",
+    "read_json",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+]
 
 
 @contextlib.contextmanager
@@ -76,11 +83,20 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     reader still sees the old file or the new one; after a crash of the machine it may find an
     empty file).
     """
+    write_bytes_atomic(path, [text.encode("utf-8")], durable=durable)
+
+
+def write_bytes_atomic(
+    path: Path, pieces: Iterable[bytes | memoryview], *, durable: bool = True
+) -> None:
+    """`write_text_atomic` for a file given as pieces of bytes written one after another (a
+    store that copies most of its old file need not join it into one string first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            for piece in pieces:
+                handle.write(piece)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())

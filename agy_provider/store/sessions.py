@@ -1,36 +1,40 @@
 """Host session id → agy conversation, in one JSON store shared safely by many processes.
 
-Each update locks, re-reads, merges one record and replaces the file atomically (`atomic.py`). A
+Each update locks, re-reads, merges its records and replaces the file atomically (`atomic.py`). A
 store that cannot be read or written costs resumption, never a turn: one warning, then on we go.
-A read parses the file only when its bytes differ from what this process last read or wrote: every
-turn reads the store twice and writes it once, and a host with thousands of records would
-otherwise parse all of them at each read.
+A host holds no record it did not ask for: a lookup maps the file and parses its own line, and a
+save copies every line it does not change as bytes (`session_lines.py`), so a host's memory and a
+turn's work stay flat however many records the store keeps.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
-import json
 import logging
+import mmap
 import os
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agy_provider.agy.argv import valid_conversation_id
 from agy_provider.errors import DecodeError
+from agy_provider.store import session_lines as lines
 from agy_provider.store.atomic import file_lock
-from agy_provider.store.atomic import write_text_atomic
+from agy_provider.store.atomic import write_bytes_atomic
 from agy_provider.wire import jsontext
 
 __all__ = [
     "SESSIONS_ENV",
     "SessionRecord",
     "SessionStore",
+    "StoreView",
     "default_store_path",
     "valid_conversation_id",
 ]
@@ -115,28 +119,11 @@ def _prune_conversations(records: dict[str, SessionRecord]) -> None:
     for key in keys[: len(keys) - MAX_CONVERSATION_RECORDS]:
         del records[key]
 
+
 # Problems already reported, by (store path, what failed): a store that cannot be written would
 # otherwise repeat the same warning on every turn of a long-running host.
 _reported: set[tuple[str, str]] = set()
 _reported_lock = threading.Lock()
-
-
-# What this process last read or wrote, by store path: the file's bytes, their records (never
-# handed out: callers get a copy) and why the file was unusable ("" when it was fine). Reading
-# and comparing the bytes costs microseconds; parsing them, milliseconds per thousand records.
-_Parsed = tuple[bytes, dict[str, SessionRecord], str]
-_parsed: dict[str, _Parsed] = {}
-_parsed_lock = threading.Lock()
-# Stores remembered at once: a host has one; a test suite makes hundreds, one per temp folder.
-_PARSED_STORES = 8
-
-
-def _remember(path: Path, parsed: _Parsed) -> None:
-    with _parsed_lock:
-        _parsed.pop(str(path), None)
-        if len(_parsed) >= _PARSED_STORES:
-            del _parsed[next(iter(_parsed))]  # the one remembered longest ago
-        _parsed[str(path)] = parsed
 
 
 def _warn_once(path: Path, what: str, message: str) -> None:
@@ -163,24 +150,57 @@ class SessionStore:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or default_store_path()
 
-    def _load(self) -> tuple[dict[str, SessionRecord], str]:
-        """The records (a copy the caller may change), and why the file as a whole was unusable
-        ("" when it was fine). Parses the file only when it changed since this process last saw it.
+    def _map(self) -> lines.Buffer:
+        """The file as it is now: a read-only map of it (its inode stays readable after a writer
+        replaces it), b"" when it is empty, None when there is none.
 
         Raises OSError when the file exists but cannot be read: a writer must then not replace it.
         """
         try:
-            data = _read_bytes(self.path)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return {}, ""
-        with _parsed_lock:
-            known = _parsed.get(str(self.path))
-        if known is None or known[0] != data:
-            known = (data, *self._parse(data))
-            _remember(self.path, known)
-        return dict(known[1]), known[2]
+            return None
+        try:
+            if os.fstat(fd).st_size == 0:
+                return b""
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    def _read(self) -> StoreView:
+        """The store as it is now: its lines found when asked for, or (another layout, or a
+        corrupt file) parsed whole."""
+        try:
+            buf = self._map()
+        except OSError as exc:
+            _warn_once(
+                self.path,
+                "read",
+                f"could not read the session store {self.path} ({exc.strerror or exc}); sessions "
+                "cannot resume until it is readable, so their turns start new agy conversations. "
+                f"Fix its permissions or set {SESSIONS_ENV} to a file you own",
+            )
+            return StoreView(self, None, {})
+        _resolved(self.path, "read")
+        if buf is None:
+            return StoreView(self, None, {})
+        if lines.is_line_layout(buf):
+            return StoreView(self, buf, None)
+        records, corrupt = self._parse(bytes(buf))
+        _release(buf)
+        if corrupt:
+            _warn_once(
+                self.path,
+                "corrupt",
+                f"session store {self.path} is corrupt: {corrupt}. Its sessions are ignored (their "
+                f"next turns start new agy conversations); the next save sets it aside as "
+                f"{self._aside()} and starts a fresh store. Delete either file if you do not need it",
+            )
+        return StoreView(self, None, records)
 
     def _parse(self, data: bytes) -> tuple[dict[str, SessionRecord], str]:
+        """A file of another layout, parsed whole: its records, and why the file as a whole was
+        unusable ("" when it was fine)."""
         try:
             # Strict JSON (`wire/jsontext`): nesting past its bound, `NaN` or a huge number is
             # corruption too, never a RecursionError in a caller.
@@ -195,52 +215,62 @@ class SessionStore:
         for key, value in sessions.items():
             try:
                 records[str(key)] = SessionRecord.from_json(value)
-            except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            except _MALFORMED as exc:
                 dropped.append(f"{key!r} ({exc})")
+        self._malformed(dropped)
+        if not dropped:
+            _resolved(self.path, "records")
+        return records, ""
+
+    def _line_record(self, buf: lines.Buffer, key: str) -> SessionRecord | None:
+        """`key`'s record, parsed from its own line alone; None when it has none, or a malformed
+        one (said once)."""
+        span = lines.find_line(buf, key)
+        if span is None:
+            return None
+        try:
+            found, value = lines.parse_line(buf[span[0] : span[1]])
+            if found != key:
+                raise ValueError(f"its line names {found!r}")
+            return SessionRecord.from_json(value)
+        except (DecodeError, *_MALFORMED) as exc:
+            self._malformed([f"{key!r} ({exc})"])
+            return None
+
+    def _all_lines(self, buf: lines.Buffer) -> dict[str, SessionRecord]:
+        """Every record of a file of the line layout, each parsed from its own line."""
+        records: dict[str, SessionRecord] = {}
+        dropped: list[str] = []
+        for line in lines.iter_lines(buf):
+            try:
+                key, value = lines.parse_line(line)
+                records[key] = SessionRecord.from_json(value)
+            except (DecodeError, *_MALFORMED) as exc:
+                dropped.append(f"{line[:60]!r} ({exc})")
+        self._malformed(dropped)
+        return records
+
+    def _malformed(self, dropped: list[str]) -> None:
         if dropped:
             _warn_once(
                 self.path,
                 "records",
                 f"session store {self.path}: {len(dropped)} session(s) ignored because their "
                 f"records are malformed: {'; '.join(dropped[:5])}. Their next turns start new agy "
-                "conversations; the next save of any session drops them from the file",
+                "conversations, whose saves replace them",
             )
-        else:
-            _resolved(self.path, "records")
-        return records, ""
-
-    def _records(self) -> dict[str, SessionRecord]:
-        try:
-            records, corrupt = self._load()
-        except OSError as exc:
-            _warn_once(
-                self.path,
-                "read",
-                f"could not read the session store {self.path} ({exc.strerror or exc}); sessions "
-                "cannot resume until it is readable, so their turns start new agy conversations. "
-                f"Fix its permissions or set {SESSIONS_ENV} to a file you own",
-            )
-            return {}
-        _resolved(self.path, "read")
-        if corrupt:
-            _warn_once(
-                self.path,
-                "corrupt",
-                f"session store {self.path} is corrupt: {corrupt}. Its sessions are ignored (their "
-                f"next turns start new agy conversations); the next save sets it aside as "
-                f"{self._aside()} and starts a fresh store. Delete either file if you do not need it",
-            )
-        return records
 
     def _aside(self) -> Path:
         return self.path.with_name(self.path.name + ".corrupt")
 
     def get(self, session_id: str) -> SessionRecord | None:
         """The session's record, or None (unknown session, or a store that cannot be read)."""
-        return self._records().get(session_id)
+        return self._read().get(session_id)
 
     def all(self) -> Mapping[str, SessionRecord]:
-        return self._records()
+        """The store as it is now, read-only: a record is parsed when asked for (`get`), and
+        every one only when the whole is listed."""
+        return self._read()
 
     def put(self, session_id: str, record: SessionRecord) -> None:
         """Store `record` under `session_id`, keeping every other process's records.
@@ -306,19 +336,14 @@ class SessionStore:
         )
 
     def _write_batch(self, batch: Mapping[str, SessionRecord]) -> None:
-        def change(current: dict[str, SessionRecord]) -> bool:
-            current.update(batch)
-            _prune_conversations(current)
-            return True
-
         with file_lock(self.path):
-            self._update(change)
+            self._update(batch)
 
     def delete(self, session_id: str) -> None:
         """Forget `session_id` (a store that cannot be written logs one warning)."""
         try:
             with file_lock(self.path):
-                self._update(lambda records: records.pop(session_id, None) is not None)
+                self._update({}, (session_id,))
         except OSError as exc:
             _warn_once(
                 self.path,
@@ -328,43 +353,118 @@ class SessionStore:
                 f"{SESSIONS_ENV} to a writable file",
             )
 
-    def _update(self, change: Callable[[dict[str, SessionRecord]], bool]) -> None:
-        """Under the lock: re-read, apply `change` (True when it changed something), write.
-
-        A corrupt file is set aside first, so whatever it held can still be looked at.
-        """
-        records, corrupt = self._load()
-        if not change(records) and not corrupt:
-            return
-        if corrupt:
-            os.replace(self.path, self._aside())
-            _warn_once(
-                self.path,
-                "corrupt",
-                f"session store {self.path} was corrupt ({corrupt}): set aside as "
-                f"{self._aside()}, and a fresh store replaces it",
+    def _update(self, upserts: Mapping[str, SessionRecord], deletes: tuple[str, ...] = ()) -> None:
+        """Under the lock: re-read, store `upserts`, forget `deletes`, keep the newest
+        conversation records, write. A file of the line layout keeps every other line as it
+        was; any other is parsed whole and written anew (a corrupt one set aside first, so
+        whatever it held can still be looked at)."""
+        buf = self._map()
+        try:
+            if buf is not None and lines.is_line_layout(buf, whole=True):
+                pieces = self._merged(buf, upserts, deletes)
+                if pieces is not None:
+                    write_bytes_atomic(self.path, pieces)
+                del pieces
+                return
+            records, corrupt = self._parse(bytes(buf)) if buf is not None else ({}, "")
+            changed = bool(upserts)
+            for key in deletes:
+                changed = records.pop(key, None) is not None or changed
+            records.update(upserts)
+            _prune_conversations(records)
+            if not changed and not corrupt:
+                return
+            if corrupt:
+                os.replace(self.path, self._aside())
+                _warn_once(
+                    self.path,
+                    "corrupt",
+                    f"session store {self.path} was corrupt ({corrupt}): set aside as "
+                    f"{self._aside()}, and a fresh store replaces it",
+                )
+                _resolved(self.path, "corrupt")
+            text = lines.store_text(
+                [
+                    lines.encode_line(key, record.to_json())
+                    for key, record in sorted(records.items())
+                ]
             )
-            _resolved(self.path, "corrupt")
-        text = _store_text(records)
-        write_text_atomic(self.path, text)
-        _remember(self.path, (text.encode(), dict(records), ""))  # no parsing back what we wrote
+            write_bytes_atomic(self.path, [text])
+        finally:
+            _release(buf)
+
+    @staticmethod
+    def _merged(
+        buf: lines.Buffer, upserts: Mapping[str, SessionRecord], deletes: tuple[str, ...]
+    ) -> list[Any] | None:
+        """The file with `upserts` in place (new keys at its end) and `deletes` gone, and the
+        oldest conversation records past the bound; None when nothing changes."""
+        drop: dict[int, int] = {}  # start → end of each line that goes
+        for key in (*upserts, *deletes):
+            span = lines.find_line(buf, key)
+            if span is not None:
+                drop[span[0]] = span[1]
+        if not upserts and not drop:
+            return None
+        others = [
+            found
+            for found in lines.conversation_lines(buf, _CONVERSATION_PREFIX)
+            if found[1] not in drop
+        ]
+        adding = sum(1 for key in upserts if key.startswith(_CONVERSATION_PREFIX))
+        excess = len(others) + adding - MAX_CONVERSATION_RECORDS
+        if excess > 0:
+            others.sort()  # oldest first
+            drop.update((start, end) for _, start, end in others[:excess])
+        add = [lines.encode_line(key, record.to_json()) for key, record in upserts.items()]
+        return lines.rewrite(buf, list(drop.items()), add)
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes in four system calls (`Path.read_bytes` makes nine: each one lets
-    another thread take the interpreter, and a busy host's turns read the store at every turn)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size + 1)  # short of `size + 1` (a regular file's end): all of it
-        if len(data) <= size:
-            return data
-        chunks = [data]  # it grew meanwhile
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+class StoreView(Mapping[str, SessionRecord]):
+    """The store as read at one moment, read-only. A record is parsed when asked for; listing
+    them (iterating, `len`) parses every line once."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        buf: lines.Buffer,
+        records: dict[str, SessionRecord] | None,
+    ) -> None:
+        self._store = store
+        self._buf = buf  # the file's map, while no listing has parsed it whole
+        self._records = records
+
+    def __getitem__(self, key: str) -> SessionRecord:
+        if self._records is not None:
+            return self._records[key]
+        record = self._store._line_record(self._buf, key)
+        if record is None:
+            raise KeyError(key)
+        return record
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def _all(self) -> dict[str, SessionRecord]:
+        if self._records is None:
+            self._records = self._store._all_lines(self._buf)
+            _release(self._buf)
+            self._buf = None
+        return self._records
+
+
+# What a record's JSON may raise in `SessionRecord.from_json`.
+_MALFORMED = (ValueError, TypeError, AttributeError, OverflowError)
+
+
+def _release(buf: lines.Buffer) -> None:
+    """Unmap `buf` now (a view of it still alive: when that goes)."""
+    if isinstance(buf, mmap.mmap):
+        with contextlib.suppress(BufferError):
+            buf.close()
 
 
 class _Batch:
@@ -467,27 +567,3 @@ class _GroupCommits:
 
 
 _COMMITS = _GroupCommits()
-
-
-# Each record's line as last written, by key: a write re-encodes only the records that changed.
-_lines: dict[str, tuple[SessionRecord, str]] = {}
-_LINES_KEPT = 2 * MAX_CONVERSATION_RECORDS
-
-
-def _store_line(key: str, record: SessionRecord) -> str:
-    known = _lines.get(key)
-    if known is not None and known[0] == record:
-        return known[1]
-    line = f"    {json.dumps(key)}: {json.dumps(record.to_json(), sort_keys=True)}"
-    if len(_lines) >= _LINES_KEPT:
-        _lines.clear()  # many stores, or a huge one: start again (a cache, nothing more)
-    _lines[key] = (record, line)
-    return line
-
-
-def _store_text(records: Mapping[str, SessionRecord]) -> str:
-    """The store's JSON, one record per line (readable, and encoded by `json`'s C encoder: an
-    indented dump goes through its pure-Python one, milliseconds per hundred records)."""
-    lines = [_store_line(key, record) for key, record in sorted(records.items())]
-    body = "\n" + ",\n".join(lines) + "\n  " if lines else ""
-    return f'{{\n  "sessions": {{{body}}},\n  "version": 1\n}}\n'

@@ -88,7 +88,7 @@ def harness_unavailable() -> str:
     except ImportError as exc:
         return (
             f"google-antigravity is not installed ({exc}); "
-            "install the test extra: pip install -e '.[realwriter]'"
+            "to run this: .venv/bin/pip install -e '.[realwriter]' (part of the test extra)"
         )
     try:
         binary = local_connection._get_default_binary_path_external(None)
