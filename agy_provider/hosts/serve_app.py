@@ -279,9 +279,11 @@ class ServeServer:
             return error_response(shape, 400, "the request is malformed: check its fields' types")
         return ask, tokens, owner
 
-    async def _turn(
+    async def _begin(
         self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
-    ) -> Response:
+    ) -> Response | RunningTurn:
+        """The request's turn, started for its owner where the ownership rule places it, or the
+        error response (a malformed request, a context over the model's window, a refusal)."""
         read = await self._read(request, shape, convert)
         if isinstance(read, Response):
             return read
@@ -294,15 +296,26 @@ class ServeServer:
         except RequestError as exc:
             return error_response(shape, exc.status, str(exc), exc.param)
         placement = self.turns.owners.place(ask, owner)
-        turn = self.turns.start(ask, placement, owner, input_tokens=tokens)
-        record = record_of(request.scope)
-        model = ask.model
-        if ask.stream:
-            return SseResponse(self._frames(turn, shape, model, record))
+        return self.turns.start(ask, placement, owner, input_tokens=tokens)
+
+    async def _last(self, turn: RunningTurn, request: Request) -> AssistantMessageEvent | None:
+        """A whole (not streamed) request's last event, the request log told; None once the
+        client went away (the turn is aborted)."""
         try:
-            last = await _whole(turn, request.receive)
+            return await _whole(turn, request.receive)
         finally:
-            await self._note(turn, record)
+            await self._note(turn, record_of(request.scope))
+
+    async def _turn(
+        self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
+    ) -> Response:
+        turn = await self._begin(request, shape, convert)
+        if isinstance(turn, Response):
+            return turn
+        model = turn.ask.model
+        if turn.ask.stream:
+            return SseResponse(self._frames(turn, shape, model, record_of(request.scope)))
+        last = await self._last(turn, request)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
@@ -380,28 +393,14 @@ class ServeServer:
             asked.append(responses_ask(body, continued))
             return asked[-1].ask
 
-        read = await self._read(request, "openai", convert)
-        if isinstance(read, Response):
-            return read
-        ask, tokens, owner = read
-        window = context_window(ask.model)
-        if tokens > window:
-            return overflow_response("openai", tokens, window)
-        try:
-            await self.turns.check(ask)
-        except RequestError as exc:
-            return error_response("openai", exc.status, str(exc), exc.param)
-        placement = self.turns.owners.place(ask, owner)
-        turn = self.turns.start(ask, placement, owner, input_tokens=tokens)
-        writer = ResponseWriter(turn, dataclasses.replace(asked[-1], ask=ask), self.responses)
-        self.turns.owners.remember_response(writer.id, owner)
-        record = record_of(request.scope)
-        if ask.stream:
-            return SseResponse(self._response_frames(turn, writer, record))
-        try:
-            last = await _whole(turn, request.receive)
-        finally:
-            await self._note(turn, record)
+        turn = await self._begin(request, "openai", convert)
+        if isinstance(turn, Response):
+            return turn
+        writer = ResponseWriter(turn, dataclasses.replace(asked[-1], ask=turn.ask), self.responses)
+        self.turns.owners.remember_response(writer.id, turn.owner)
+        if turn.ask.stream:
+            return SseResponse(self._response_frames(turn, writer, record_of(request.scope)))
+        last = await self._last(turn, request)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
