@@ -13,6 +13,7 @@ import pytest
 from agy_provider.hosts.serve_ask import RequestError
 from agy_provider.hosts.serve_ask import forced_tools
 from agy_provider.hosts.serve_convert import openai_ask
+from agy_provider.hosts.serve_owners import owner_of
 from agy_provider.hosts.serve_responses import RememberedResponses
 from agy_provider.hosts.serve_responses import responses_usage
 from agy_provider.hosts.serve_responses_ask import REFUSED_FIELDS
@@ -179,20 +180,22 @@ def test_a_continued_response_prefixes_its_transcript_and_knows_its_calls() -> N
     messages = asked.ask.context.messages
     assert list(messages[:2]) == list(previous.transcript)
     assert isinstance(messages[2], ToolResultMessage) and messages[2].tool_name == "lookup"
-    assert (asked.ask.session_key, asked.ask.context.system_prompt) == ("k1", "Dev.")
+    assert asked.ask.context.system_prompt == "Dev."
     with pytest.raises(RequestError, match="call_id"):
         responses_ask(
             {"model": "default", "input": [{"type": "function_call_output", "call_id": "zz"}]}
         )
 
 
-def test_conversation_keys_user_first_then_prompt_cache_key_digested_if_need_be() -> None:
+def test_conversation_keys_are_the_owner_rules_user_first_then_prompt_cache_key_digested() -> None:
     base = {"model": "default", "input": "x"}
-    assert responses_ask({**base, "prompt_cache_key": "019a-uuid"}).ask.session_key == "019a-uuid"
-    odd = responses_ask({**base, "prompt_cache_key": "has spaces & more"}).ask.session_key
-    assert odd.startswith("pck-") and " " not in odd
-    both = responses_ask({**base, "prompt_cache_key": "p", "user": "u-1"})
-    assert both.ask.session_key == "u-1"
+    # The converter names no key: whose request it is, `serve_owners.owner_of` says, as for
+    # every API.
+    assert responses_ask({**base, "prompt_cache_key": "019a-uuid"}).ask.session_key == ""
+    assert owner_of({**base, "prompt_cache_key": "019a-uuid"}, {}).key == "019a-uuid"
+    odd = owner_of({**base, "prompt_cache_key": "has spaces & more"}, {}).key
+    assert odd.startswith("h-") and " " not in odd
+    assert owner_of({**base, "prompt_cache_key": "p", "user": "u-1"}, {}).key == "u-1"
 
 
 def test_text_formats_and_tools() -> None:

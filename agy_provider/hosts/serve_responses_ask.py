@@ -8,7 +8,6 @@ for that agy cannot do (the fields that would change the answer's meaning).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +22,6 @@ from agy_provider.hosts.serve_ask import read_image
 from agy_provider.hosts.serve_ask import read_model
 from agy_provider.hosts.serve_ask import read_str
 from agy_provider.hosts.serve_ask import read_tool
-from agy_provider.hosts.serve_ask import session_key
 from agy_provider.pi.types import AssistantContent
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Context
@@ -121,7 +119,6 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
         ),
         stream=body.get("stream") is True,
         reasoning=read_effort(effort, "reasoning.effort"),
-        session_key=_conversation_key(body, previous),
         json_schema=schema,
         forced_tool=forced,
         forced_any=forced_any,
@@ -135,22 +132,6 @@ def responses_ask(body: Mapping[str, Any], previous: Continued | None = None) ->
         echo=_echo(body),
         namespaces=namespaces,
     )
-
-
-def _conversation_key(body: Mapping[str, Any], previous: Continued | None) -> str:
-    """The conversation's key, strongest first: `user`, `prompt_cache_key` (an affinity key
-    that need not look like ours: one that does not is digested, never refused), the continued
-    response's key."""
-    user = session_key(body.get("user"), "user")
-    if user:
-        return user
-    cache_key = body.get("prompt_cache_key")
-    if isinstance(cache_key, str) and cache_key:
-        try:
-            return session_key(cache_key, "prompt_cache_key")
-        except RequestError:
-            return "pck-" + hashlib.sha256(cache_key.encode("utf-8", "replace")).hexdigest()[:40]
-    return previous.session_key if previous is not None else ""
 
 
 def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
