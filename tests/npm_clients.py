@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["PACKAGES", "NpmPackage", "cache_root", "install", "node_bin"]
+__all__ = ["PACKAGES", "NpmPackage", "cache_root", "install", "install_command", "node_bin"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +45,8 @@ PACKAGES = {
     "claude-code": NpmPackage("@anthropic-ai/claude-code", "2.1.332", "claude"),
     "pi-coding-agent": NpmPackage("@mariozechner/pi-coding-agent", "0.73.1", "pi"),
     "pi-ai": NpmPackage("@mariozechner/pi-ai", "0.73.1"),
+    # Codex (issue 30's tier) ships its platform binary as an optional dependency too.
+    "codex": NpmPackage("@openai/codex", "0.171.0", "codex"),
 }
 
 INSTALL_TIMEOUT = 600.0
@@ -74,11 +76,17 @@ def _installed(folder: Path, package: NpmPackage) -> bool:
     return not package.binary or (folder / "node_modules" / ".bin" / package.binary).exists()
 
 
+def install_command(key: str) -> str:
+    """The command that installs the package where the tier looks for it (a skip's hint)."""
+    package = PACKAGES[key]
+    return f"npm install --prefix {cache_root() / package.folder_name} --no-audit --no-fund {package.spec}"
+
+
 def install(key: str) -> Path:
     """The folder the package is installed in (`node_modules` inside); skips saying why not."""
     package = PACKAGES[key]
     folder = cache_root() / package.folder_name
-    command = f"npm install --prefix {folder} --no-audit --no-fund {package.spec}"
+    command = install_command(key)
     if _installed(folder, package):
         return folder
     if key in _REFUSED:

@@ -2,7 +2,7 @@
 `codex exec` with a custom provider (`wire_api = "responses"`) — a plain answer, Codex's shell tool
 called by agy through the bridge, and `codex exec resume` continuing one agy conversation.
 
-An optional tier: npm installs Codex into a cache folder outside the repository (`npm_cache`); the
+An optional tier: npm installs Codex into a cache folder outside the repository (`npm_clients`, its version pinned there); the
 tests skip, saying why and how to enable them, where node, npm, the registry or Codex's binary is
 not available. Codex ≥ 0.118 speaks only the Responses API (`POST /v1/responses`).
 """
@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 from host_helpers import conversations
 from live_helpers import scenario_answer
-from npm_cache import enable_hint
-from npm_cache import npm_package
+from npm_clients import install
+from npm_clients import install_command
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 
-CODEX = "@openai/codex"
 # agy-sim's scenario in which the model calls Codex's shell tool (`exec_command`) by name.
 SHELL_SCENARIO = "codex-shell"
 # What that scenario's command prints (`printf 'codex-%s\n' shell-ok`): not in the command itself,
@@ -63,7 +62,7 @@ stream_max_retries = 0
 @pytest.fixture(scope="module")
 def codex() -> Path:
     """Codex's launcher from the npm cache, once it has shown it runs here."""
-    binary = npm_package(CODEX) / "node_modules" / ".bin" / "codex"
+    binary = install("codex") / "node_modules" / ".bin" / "codex"
     try:
         probe = subprocess.run(
             [str(binary), "--version"],
@@ -73,11 +72,11 @@ def codex() -> Path:
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"codex --version did not run: {exc}; to enable: {enable_hint(CODEX)}")
+        pytest.skip(f"codex --version did not run: {exc}; to enable: {install_command('codex')}")
     if probe.returncode != 0 or not probe.stdout.startswith("codex-cli "):
         pytest.skip(
             f"codex --version failed (no binary for this platform?): "
-            f"{(probe.stderr or probe.stdout).strip()[-300:]}; to enable: {enable_hint(CODEX)}"
+            f"{(probe.stderr or probe.stdout).strip()[-300:]}; to enable: {install_command('codex')}"
         )
     return binary
 
