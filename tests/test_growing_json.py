@@ -15,6 +15,12 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from agy_provider.agy.rpcjson import CheckedTexts
+from agy_provider.agy.rpcjson import decode_json_step
+from agy_provider.agy.step import Step
+from agy_provider.agy.step import StepKind
+from agy_provider.agy.step import StepStatus
+from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.errors import DecodeError
 from agy_provider.wire import jsontext
 from agy_provider.wire.connect import ConnectStreamDecoder
@@ -188,6 +194,31 @@ def test_the_connect_decoder_parses_a_growing_stream_by_its_growth() -> None:
         (message,) = list(decoder.messages())
         assert message == jsontext.loads(data)
     assert decoder.long_strings.decoded < 2 * len(text.encode("utf-8")) + 20 * 2000 * 2
+
+
+def test_a_rewrite_in_the_middle_never_streams_garbage_or_retracts() -> None:
+    """Connect frames → `GrowingJson` → `decode_json_step` → the assembler, as the rpc source
+    reads them: what streams is always a prefix of an answer agy sent, never taken back."""
+    decoder = ConnectStreamDecoder()
+    checked = CheckedTexts()
+    assembler = StepAssembler(model="m")
+    assembler.feed([Step(index=0, kind=StepKind.USER, status=StepStatus.DONE)])
+    text = answer(SIZE)
+    middle = len(text) // 2
+    rewritten = text[:middle] + "REWRITTEN" + text[middle + 9 :]
+    answers = [text, text + "one", rewritten + "one", rewritten + "one two", text + "one two three"]
+    streamed = ""
+    for sent in answers:
+        decoder.feed(encode_envelope(frame(sent)))
+        (message,) = list(decoder.messages())
+        assert isinstance(message, dict)
+        raw = message["update"]["stepsUpdate"]["steps"][0]
+        step = decode_json_step(raw, index=1, texts=checked)
+        assert step.text == sent
+        streamed += "".join(e.delta for e in assembler.feed([step]) if e.type == "text_delta")
+        assert any(a.startswith(streamed) for a in answers)
+    # The rewrite was not streamed; growth that extends what was streamed was.
+    assert streamed == text + "one two three"
 
 
 # Pieces a fuzzed answer is made of: escapes of every kind, multibyte, surrogate halves.
