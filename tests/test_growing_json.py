@@ -254,3 +254,49 @@ def test_any_sequence_of_frames_parses_as_afresh(
             "utf-8", "surrogatepass"
         )
         same(growing, data)
+
+
+_GROWN = frame(answer(SIZE))
+_NEXT = frame(answer(SIZE + 3000))
+# Where a mutation hurts most: the structure around the long strings, their ends, the old text's end.
+_EDGES = sorted(
+    {
+        at + d
+        for key in (b'"response"', b'"modifiedResponse"', b'"thinking"')
+        for at in (_NEXT.index(key), _NEXT.index(key) + len(key) + 2)
+        for d in range(-6, 7)
+    }
+    | {len(_NEXT) - d for d in range(1, 40)}
+    | {_NEXT.index(b'"response"') + len(_GROWN) // 2 - 4 + d for d in range(-8, 8)}
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.one_of(st.integers(min_value=0, max_value=len(_NEXT) - 1), st.sampled_from(_EDGES)),
+            st.sampled_from(["flip", "insert", "delete"]),
+            st.sampled_from(list(b'"\\{}[],:0un \x00\x80\xff\xed')),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_mutation_of_a_grown_frame_parses_as_afresh(edits: list[tuple[int, str, int]]) -> None:
+    """Hostile bytes anywhere (in the old answer, its growth, the structure): with the previous
+    frame cached, the same value or the same error as `jsontext.loads`, and the next good frame
+    after it too."""
+    growing = GrowingJson()
+    same(growing, _GROWN)
+    data = bytearray(_NEXT)
+    for position, how, byte in edits:
+        at = min(position, len(data) - 1)
+        if how == "flip":
+            data[at] = byte
+        elif how == "insert":
+            data.insert(at, byte)
+        else:
+            del data[at]
+    same(growing, bytes(data))
+    same(growing, _NEXT)
