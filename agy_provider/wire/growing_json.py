@@ -28,7 +28,6 @@ MAX_STRINGS: Final = 2000
 # A key name longer than this is not remembered (agy's member names are short identifiers).
 _MAX_NAME: Final = 128
 
-_QUOTE: Final = 0x22
 _BACKSLASH: Final = 0x5C
 _JSON_SPACE: Final = b" \t\r\n"
 _SPACE: Final = re.compile(rb"[ \t\r\n]*")
@@ -62,7 +61,8 @@ class GrowingJson:
     def __init__(self) -> None:
         # (member name, its occurrence in the frame) -> (frame, start, size, text, ends_high)
         self._known: dict[tuple[bytes, int], tuple[bytes, int, int, str, bool]] = {}
-        # Placeholders carry a secret: no frame can spell one to have its own text put there.
+        # Placeholders carry a secret, so a frame does not spell one by chance; one that did
+        # would only make the count of placeholders filled wrong, and the frame parsed whole.
         self._nonce = secrets.token_hex(8)
         self.decoded = 0
         self.compared = 0
@@ -73,8 +73,8 @@ class GrowingJson:
             return jsontext.loads(data, what, offset)
         try:
             value = self._parse(data)
-        except (DecodeError, ValueError, RecursionError):
-            value = None
+        except (DecodeError, ValueError, RecursionError, IndexError):
+            value = None  # whatever the fast path trips on, the whole parse judges
         if value is None:
             self._known = {}
             return jsontext.loads(data, what, offset)  # the value, or the canonical error
