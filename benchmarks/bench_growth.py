@@ -14,6 +14,11 @@ Baseline in the same run: `--base DIR` runs the same readers against another che
 worktree at the branch point, with its `agy_provider/plugins` link), each side in its own
 process with `PYTHONPATH` set to its tree. Run:
 `.venv/bin/python benchmarks/bench_growth.py --base /work/wt-growth-base` (~1 min).
+
+Issue 31's comparison: `--sizes 262144,1048576 --chunk 4096 --rounds 3` measures each answer
+size in deltas of `--chunk` characters, sizes and sides interleaved round by round, and prints,
+per source and side, the per-delta CPU at each size, the whole answer's CPU ratio and the
+per-delta ratio between the largest and the smallest size (medians over the rounds).
 """
 
 from __future__ import annotations
@@ -282,6 +287,11 @@ def parts_main(size: int, deltas: int, ascii_only: bool) -> None:
     from agy_provider.sim.bulk import planner_step
     from agy_provider.wire import jsontext
 
+    try:
+        from agy_provider.wire.growing_json import GrowingJson
+    except ImportError:  # a tree from before issue 31
+        GrowingJson = None
+
     text = answer_text(size, ascii_only=ascii_only)
     old_end, end = cuts(size, deltas)[-2:]
     payloads = [
@@ -333,6 +343,15 @@ def parts_main(size: int, deltas: int, ascii_only: bool) -> None:
         jsontext.loads(f)["update"]["mainTrajectoryUpdate"]["stepsUpdate"]["steps"][0]
         for f in frames
     ]
+    timed = []
+    for _ in range(15 if GrowingJson is not None else 0):
+        growing = GrowingJson()
+        growing.loads(frames[0])
+        start = time.thread_time()
+        growing.loads(frames[1])
+        timed.append(time.thread_time() - start)
+    if timed:
+        rows.append(("rpc: GrowingJson.loads of the frame after the last", min(timed) * 1000))
     rows.append(("rpc: decode_json_step afresh", _best(lambda: decode_json_step(raws[1], index=1))))
     timed = []
     for _ in range(15):
@@ -383,9 +402,11 @@ def tree_label(tree: Path) -> str:
     return label + (" + edits" if dirty.stdout.strip() else "")
 
 
-def run_side(tree: Path, source: str, args: argparse.Namespace) -> list[float]:
+def run_side(
+    tree: Path, source: str, args: argparse.Namespace, size: int, deltas: int
+) -> list[float]:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    argv = [sys.executable, __file__, "--measure", source, str(args.size), str(args.deltas)]
+    argv = [sys.executable, __file__, "--measure", source, str(size), str(deltas)]
     argv.append(str(int(args.ascii)))
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd=tree)
     if done.returncode != 0:
@@ -421,38 +442,60 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", type=int, default=1_000_000, help="answer size in characters")
     parser.add_argument("--deltas", type=int, default=400)
+    parser.add_argument("--sizes", help="answer sizes to compare (comma-separated); see --chunk")
+    parser.add_argument("--chunk", type=int, help="characters per delta (deltas = size / chunk)")
     parser.add_argument("--sources", default="sqlite,rpc")
     parser.add_argument("--base", type=Path, help="a checkout to measure as the baseline")
     parser.add_argument("--rounds", type=int, default=1, help="runs per side, interleaved")
     parser.add_argument("--ascii", action="store_true", help="an all-ASCII answer")
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else [args.size]
+    configs = [(n, n // args.chunk if args.chunk else args.deltas) for n in sizes]
     ours = Path(__file__).resolve().parent.parent
     trees = [("base", args.base.resolve())] if args.base else []
     trees.append(("ours", ours))
     load = os.getloadavg()
+    shown = ", ".join(f"{n:,} characters in {d} deltas" for n, d in configs)
     print(
         f"bench_growth: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
-        f"{load[0]:.2f}; an answer of {args.size:,} characters "
-        f"({'ASCII' if args.ascii else 'mostly ASCII, some multibyte'}) in {args.deltas} deltas "
-        f"of {args.size // args.deltas:,}"
+        f"{load[0]:.2f}, {os.cpu_count()} cores; answers of {shown} "
+        f"({'ASCII' if args.ascii else 'mostly ASCII, some multibyte'}), {args.rounds} round(s)"
     )
     for name, tree in trees:
         print(f"  {name}: {tree} at {tree_label(tree)}")
-    print("\nreader CPU per delta (ms, median of the first / last 10 % of deltas), whole answer")
+    print("\nreader CPU per delta (ms, median of the first / last 10 % of deltas, and the mean)")
     for source in args.sources.split(","):
-        results: dict[str, list[list[float]]] = {name: [] for name, _ in trees}
+        results: dict[tuple[str, int], list[list[float]]] = {}
         for _round in range(args.rounds):
-            for name, tree in trees:
-                results[name].append(run_side(tree, source, args))
+            for size, deltas in configs:
+                for name, tree in trees:
+                    cpu = run_side(tree, source, args, size, deltas)
+                    results.setdefault((name, size), []).append(cpu)
         for name, _tree in trees:
-            for cpu in results[name]:
-                first, last, total = summary(cpu)
+            means: dict[int, float] = {}
+            totals: dict[int, float] = {}
+            for size, _deltas in configs:
+                runs = results[(name, size)]
+                for cpu in runs:
+                    first, last, total = summary(cpu)
+                    print(
+                        f"  {source:<6} {name:<4} {size:>9,}  first {first:6.2f}  last {last:6.2f}"
+                        f"  last/first {last / first:5.2f}x  mean {total / len(cpu) * 1000:6.2f}"
+                        f"  whole answer {total:6.2f} s CPU"
+                    )
+                means[size] = statistics.median(sum(c) / len(c) for c in runs) * 1000
+                totals[size] = statistics.median(sum(c) for c in runs)
+            if len(configs) > 1:
+                small, large = configs[0][0], configs[-1][0]
                 print(
-                    f"  {source:<6} {name:<4}  first {first:6.2f}  last {last:6.2f}  "
-                    f"last/first {last / first:5.2f}x  whole answer {total:6.2f} s CPU"
+                    f"  {source:<6} {name:<4} {large / small:.0f}x the answer: whole answer "
+                    f"{totals[large] / totals[small]:5.2f}x the CPU, per delta "
+                    f"{means[large] / means[small]:5.2f}x ({means[small]:.2f} -> "
+                    f"{means[large]:.2f} ms, medians of {args.rounds})"
                 )
     # What is still proportional to the whole text, in this tree: one late delta's parts.
-    argv = [sys.executable, __file__, "--parts", str(args.size), str(args.deltas)]
+    size, deltas = configs[-1]
+    argv = [sys.executable, __file__, "--parts", str(size), str(deltas)]
     argv.append(str(int(args.ascii)))
     env = dict(os.environ, PYTHONPATH=str(ours))
     subprocess.run(argv, env=env, check=True, cwd=ours)

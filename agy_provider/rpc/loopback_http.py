@@ -299,10 +299,12 @@ class _Body(httpx.AsyncByteStream):
                 while await self._read(reader.readuntil(b"\r\n")) != b"\r\n":
                     pass  # trailers: none of ours has any
                 return
-            piece = await self._read(reader.readexactly(size + 2))
-            if piece[-2:] != b"\r\n":
+            # The chunk and its CRLF read apart: slicing the CRLF off would copy the chunk again
+            # (a Connect frame of a growing answer is megabytes, once per delta).
+            piece = await self._read(reader.readexactly(size))
+            if await self._read(reader.readexactly(2)) != b"\r\n":
                 raise httpx.RemoteProtocolError("a chunk without its CRLF", request=self._request)
-            yield piece[:-2]
+            yield piece
 
     async def _read(self, read: Any) -> bytes:
         try:

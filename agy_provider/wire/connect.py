@@ -25,6 +25,7 @@ from agy_provider.errors import UsageError
 from agy_provider.wire import jsontext
 from agy_provider.wire.fed_chunks import FedChunks
 from agy_provider.wire.fed_chunks import failed_again
+from agy_provider.wire.growing_json import GrowingJson
 
 __all__ = [
     "CONNECT_PROTOCOL_VERSION",
@@ -275,6 +276,8 @@ class ConnectStreamDecoder:
         self._error: RpcError | None = None
         self._failure: FramingError | None = None
         self._skip_first_over = skip_first_over
+        # A growing step comes again in every frame, whole: parse only what grew (issue 31).
+        self._json = GrowingJson()
         self.ended = False
         self.frames_read = 0
 
@@ -282,6 +285,11 @@ class ConnectStreamDecoder:
     def envelopes(self) -> EnvelopeDecoder:
         """The envelope layer underneath (for its counters)."""
         return self._frames
+
+    @property
+    def long_strings(self) -> GrowingJson:
+        """The long strings remembered from the previous frame (for its counters)."""
+        return self._json
 
     @property
     def error(self) -> RpcError | None:
@@ -318,7 +326,7 @@ class ConnectStreamDecoder:
         skip = self._skip_first_over
         if self.frames_read == 1 and skip is not None and len(frame.payload) > skip:
             return SkippedFrame(len(frame.payload))
-        value = _loads(frame.payload, f"frame {self.frames_read}", frame.offset)
+        value = self._json.loads(frame.payload, f"frame {self.frames_read}", frame.offset)
         if not isinstance(value, dict):
             kind = type(value).__name__
             raise DecodeError(
