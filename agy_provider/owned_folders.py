@@ -16,8 +16,6 @@ import shutil
 import tempfile
 import threading
 
-import psutil
-
 __all__ = ["make_owned_folder", "owned_prefix", "start_stamp", "sweep_once", "sweep_stale_folders"]
 
 log = logging.getLogger(__name__)
@@ -33,6 +31,10 @@ _swept_lock = threading.Lock()
 
 def start_stamp(pid: int) -> int:
     """When process `pid` started, in hundredths of a second (0 when it cannot be read)."""
+    # Imported here: replay imports this module and, for a clean database, never calls it (its
+    # import line stays free of psutil, `tests/test_import_cost.py`).
+    import psutil
+
     try:
         return round(psutil.Process(pid).create_time() * 100)
     except psutil.Error:
@@ -87,10 +89,16 @@ def sweep_stale_folders(parent: str) -> list[str]:
             continue
         if stamp and start_stamp(pid) == stamp:
             continue  # its owner lives
-        if not stamp and psutil.pid_exists(pid):
+        if not stamp and _pid_exists(pid):
             continue  # cannot tell a reused pid apart: leave it
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     if removed:
         log.info("removed %d private folder(s) of processes that are gone", len(removed))
     return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    import psutil
+
+    return bool(psutil.pid_exists(pid))

@@ -74,13 +74,13 @@ def test_the_trailing_results_find_the_one_turn_that_asked() -> None:
     parked, turn, other = ParkedTurns(), Turn("s"), Turn()
     parked.park(["mcp-1", "mcp-2"], turn)
     parked.park(["mcp-9"], other)
-    found = parked.find(
-        [UserMessage(content="q", timestamp=0), ASKED, result("mcp-1"), result("mcp-2")]
-    )
+    asked = [UserMessage(content="q", timestamp=0), ASKED, result("mcp-1"), result("mcp-2")]
+    found = parked.find(asked, "s")
     assert found is not None and found[0] is turn and set(found[1]) == {"mcp-1", "mcp-2"}
-    # Only the trailing results count; results of two turns at once resume neither.
-    assert parked.find([result("mcp-1"), UserMessage(content="q", timestamp=0)]) is None
-    assert parked.find([result("mcp-1"), result("mcp-9")]) is None
+    # Only its owner's results resume it (tests/test_parked_turns.py: a user message after
+    # them goes along); results of two turns at once resume neither.
+    assert parked.find(asked) is None and parked.find(asked, "t") is None
+    assert parked.find([result("mcp-1"), result("mcp-9")], "s") is None
     assert parked.of_session("s") == [turn] and parked.of_session("") == []
     parked.release(turn)
     assert parked.find([result("mcp-1")]) is None and parked.all() == [other]
