@@ -1,19 +1,23 @@
 """The coding agents people run, headless against a real `agy-provider serve` process on agy-sim:
-Claude Code (`claude -p`) and the pi coding agent (`pi -p`), installed from npm into a cache
-(`tests/npm_clients.py`; skipped, saying why, where they cannot be).
+Claude Code (`claude -p`), the pi coding agent (`pi -p`) and Qwen Code (`qwen`), installed from
+npm into a cache (`tests/npm_clients.py`; skipped, saying why, where they cannot be).
 
 Each test has its own agy state folder, HOME and working folder: a plain answer, a second turn
-that continues the conversation (`--continue` / `-c`: still one agy conversation), and a client
-tool round trip (agy-sim's `client-bash` scenarios call the client's own shell tool, the client
-runs it, agy's answer quotes the output only a real shell prints).
+that continues the conversation (`--continue` / `-c` / `--resume`, Qwen Code's second turn in one
+stream-json session with its memory extractor on: still one agy conversation for the main line),
+and client tool round trips (agy-sim's `client-bash` scenarios call the client's own shell tool,
+the client runs it, agy's answer quotes the output only a real shell prints;
+`client-read-image` has Claude Code `Read` a PNG and agy receive the image).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,6 +163,54 @@ def test_claude_code_runs_its_bash_tool_for_agy(
     assert done["result"].startswith(SHELL_ANSWER + SHELL_SAID), done["result"]
     assert done["num_turns"] == 2  # the tool_use answer, then the answer after the result
     assert len(conversations(live_env)) == 1  # agy's turn parked, then resumed
+
+
+def png_pixels(width: int = 8, height: int = 8) -> bytes:
+    """A small valid PNG (red, RGB, 8 bits): what Claude Code's `Read` hands back as an image."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_claude_code_reads_an_image_for_agy(
+    claude: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    """agy calls Claude Code's `Read` on a PNG in its working folder (agy-sim's
+    `client-read-image`); Claude Code returns the image in the tool result, serve hands it to
+    agy, and the answer names what agy-sim's MCP client received: an image, its type, its size."""
+    png = png_pixels()
+    (folders[1] / "agy-sim-pixel.png").write_bytes(png)
+    config = {"ANTHROPIC_MODEL": "default"}
+    prompt = "Look at the picture. [agy-sim:client-read-image]"
+    done = claude_p(claude, serve, config, folders, prompt, "--allowedTools", "Read")
+    said = done["result"]
+    assert said.startswith("The client's Read returned: "), said
+    assert f"[image image/png, {len(png)} bytes]" in said, said
+    assert done["num_turns"] == 2
+    assert len(conversations(live_env)) == 1
+
+
+def test_claude_code_resume_continues_the_agy_conversation(
+    claude: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    config = {"ANTHROPIC_MODEL": "default"}
+    first = claude_p(claude, serve, config, folders, "Hi")
+    session = first["session_id"]
+    second = claude_p(claude, serve, config, folders, "Thanks", "--resume", session)
+    assert second["result"] == scenario_answer("default")
+    assert second["session_id"] == session
+    [conversation] = conversations(live_env)
+    assert len(user_inputs(live_env, conversation)) == 2  # both turns in that one conversation
 
 
 # --- the pi coding agent --------------------------------------------------------------------
