@@ -47,6 +47,8 @@ PACKAGES = {
     "pi-ai": NpmPackage("@mariozechner/pi-ai", "0.73.1"),
     # Codex (issue 30's tier) ships its platform binary as an optional dependency too.
     "codex": NpmPackage("@openai/codex", "0.171.0", "codex"),
+    # Qwen Code's `engines` asks for node 22; its bundle runs headless on node 20 (checked).
+    "qwen-code": NpmPackage("@qwen-code/qwen-code", "0.24.4", "qwen"),
 }
 
 INSTALL_TIMEOUT = 600.0

@@ -1,18 +1,23 @@
 """The coding agents people run, headless against a real `agy-provider serve` process on agy-sim:
-Claude Code (`claude -p`) and the pi coding agent (`pi -p`), installed from npm into a cache
-(`tests/npm_clients.py`; skipped, saying why, where they cannot be).
+Claude Code (`claude -p`), the pi coding agent (`pi -p`) and Qwen Code (`qwen`), installed from
+npm into a cache (`tests/npm_clients.py`; skipped, saying why, where they cannot be).
 
 Each test has its own agy state folder, HOME and working folder: a plain answer, a second turn
-that continues the conversation (`--continue` / `-c`: still one agy conversation), and a client
-tool round trip (agy-sim's `client-bash` scenarios call the client's own shell tool, the client
-runs it, agy's answer quotes the output only a real shell prints).
+that continues the conversation (`--continue` / `-c` / `--resume`, Qwen Code's second turn in one
+stream-json session with its memory extractor on: still one agy conversation for the main line),
+and client tool round trips (agy-sim's `client-bash` scenarios call the client's own shell tool,
+the client runs it, agy's answer quotes the output only a real shell prints;
+`client-read-image` has Claude Code `Read` a PNG and agy receive the image).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
+import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,11 @@ from live_helpers import scenario_answer
 from npm_clients import PACKAGES
 from npm_clients import install
 from test_serve_security import ServeProcess
+
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.rows import decode_step_row
+from agy_provider.agy.step import StepKind
 
 pytestmark = pytest.mark.slow
 
@@ -155,6 +165,54 @@ def test_claude_code_runs_its_bash_tool_for_agy(
     assert len(conversations(live_env)) == 1  # agy's turn parked, then resumed
 
 
+def png_pixels(width: int = 8, height: int = 8) -> bytes:
+    """A small valid PNG (red, RGB, 8 bits): what Claude Code's `Read` hands back as an image."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_claude_code_reads_an_image_for_agy(
+    claude: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    """agy calls Claude Code's `Read` on a PNG in its working folder (agy-sim's
+    `client-read-image`); Claude Code returns the image in the tool result, serve hands it to
+    agy, and the answer names what agy-sim's MCP client received: an image, its type, its size."""
+    png = png_pixels()
+    (folders[1] / "agy-sim-pixel.png").write_bytes(png)
+    config = {"ANTHROPIC_MODEL": "default"}
+    prompt = "Look at the picture. [agy-sim:client-read-image]"
+    done = claude_p(claude, serve, config, folders, prompt, "--allowedTools", "Read")
+    said = done["result"]
+    assert said.startswith("The client's Read returned: "), said
+    assert f"[image image/png, {len(png)} bytes]" in said, said
+    assert done["num_turns"] == 2
+    assert len(conversations(live_env)) == 1
+
+
+def test_claude_code_resume_continues_the_agy_conversation(
+    claude: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    config = {"ANTHROPIC_MODEL": "default"}
+    first = claude_p(claude, serve, config, folders, "Hi")
+    session = first["session_id"]
+    second = claude_p(claude, serve, config, folders, "Thanks", "--resume", session)
+    assert second["result"] == scenario_answer("default")
+    assert second["session_id"] == session
+    [conversation] = conversations(live_env)
+    assert len(user_inputs(live_env, conversation)) == 2  # both turns in that one conversation
+
+
 # --- the pi coding agent --------------------------------------------------------------------
 
 PI_APIS = {"anthropic-messages": "agy-anthropic", "openai-completions": "agy-openai"}
@@ -208,3 +266,123 @@ def test_pi_runs_its_bash_tool_for_agy(
     said = pi_p(pi_cli, serve, api, folders, "-p", "Run the check. [agy-sim:client-bash-pi]")
     assert said == SHELL_ANSWER + SHELL_SAID
     assert len(conversations(live_env)) == 1
+
+
+# --- Qwen Code ------------------------------------------------------------------------------
+
+QWEN_SETTINGS = {
+    # Its background memory extraction on (the default, said outright: the test is about it),
+    # and nothing reaching past serve.
+    "memory": {"enableManagedAutoMemory": True},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False},
+}
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Path:
+    return install("qwen-code") / "node_modules" / ".bin" / "qwen"
+
+
+def qwen_env(home: Path, base: str) -> dict[str, str]:
+    """Qwen Code configured as its README says (`OPENAI_BASE_URL`, `OPENAI_API_KEY`,
+    `OPENAI_MODEL`) plus `QWEN_SETTINGS` in its settings file."""
+    (home / ".qwen").mkdir(exist_ok=True)
+    (home / ".qwen" / "settings.json").write_text(json.dumps(QWEN_SETTINGS))
+    return client_env(
+        home, OPENAI_BASE_URL=f"{base}/v1", OPENAI_API_KEY=TOKEN, OPENAI_MODEL="default"
+    )
+
+
+QWEN_ARGS = ["--auth-type", "openai", "--output-format", "stream-json"]
+
+
+def qwen_session(
+    qwen: Path, base: str, folders: tuple[Path, Path], prompts: list[str]
+) -> list[dict[str, Any]]:
+    """One headless Qwen Code session (`--input-format stream-json`): each prompt sent once the
+    answer to the one before it is out, as a user types; each turn's result."""
+    home, work = folders
+    argv = [str(qwen), "--input-format", "stream-json", *QWEN_ARGS]
+    proc = subprocess.Popen(
+        argv,
+        env=qwen_env(home, base),
+        cwd=work,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    watchdog = threading.Timer(RUN_TIMEOUT, proc.kill)  # a hung client fails, never blocks
+    watchdog.start()
+    results: list[dict[str, Any]] = []
+    seen: list[str] = []
+    try:
+        for prompt in prompts:
+            turn = {"type": "user", "message": {"role": "user", "content": prompt}}
+            proc.stdin.write(json.dumps(turn) + "\n")
+            proc.stdin.flush()
+            for line in proc.stdout:
+                seen.append(line)
+                event = json.loads(line) if line.startswith("{") else {}
+                if event.get("type") == "result":
+                    results.append(event)
+                    break
+        proc.stdin.close()
+        err = proc.stderr.read() if proc.stderr else ""
+        code = proc.wait(timeout=RUN_TIMEOUT)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, f"qwen exited {code}: {err}{''.join(seen)[-2000:]}"
+    assert len(results) == len(prompts), "".join(seen)[-2000:]
+    assert not any(r.get("is_error") for r in results), results
+    return results
+
+
+def user_inputs(app: Path, conversation: str) -> list[str]:
+    """The user steps agy-sim recorded in one conversation, in order."""
+    conn = open_conversation_db(app / "conversations" / f"{conversation}.db")
+    try:
+        steps = [
+            decode_step_row(r.index, r.step_type, r.status, r.payload) for r in iter_step_rows(conn)
+        ]
+    finally:
+        conn.close()
+    return [s.text for s in steps if s.kind is StepKind.USER]
+
+
+def test_qwen_code_answers(
+    qwen: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    home, work = folders
+    done = run([str(qwen), "Hi", *QWEN_ARGS], qwen_env(home, serve), work)
+    assert done.returncode == 0, f"qwen exited {done.returncode}: {done.stderr}{done.stdout}"
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    [result] = [e for e in events if e.get("type") == "result"]
+    assert not result["is_error"] and result["result"] == scenario_answer("default")
+
+
+def test_qwen_code_memory_requests_leave_its_main_line_one_agy_conversation(
+    qwen: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
+) -> None:
+    """Two user turns in one headless session: after each, Qwen Code's memory extractor sends
+    the transcript under its own system prompt and tools, plus one more user message — a side
+    request. The main line continues its own agy conversation; each side request gets one of
+    its own carrying the history (the ownership rule: a branch never takes the main line)."""
+    results = qwen_session(qwen, serve, folders, ["Hi", "Thanks"])
+    assert [r["result"] for r in results] == [scenario_answer("default")] * 2
+    assert len({r["session_id"] for r in results}) == 1
+    recorded = {c: user_inputs(live_env, c) for c in conversations(live_env)}
+    mains = [c for c, said in recorded.items() if len(said) == 2]
+    assert len(mains) == 1, recorded  # one agy conversation took both user turns
+    first, second = recorded[mains[0]]
+    assert first.endswith("Hi") and second == "Thanks", (first[-80:], second)
+    sides = [said for c, said in recorded.items() if c not in mains]
+    assert sides, recorded  # the memory extractor ran, and branched off
+    for said in sides:  # each its own conversation: the history, then its one user message
+        assert len(said) == 1 and "Managed memory" in said[0], said

@@ -1,8 +1,8 @@
 """`agy-provider serve` as Claude Code and clients naming their own models use it, end to end on
 agy-sim: a Claude Code-shaped request (many tools with big schemas, adaptive thinking, system
 blocks with cache_control, a mid-conversation system message, the JSON user_id, its betas)
-through the real `anthropic` SDK, a tool round trip, the model map, and the request log (`-v`,
-`-vv`) — one line per request, never a token.
+through the real `anthropic` SDK, a tool round trip, the model map, the request log (`-v`,
+`-vv`) — one line per request, never a token — and Continue's request shape (`openai` SDK).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import httpx
 import pytest
 from host_helpers import TOOL_PARAMETERS
 from host_helpers import TOOL_SCENARIO
+from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
@@ -343,3 +344,41 @@ def test_serve_v_logs_a_line_per_request_and_no_token(
     assert " POST /v1/chat/completions model=default key=user conversation=" in chat
     assert " new 200 " in chat and "note=1" not in chat  # never the query string
     assert token not in printed
+
+
+async def test_a_continue_shaped_chat_continues_one_agy_conversation(
+    logged: tuple[Served, Lines],
+) -> None:
+    """What Continue's `provider: openai` model entry sends (Continue is an IDE extension, so
+    its shape, from its OpenAI adapter, through the real `openai` SDK): a streamed Chat
+    Completions request with its own system message, `max_tokens`, `temperature`, `top_p`,
+    `stop` and an `api-key` header beside the bearer token; no session key, so the resent
+    transcript alone continues the conversation."""
+    served, lines = logged
+    client = served.openai()
+    client = client.with_options(default_headers={"api-key": served.token})
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful coding assistant."},
+        {"role": "user", "content": "Hi!"},
+    ]
+    for follow_up in ("Thanks, and again?", ""):
+        stream = await client.chat.completions.create(
+            model="default",
+            messages=messages,
+            stream=True,
+            max_tokens=4096,
+            temperature=0.5,
+            top_p=1,
+            stop=["<|endoftext|>"],
+        )
+        said = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert said == scenario_answer("default")
+        if follow_up:
+            messages += [
+                {"role": "assistant", "content": said},
+                {"role": "user", "content": follow_up},
+            ]
+    logged_lines = request_lines(await lines.wait_for(2))
+    assert [re.findall(r"key=(\S+)", line)[0] for line in logged_lines] == ["transcript"] * 2
+    assert " continued " in logged_lines[1], logged_lines
+    assert len(conversations(served.app)) == 1

@@ -129,3 +129,10 @@ async def test_pis_bash_is_called_through_serve_and_its_output_answered(served: 
     second = await client.chat.completions.create(model="default", messages=messages, tools=tools)
     assert second.choices[0].message.content == answer_with("client-bash-pi", ran)
     assert len(conversations(served.app)) == 1
+
+
+def test_the_read_image_scenario_reads_a_file_in_the_clients_folder() -> None:
+    spec = client_call("client-read-image")
+    assert spec.tool == "Read" and spec.server == ""
+    assert dict(spec.arguments) == {"file_path": "agy-sim-pixel.png"}  # relative: its cwd
+    assert MCP_RESULT_PLACEHOLDER in answer_with("client-read-image", MCP_RESULT_PLACEHOLDER)
