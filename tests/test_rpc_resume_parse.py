@@ -17,7 +17,7 @@ from agy_provider.live.provider import wait_for_turns
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import UserMessage
-from agy_provider.wire import connect
+from agy_provider.wire.growing_json import GrowingJson
 
 pytestmark = pytest.mark.slow
 
@@ -30,17 +30,18 @@ async def parsed(
     _, store, _ = seed_resumable(app, tmp_path / f"sessions-{earlier_turns}.json", earlier_turns)
     loop_thread = threading.get_ident()
     on_loop = anywhere = replays = 0
-    real = connect._loads
+    real = GrowingJson.loads
 
-    def counting(data: bytes, what: str, offset: int | None) -> Any:
+    def counting(self: GrowingJson, data: bytes, what: str, offset: int | None) -> Any:
         nonlocal on_loop, anywhere, replays
         anywhere += len(data)
         replays += what == "frame 1"
         if threading.get_ident() == loop_thread:
             on_loop += len(data)
-        return real(data, what, offset)
+        return real(self, data, what, offset)
 
-    monkeypatch.setattr(connect, "_loads", counting)
+    # Every stream frame's JSON goes through its decoder's GrowingJson.
+    monkeypatch.setattr(GrowingJson, "loads", counting)
     stream = stream_simple(
         MODEL,
         Context(messages=[UserMessage(content="one more", timestamp=0)]),
