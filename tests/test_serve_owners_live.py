@@ -15,8 +15,6 @@ import base64
 import json
 import struct
 import zlib
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,10 +24,9 @@ from host_helpers import TOOL_SCENARIO
 from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_output
-from live_helpers import leftovers
 from live_helpers import scenario_answer
 from test_serve_app import Served
-from test_serve_app import start_server
+from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.hosts.serve_convert import anthropic_ask
 from agy_provider.hosts.serve_tokens import DEFAULT_CONTEXT_WINDOW
@@ -76,17 +73,6 @@ def png(width: int = 2, height: int = 2) -> bytes:
 PICTURE = png()
 PICTURE_B64 = base64.b64encode(PICTURE).decode()
 IMAGE_SEEN = f"[image image/png, {len(PICTURE)} bytes]"
-
-
-@pytest.fixture(name="served")
-async def served_fixture(live_env: Path) -> AsyncIterator[Served]:
-    running, stop, task = await start_server(live_env)
-    try:
-        yield running
-    finally:
-        stop.set()
-        await task
-    assert not leftovers(live_env)
 
 
 def watch_turns(served: Served) -> list[Any]:

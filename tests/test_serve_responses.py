@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from test_serve_app import CITY
 from test_serve_app import LOOKUP_ANTHROPIC
 from test_serve_app import LOOKUP_OPENAI
 from test_serve_app import Served
+from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 from test_serve_app import start_server
 from test_serve_app import until_no_agy
 
@@ -50,17 +50,6 @@ LOOKUP = {
 class City(pydantic.BaseModel):  # type: ignore[name-defined,misc]
     city: str
     population: int
-
-
-@pytest.fixture(name="served")
-async def served_fixture(live_env: Path) -> AsyncIterator[Served]:
-    running, stop, task = await start_server(live_env)
-    try:
-        yield running
-    finally:
-        stop.set()
-        await task
-    assert not leftovers(live_env)
 
 
 async def raw_events(served: Served, body: dict[str, Any], **headers: str) -> list[dict[str, Any]]:
