@@ -26,6 +26,7 @@ __all__ = [
     "install_command",
     "need",
     "own_folder",
+    "own_folder_env",
 ]
 
 
@@ -146,3 +147,22 @@ def _install(packages: OwnFolder) -> None:
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
+
+
+def own_folder_env(packages: OwnFolder, probe: str) -> dict[str, str]:
+    """The environment of a child Python with `packages`' folder first on its path, once `probe`
+    (an import statement) has run there; a skip saying why when it does not."""
+    home = own_folder(packages)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        pytest.skip(
+            f"{packages.name} cannot be imported beside this Python ({probe}): "
+            f"{done.stderr.strip()[-300:]}"
+        )
+    return env

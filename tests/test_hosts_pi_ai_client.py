@@ -10,7 +10,6 @@ each check runs in a child Python with that folder first on its path.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,7 @@ from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
 from optional import PI_AI_CLIENT
-from optional import own_folder
+from optional import own_folder_env
 
 from agy_provider.agy.models import list_models
 
@@ -58,30 +57,11 @@ async def until_agy_runs():
 
 def run_host(body: str, tmp_path: Path) -> Any:
     """Run `body` (an `async def main()` returning JSON) beside pi-ai-client; its answer."""
-    host_path = own_folder(PI_AI_CLIENT)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(host_path), os.environ.get("PYTHONPATH", "")]),
-    }
-    probe = subprocess.run(
-        [sys.executable, "-c", "import pi_ai.registry, pi_agent_loop"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            f"pi-ai-client or pi-agent-loop cannot be imported beside this Python: {probe.stderr.strip()[-300:]}"
-        )
+    env = own_folder_env(PI_AI_CLIENT, "import pi_ai.registry, pi_agent_loop")
     script = tmp_path / "host.py"
     script.write_text(
         PRELUDE + textwrap.dedent(body) + "\nprint(json.dumps(asyncio.run(main())))\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(host_path), os.environ.get("PYTHONPATH", "")]),
-    }
     done = subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=200
     )

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 from live_helpers import scenario_answer
 from optional import INSTRUCTOR
-from optional import own_folder
+from optional import own_folder_env
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
@@ -50,23 +48,7 @@ print(json.dumps(city.model_dump()))
 
 def instructor_env() -> dict[str, str]:
     """The environment of a Python that imports instructor (and its own openai) first."""
-    home = own_folder(INSTRUCTOR)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
-    }
-    probe = subprocess.run(
-        [sys.executable, "-c", "import instructor"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            f"instructor cannot be imported beside this Python: {probe.stderr.strip()[-300:]}"
-        )
-    return env
+    return own_folder_env(INSTRUCTOR, "import instructor")
 
 
 @pytest.fixture(scope="module")
