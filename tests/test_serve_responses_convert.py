@@ -342,3 +342,11 @@ def test_a_sealed_reasoning_item_carries_the_owners_signature_only_when_included
     seal = sealed.whole(message)["output"][0]["encrypted_content"]
     # The server's signature of the thinking for its owner, never the provider's raw mark.
     assert seal != mark and sealed.turn.turns.owners.signer.verify("", "hmm", seal)
+
+
+def test_a_quota_failure_is_insufficient_quota_and_any_other_a_server_error() -> None:
+    writer, message = _writer("error", [])
+    quota = writer.failed(message, lambda m: (429, "agy failed: RESOURCE_EXHAUSTED (code 429)"))
+    assert quota["status"] == "failed" and quota["error"]["code"] == "insufficient_quota"
+    other = writer.failed(message, lambda m: (502, "agy crashed"))
+    assert other["error"] == {"code": "server_error", "message": "agy crashed"}

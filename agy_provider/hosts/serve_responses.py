@@ -203,7 +203,9 @@ class ResponseWriter:
 
     def failed(self, message: AssistantMessage, failure: Failure) -> dict[str, Any]:
         status, text = failure(message)
-        code = "rate_limit_exceeded" if status == 429 else "server_error"
+        # A 429 is agy's quota: OpenAI's code for it, which Codex reports as such and does not
+        # retry (it retries `server_error` five times, each a new agy turn).
+        code = "insufficient_quota" if status == 429 else "server_error"
         response = self.envelope("failed", [], error={"code": code, "message": text})
         self._remember(response, None)
         return response
