@@ -27,12 +27,8 @@ from host_helpers import conversations
 from live_helpers import scenario_answer
 from npm_clients import PACKAGES
 from npm_clients import install
+from test_live_continuity import recorded_user_inputs
 from test_serve_security import ServeProcess
-
-from agy_provider.agy.database import iter_step_rows
-from agy_provider.agy.database import open_conversation_db
-from agy_provider.agy.rows import decode_step_row
-from agy_provider.agy.step import StepKind
 
 pytestmark = pytest.mark.slow
 
@@ -210,7 +206,7 @@ def test_claude_code_resume_continues_the_agy_conversation(
     assert second["result"] == scenario_answer("default")
     assert second["session_id"] == session
     [conversation] = conversations(live_env)
-    assert len(user_inputs(live_env, conversation)) == 2  # both turns in that one conversation
+    assert len(recorded_user_inputs(live_env, conversation)) == 2  # both turns in that one conversation
 
 
 # --- the pi coding agent --------------------------------------------------------------------
@@ -344,16 +340,6 @@ def qwen_session(
     return results
 
 
-def user_inputs(app: Path, conversation: str) -> list[str]:
-    """The user steps agy-sim recorded in one conversation, in order."""
-    conn = open_conversation_db(app / "conversations" / f"{conversation}.db")
-    try:
-        steps = [
-            decode_step_row(r.index, r.step_type, r.status, r.payload) for r in iter_step_rows(conn)
-        ]
-    finally:
-        conn.close()
-    return [s.text for s in steps if s.kind is StepKind.USER]
 
 
 def test_qwen_code_answers(
@@ -377,7 +363,7 @@ def test_qwen_code_memory_requests_leave_its_main_line_one_agy_conversation(
     results = qwen_session(qwen, serve, folders, ["Hi", "Thanks"])
     assert [r["result"] for r in results] == [scenario_answer("default")] * 2
     assert len({r["session_id"] for r in results}) == 1
-    recorded = {c: user_inputs(live_env, c) for c in conversations(live_env)}
+    recorded = {c: recorded_user_inputs(live_env, c) for c in conversations(live_env)}
     mains = [c for c, said in recorded.items() if len(said) == 2]
     assert len(mains) == 1, recorded  # one agy conversation took both user turns
     first, second = recorded[mains[0]]
