@@ -55,8 +55,8 @@ CJK = "会话的所有者由客户端自己的信号决定。"
 
 def big_request(target_tokens: int = 100_000) -> dict[str, Any]:
     """A Messages request of about `target_tokens` (by this estimator), in realistic pieces."""
-    from agy_provider.hosts.serve_convert import anthropic_ask
-    from agy_provider.hosts.serve_tokens import estimate_context
+    from agy_provider.hosts.serve.convert import anthropic_ask
+    from agy_provider.hosts.serve.tokens import estimate_context
 
     tools = [
         {
@@ -98,8 +98,8 @@ def big_request(target_tokens: int = 100_000) -> dict[str, Any]:
 
 
 def speed(rounds: int) -> str:
-    from agy_provider.hosts.serve_convert import anthropic_ask
-    from agy_provider.hosts.serve_tokens import estimate_context
+    from agy_provider.hosts.serve.convert import anthropic_ask
+    from agy_provider.hosts.serve.tokens import estimate_context
 
     body = big_request()
     raw = json.dumps(body).encode()
@@ -140,8 +140,8 @@ def speed(rounds: int) -> str:
 async def against_sim() -> list[tuple[str, int, int]]:
     import httpx
 
-    from agy_provider.hosts.serve_app import ServeServer
-    from agy_provider.hosts.serve_app import ServeSettings
+    from agy_provider.hosts.serve.app import ServeServer
+    from agy_provider.hosts.serve.app import ServeSettings
 
     token = secrets.token_urlsafe(24)
     server = ServeServer(ServeSettings(token=token, port=0))

@@ -193,8 +193,8 @@ class FirstDeltas:
 
 
 async def with_server(rounds: int, clients: int) -> tuple[dict[str, Any], list[float], Any]:
-    from agy_provider.hosts.serve_app import ServeServer
-    from agy_provider.hosts.serve_app import ServeSettings
+    from agy_provider.hosts.serve.app import ServeServer
+    from agy_provider.hosts.serve.app import ServeSettings
     from agy_provider.plugin_manager import get_plugin_manager
 
     observer = FirstDeltas()
@@ -317,8 +317,8 @@ class TurnEnds:
 async def many_side(clients: int) -> dict[str, Any]:
     """One side of part 4, in a fresh process: a server, a warm-up turn (its agys then ended),
     then `clients` streaming clients at once from another process, the loop lag meanwhile."""
-    from agy_provider.hosts.serve_app import ServeServer
-    from agy_provider.hosts.serve_app import ServeSettings
+    from agy_provider.hosts.serve.app import ServeServer
+    from agy_provider.hosts.serve.app import ServeSettings
     from agy_provider.live.warm import POOL
     from agy_provider.plugin_manager import get_plugin_manager
 

@@ -274,7 +274,7 @@ def _part(body: bytes, more: bool = True) -> dict[str, Any]:
 async def test_the_shared_body_reader_keeps_the_cap_as_each_caller_sets_it(
     declared: int, read_up_to: int | None, parts: list[Any], expected: bytes | None, taken: int
 ) -> None:
-    from agy_provider.bridge.http_serving import read_body
+    from agy_provider.http_serving import read_body
 
     receive = _arriving(*parts)
     body = await read_body(receive, 5, declared=declared, read_up_to=read_up_to)
@@ -284,8 +284,8 @@ async def test_the_shared_body_reader_keeps_the_cap_as_each_caller_sets_it(
 async def test_the_shared_body_reader_says_when_the_client_left() -> None:
     from starlette.requests import ClientDisconnect
 
-    from agy_provider.bridge.http_serving import read_body
-    from agy_provider.bridge.http_serving import replay_body
+    from agy_provider.http_serving import read_body
+    from agy_provider.http_serving import replay_body
 
     with pytest.raises(ClientDisconnect):
         await read_body(_arriving(_part(b"ab"), {"type": "http.disconnect"}), 5)

@@ -27,8 +27,8 @@ from live_helpers import leftovers
 from live_helpers import scenario_answer
 from optional import need
 
-from agy_provider.hosts.serve_app import ServeServer
-from agy_provider.hosts.serve_app import ServeSettings
+from agy_provider.hosts.serve.app import ServeServer
+from agy_provider.hosts.serve.app import ServeSettings
 
 pytestmark = pytest.mark.slow
 

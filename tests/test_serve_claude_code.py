@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import user_id_key
-from agy_provider.hosts.serve_body import MAX_DEPTH
-from agy_provider.hosts.serve_body import BodyError
-from agy_provider.hosts.serve_body import parse_body
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_log import RequestRecord
-from agy_provider.hosts.serve_log import Seen
-from agy_provider.hosts.serve_log import mask_headers
-from agy_provider.hosts.serve_models import ModelMap
-from agy_provider.hosts.serve_models import parse_model_map
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import user_id_key
+from agy_provider.hosts.serve.body import MAX_DEPTH
+from agy_provider.hosts.serve.body import BodyError
+from agy_provider.hosts.serve.body import parse_body
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.convert import openai_ask
+from agy_provider.hosts.serve.log import RequestRecord
+from agy_provider.hosts.serve.log import Seen
+from agy_provider.hosts.serve.log import mask_headers
+from agy_provider.hosts.serve.models import ModelMap
+from agy_provider.hosts.serve.models import parse_model_map
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ToolResultMessage
 from agy_provider.pi.types import UserMessage

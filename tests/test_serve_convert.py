@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import session_key
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_memory import DeliveredMessages
-from agy_provider.hosts.serve_turn import StructuredOutputError
-from agy_provider.hosts.serve_turn import parse_structured
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import session_key
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.convert import openai_ask
+from agy_provider.hosts.serve.memory import DeliveredMessages
+from agy_provider.hosts.serve.turn import StructuredOutputError
+from agy_provider.hosts.serve.turn import parse_structured
 from agy_provider.live.continuity import make_mark
 from agy_provider.live.continuity import mark_message
 from agy_provider.pi.types import AssistantMessage
@@ -306,7 +306,7 @@ def test_structured_answers_are_parsed_and_checked() -> None:
 
 
 def test_a_structured_answer_after_words_is_read_from_its_last_block() -> None:
-    from agy_provider.hosts.serve_turn import _structured
+    from agy_provider.hosts.serve.turn import _structured
 
     schema = {"type": "object", "required": ["n"]}
     assert _structured(['{"n": ', "1}"], schema) == ({"n": 1}, '{"n": 1}')

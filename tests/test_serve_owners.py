@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_memory import FOREIGN_THINKING
-from agy_provider.hosts.serve_memory import DeliveredMessages
-from agy_provider.hosts.serve_owners import Owner
-from agy_provider.hosts.serve_owners import Owners
-from agy_provider.hosts.serve_owners import ThinkingSigner
-from agy_provider.hosts.serve_owners import owner_of
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.memory import FOREIGN_THINKING
+from agy_provider.hosts.serve.memory import DeliveredMessages
+from agy_provider.hosts.serve.owners import Owner
+from agy_provider.hosts.serve.owners import Owners
+from agy_provider.hosts.serve.owners import ThinkingSigner
+from agy_provider.hosts.serve.owners import owner_of
 from agy_provider.live.continuity import make_mark
 from agy_provider.live.continuity import mark_message
 from agy_provider.live.parking import PARKED

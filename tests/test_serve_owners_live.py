@@ -28,9 +28,9 @@ from live_helpers import scenario_answer
 from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_tokens import DEFAULT_CONTEXT_WINDOW
-from agy_provider.hosts.serve_tokens import estimate_context
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.tokens import DEFAULT_CONTEXT_WINDOW
+from agy_provider.hosts.serve.tokens import estimate_context
 
 pytestmark = pytest.mark.slow
 

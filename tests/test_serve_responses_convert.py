@@ -10,15 +10,15 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import forced_tools
-from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_owners import owner_of
-from agy_provider.hosts.serve_responses import RememberedResponses
-from agy_provider.hosts.serve_responses import responses_usage
-from agy_provider.hosts.serve_responses_ask import REFUSED_FIELDS
-from agy_provider.hosts.serve_responses_ask import Continued
-from agy_provider.hosts.serve_responses_ask import responses_ask
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import forced_tools
+from agy_provider.hosts.serve.convert import openai_ask
+from agy_provider.hosts.serve.owners import owner_of
+from agy_provider.hosts.serve.responses import RememberedResponses
+from agy_provider.hosts.serve.responses import responses_usage
+from agy_provider.hosts.serve.responses_ask import REFUSED_FIELDS
+from agy_provider.hosts.serve.responses_ask import Continued
+from agy_provider.hosts.serve.responses_ask import responses_ask
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import TextContent
@@ -300,9 +300,9 @@ def test_namespaced_tools_are_offered_by_name_and_hosted_web_search_is_agys_own(
 
 
 def _writer(stop_reason: Any, content: list[Any], **ask: Any) -> tuple[Any, AssistantMessage]:
-    from agy_provider.hosts.serve_responses import ResponseWriter
-    from agy_provider.hosts.serve_turn import RunningTurn
-    from agy_provider.hosts.serve_turn import ServeTurns
+    from agy_provider.hosts.serve.responses import ResponseWriter
+    from agy_provider.hosts.serve.turn import RunningTurn
+    from agy_provider.hosts.serve.turn import ServeTurns
     from agy_provider.pi.options import AbortSignal
     from agy_provider.pi.stream import AssistantMessageEventStream
 

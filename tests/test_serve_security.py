@@ -27,7 +27,7 @@ from test_serve_app import Served
 from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.cli import main
-from agy_provider.hosts.serve_http import MAX_BODY_BYTES
+from agy_provider.hosts.serve.http import MAX_BODY_BYTES
 
 # Past the body cap (32 MiB, which an over-long context must fit under to be counted).
 OVER_CAP = MAX_BODY_BYTES + 1024 * 1024

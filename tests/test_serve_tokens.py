@@ -11,14 +11,14 @@ import struct
 
 import pytest
 
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_tokens import DEFAULT_CONTEXT_WINDOW
-from agy_provider.hosts.serve_tokens import _priced
-from agy_provider.hosts.serve_tokens import context_window
-from agy_provider.hosts.serve_tokens import estimate_context
-from agy_provider.hosts.serve_tokens import estimate_text
-from agy_provider.hosts.serve_tokens import overflow_response
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.convert import openai_ask
+from agy_provider.hosts.serve.tokens import DEFAULT_CONTEXT_WINDOW
+from agy_provider.hosts.serve.tokens import _priced
+from agy_provider.hosts.serve.tokens import context_window
+from agy_provider.hosts.serve.tokens import estimate_context
+from agy_provider.hosts.serve.tokens import estimate_text
+from agy_provider.hosts.serve.tokens import overflow_response
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import UserMessage

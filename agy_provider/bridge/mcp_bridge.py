@@ -60,9 +60,6 @@ from agy_provider.bridge.host_tool_values import _as_host_tools
 from agy_provider.bridge.host_tool_values import _as_result
 from agy_provider.bridge.host_tool_values import _capped
 from agy_provider.bridge.host_tool_values import _schema_of
-from agy_provider.bridge.http_serving import listening_socket
-from agy_provider.bridge.http_serving import read_body
-from agy_provider.bridge.http_serving import replay_body
 from agy_provider.bridge.mcp_requests import _handshake_era
 from agy_provider.bridge.mcp_requests import _respond
 from agy_provider.bridge.parked_calls import ParkedToolCalls
@@ -70,6 +67,9 @@ from agy_provider.bridge.plugin_tools import plugin_host_tools
 from agy_provider.bridge.plugin_tools import plugin_tool_handler
 from agy_provider.errors import SourceError
 from agy_provider.errors import UsageError
+from agy_provider.http_serving import listening_socket
+from agy_provider.http_serving import read_body
+from agy_provider.http_serving import replay_body
 from agy_provider.pi.types import Tool
 from agy_provider.store.atomic import write_json_atomic
 from agy_provider.workers import off_loop

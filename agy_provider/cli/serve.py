@@ -79,8 +79,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import os
     import secrets
 
-    from agy_provider.hosts.serve_app import DEFAULT_PORT
-    from agy_provider.hosts.serve_app import is_loopback
+    from agy_provider.hosts.serve.app import DEFAULT_PORT
+    from agy_provider.hosts.serve.app import is_loopback
 
     token = args.token or os.environ.get(TOKEN_VARIABLE, "")
     port = DEFAULT_PORT if args.port is None else args.port
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             file=err,
         )
         return EXIT_USAGE
-    from agy_provider.hosts.serve_models import parse_model_map
+    from agy_provider.hosts.serve.models import parse_model_map
     from agy_provider.store.config import load_config
 
     try:
@@ -127,8 +127,8 @@ def _serve(
     import signal
 
     from agy_provider.cli.simulator_state import simulator_state
-    from agy_provider.hosts.serve_app import ServeServer
-    from agy_provider.hosts.serve_app import ServeSettings
+    from agy_provider.hosts.serve.app import ServeServer
+    from agy_provider.hosts.serve.app import ServeSettings
     from agy_provider.pi.host_input import checked_cwd
     from agy_provider.store.config import load_config
 

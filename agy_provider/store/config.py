@@ -120,7 +120,7 @@ class Config:
     # beyond it wait in a first-come queue. 0: one per CPU this process may run on.
     cold_starts: int = 0
     # `serve`'s model map: comma-separated `PATTERN=MODEL` entries tried before its defaults
-    # (`hosts/serve_models.py`); `*=none` switches the fallback to `default` off.
+    # (`hosts/serve/models.py`); `*=none` switches the fallback to `default` off.
     serve_model_map: str = ""
 
     def __post_init__(self) -> None:

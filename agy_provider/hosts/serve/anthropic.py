@@ -13,8 +13,8 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agy_provider.hosts.serve_tokens import estimate_text
-from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.hosts.serve.tokens import estimate_text
+from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.events import TextDeltaEvent
@@ -66,7 +66,7 @@ def _blocks(turn: RunningTurn, message: AssistantMessage) -> list[dict[str, Any]
         )
     for block in message.content:
         if isinstance(block, ThinkingContent):
-            # Signed (`serve_owners`): a client sends thinking back with its signature, which
+            # Signed (`serve/owners`): a client sends thinking back with its signature, which
             # tells serve the block is its own, unedited, and this owner's.
             signature = turn.sign(block.thinking)
             out.append({"type": "thinking", "thinking": block.thinking, "signature": signature})

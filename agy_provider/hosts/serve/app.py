@@ -1,9 +1,9 @@
 """`agy-provider serve`: agy behind OpenAI- and Anthropic-compatible endpoints on loopback — the
 Starlette app, its routes, and the uvicorn server it runs in (in-process, our own signals).
 
-A host of the provider like the others: each request is converted (`serve_convert`,
-`serve_responses_ask`), started through `hosts/_turns.start_turn` (`serve_turn`) and answered in
-its API's shape (`serve_openai`, `serve_anthropic`, `serve_responses`); `serve_http` guards the
+A host of the provider like the others: each request is converted (`serve/convert`,
+`serve/responses_ask`), started through `hosts/_turns.start_turn` (`serve/turn`) and answered in
+its API's shape (`serve/openai`, `serve/anthropic`, `serve/responses`); `serve/http` guards the
 door.
 """
 
@@ -28,45 +28,45 @@ from starlette.responses import JSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agy_provider.bridge.http_serving import listening_socket
 from agy_provider.errors import AgyError
 from agy_provider.errors import IncompleteStreamError
 from agy_provider.errors import UsageError
-from agy_provider.hosts import serve_anthropic
-from agy_provider.hosts import serve_openai
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_body import BodyError
-from agy_provider.hosts.serve_body import parse_body
-from agy_provider.hosts.serve_convert import anthropic_ask
-from agy_provider.hosts.serve_convert import openai_ask
-from agy_provider.hosts.serve_http import MAX_BODY_BYTES
-from agy_provider.hosts.serve_http import Guard
-from agy_provider.hosts.serve_http import Shape
-from agy_provider.hosts.serve_http import SseResponse
-from agy_provider.hosts.serve_http import error_body
-from agy_provider.hosts.serve_http import error_response
-from agy_provider.hosts.serve_http import shape_of
-from agy_provider.hosts.serve_http import sse
-from agy_provider.hosts.serve_http import until_disconnected
-from agy_provider.hosts.serve_log import RequestLog
-from agy_provider.hosts.serve_log import RequestRecord
-from agy_provider.hosts.serve_log import record_of
-from agy_provider.hosts.serve_models import ModelChoice
-from agy_provider.hosts.serve_models import ModelMap
-from agy_provider.hosts.serve_owners import Owner
-from agy_provider.hosts.serve_owners import owner_of
-from agy_provider.hosts.serve_responses import RememberedResponses
-from agy_provider.hosts.serve_responses import ResponseWriter
-from agy_provider.hosts.serve_responses_ask import ResponsesAsk
-from agy_provider.hosts.serve_responses_ask import responses_ask
-from agy_provider.hosts.serve_tokens import context_window
-from agy_provider.hosts.serve_tokens import estimate_context
-from agy_provider.hosts.serve_tokens import overflow_response
-from agy_provider.hosts.serve_turn import RunningTurn
-from agy_provider.hosts.serve_turn import ServeTurns
+from agy_provider.hosts.serve import anthropic
+from agy_provider.hosts.serve import openai
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import ServeAsk
+from agy_provider.hosts.serve.body import BodyError
+from agy_provider.hosts.serve.body import parse_body
+from agy_provider.hosts.serve.convert import anthropic_ask
+from agy_provider.hosts.serve.convert import openai_ask
+from agy_provider.hosts.serve.http import MAX_BODY_BYTES
+from agy_provider.hosts.serve.http import Guard
+from agy_provider.hosts.serve.http import Shape
+from agy_provider.hosts.serve.http import SseResponse
+from agy_provider.hosts.serve.http import error_body
+from agy_provider.hosts.serve.http import error_response
+from agy_provider.hosts.serve.http import shape_of
+from agy_provider.hosts.serve.http import sse
+from agy_provider.hosts.serve.http import until_disconnected
+from agy_provider.hosts.serve.log import RequestLog
+from agy_provider.hosts.serve.log import RequestRecord
+from agy_provider.hosts.serve.log import record_of
+from agy_provider.hosts.serve.models import ModelChoice
+from agy_provider.hosts.serve.models import ModelMap
+from agy_provider.hosts.serve.owners import Owner
+from agy_provider.hosts.serve.owners import owner_of
+from agy_provider.hosts.serve.responses import RememberedResponses
+from agy_provider.hosts.serve.responses import ResponseWriter
+from agy_provider.hosts.serve.responses_ask import ResponsesAsk
+from agy_provider.hosts.serve.responses_ask import responses_ask
+from agy_provider.hosts.serve.tokens import context_window
+from agy_provider.hosts.serve.tokens import estimate_context
+from agy_provider.hosts.serve.tokens import overflow_response
+from agy_provider.hosts.serve.turn import RunningTurn
+from agy_provider.hosts.serve.turn import ServeTurns
+from agy_provider.http_serving import listening_socket
 from agy_provider.live.images import check_images
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
@@ -113,7 +113,7 @@ class ServeSettings:
     agy_bin: str | None = None
     cwd: str | None = None
     max_body: int = MAX_BODY_BYTES
-    # The user's model map entries (`PATTERN=MODEL`, tried before `serve_models`' defaults).
+    # The user's model map entries (`PATTERN=MODEL`, tried before `serve/models`' defaults).
     model_map: tuple[tuple[str, str], ...] = ()
     # The request log: 1 a line per request, 2 its headers too (secrets masked), to `log`.
     verbosity: int = 0
@@ -214,8 +214,8 @@ class ServeServer:
             return error_response(shape, 503, f"agy's models could not be listed: {exc}")
         ids = [*ids, *(alias for alias, _ in self.models.aliases(ids))]
         if shape == "anthropic":
-            return JSONResponse(serve_anthropic.model_list(ids))
-        return JSONResponse(serve_openai.model_list(ids))
+            return JSONResponse(anthropic.model_list(ids))
+        return JSONResponse(openai.model_list(ids))
 
     async def _model_ids(self) -> list[str]:
         now = time.monotonic()
@@ -323,11 +323,11 @@ class ServeServer:
             return error_response(shape, status, text)
         assert isinstance(last, DoneEvent)
         if shape == "anthropic":
-            return JSONResponse(serve_anthropic.message(turn, last.message, model))
-        return JSONResponse(serve_openai.completion(turn, last.message, model))
+            return JSONResponse(anthropic.message(turn, last.message, model))
+        return JSONResponse(openai.completion(turn, last.message, model))
 
     async def _choose_model(self, asked: str) -> ModelChoice:
-        """The agy model for the client's name (`serve_models`); agy's catalog is asked only
+        """The agy model for the client's name (`serve/models`); agy's catalog is asked only
         for a name other than `default`, and a catalog agy cannot list lets the name through."""
         if asked.removeprefix("agy/") == DEFAULT_MODEL_ID:
             return self.models.choose(asked, None)
@@ -365,10 +365,10 @@ class ServeServer:
 
         try:
             if shape == "anthropic":
-                async for name, data in serve_anthropic.message_events(turn, model, failed):
+                async for name, data in anthropic.message_events(turn, model, failed):
                     yield sse(data, name)
             else:
-                async for chunk in serve_openai.completion_chunks(turn, model, failed):
+                async for chunk in openai.completion_chunks(turn, model, failed):
                     yield sse(chunk)
         finally:
             await self._note(turn, record)

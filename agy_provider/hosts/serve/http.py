@@ -27,8 +27,8 @@ from starlette.types import Receive
 from starlette.types import Scope
 from starlette.types import Send
 
-from agy_provider.bridge.http_serving import read_body
-from agy_provider.bridge.http_serving import replay_body
+from agy_provider.http_serving import read_body
+from agy_provider.http_serving import replay_body
 
 __all__ = [
     "MAX_BODY_BYTES",

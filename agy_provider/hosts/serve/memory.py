@@ -27,7 +27,7 @@ __all__ = ["DELIVERED_BOUND", "FOREIGN_THINKING", "DeliveredMessages", "visible_
 # every client a loopback server has, at the size of their answers.
 DELIVERED_BOUND = 4096
 # The signature a client's thinking block is given when its own did not verify
-# (`serve_owners`): not ours, so its text counts as what the client sees and the transcript
+# (`serve/owners`): not ours, so its text counts as what the client sees and the transcript
 # no longer matches any answer serve delivered.
 FOREIGN_THINKING = "serve:foreign-thinking"
 

@@ -12,7 +12,7 @@ import fnmatch
 from collections.abc import Iterable
 from collections.abc import Sequence
 
-from agy_provider.hosts.serve_ask import RequestError
+from agy_provider.hosts.serve.ask import RequestError
 
 __all__ = [
     "DEFAULT_MODEL_MAP",

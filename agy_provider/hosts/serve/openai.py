@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 from typing import Final
 
-from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_ask import session_key
-from agy_provider.hosts.serve_ask import user_id_key
-from agy_provider.hosts.serve_memory import FOREIGN_THINKING
-from agy_provider.hosts.serve_memory import DeliveredMessages
+from agy_provider.hosts.serve.ask import ServeAsk
+from agy_provider.hosts.serve.ask import session_key
+from agy_provider.hosts.serve.ask import user_id_key
+from agy_provider.hosts.serve.memory import FOREIGN_THINKING
+from agy_provider.hosts.serve.memory import DeliveredMessages
 from agy_provider.live.continuity import parse_mark
 from agy_provider.live.parking import PARKED
 from agy_provider.pi.types import AssistantMessage
@@ -88,7 +88,7 @@ def owner_of(
     """The request's owner from the client's own signal, strongest first: an explicit key
     (`x-agy-session`, `user`, `metadata.user_id` — plain or Claude Code's JSON), a session
     header (`SESSION_HEADERS`), `prompt_cache_key`, `previous_response_id` (the owner of that
-    response, from `responses`); else the transcript alone. Raises `serve_convert.RequestError`
+    response, from `responses`); else the transcript alone. Raises `serve/convert.RequestError`
     for an explicit key that cannot be one."""
     pinned = headers.get("x-agy-session")
     if pinned:

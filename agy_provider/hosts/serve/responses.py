@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator
 from collections.abc import Callable
 from typing import Any
 
-from agy_provider.hosts.serve_openai import finish_reason
-from agy_provider.hosts.serve_responses_ask import Continued
-from agy_provider.hosts.serve_responses_ask import ResponsesAsk
-from agy_provider.hosts.serve_turn import RunningTurn
+from agy_provider.hosts.serve.openai import finish_reason
+from agy_provider.hosts.serve.responses_ask import Continued
+from agy_provider.hosts.serve.responses_ask import ResponsesAsk
+from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
@@ -46,7 +46,7 @@ __all__ = ["RESPONSES_BOUND", "RememberedResponses", "ResponseWriter", "response
 # letting memory grow with every answer.
 RESPONSES_BOUND = 512
 # The `include` value that asks for reasoning items' sealed content: ours is the owner's
-# signature of the thinking (`serve_owners.ThinkingSigner`), as Anthropic's thinking blocks carry.
+# signature of the thinking (`serve/owners.ThinkingSigner`), as Anthropic's thinking blocks carry.
 SEALED_REASONING = "reasoning.encrypted_content"
 Failure = Callable[[AssistantMessage], tuple[int, str]]
 _Frame = tuple[str, dict[str, Any]]  # an event's name and its data

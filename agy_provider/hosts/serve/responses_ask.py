@@ -11,17 +11,17 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.hosts.serve_ask import DATA_URL
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_ask import forced_choice
-from agy_provider.hosts.serve_ask import plain_assistant
-from agy_provider.hosts.serve_ask import read_arguments
-from agy_provider.hosts.serve_ask import read_effort
-from agy_provider.hosts.serve_ask import read_image
-from agy_provider.hosts.serve_ask import read_model
-from agy_provider.hosts.serve_ask import read_str
-from agy_provider.hosts.serve_ask import read_tool
+from agy_provider.hosts.serve.ask import DATA_URL
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import ServeAsk
+from agy_provider.hosts.serve.ask import forced_choice
+from agy_provider.hosts.serve.ask import plain_assistant
+from agy_provider.hosts.serve.ask import read_arguments
+from agy_provider.hosts.serve.ask import read_effort
+from agy_provider.hosts.serve.ask import read_image
+from agy_provider.hosts.serve.ask import read_model
+from agy_provider.hosts.serve.ask import read_str
+from agy_provider.hosts.serve.ask import read_tool
 from agy_provider.pi.types import AssistantContent
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Context
@@ -257,7 +257,7 @@ class _InputReader:
             summary = item.get("summary") or []
             texts = [p.get("text") for p in summary if isinstance(p, Mapping)]
             sealed = item.get("encrypted_content")
-            # A sealed item carries our signature (checked by `serve_owners`: another's or an
+            # A sealed item carries our signature (checked by `serve/owners`: another's or an
             # edited one marks the transcript foreign); an unsealed one is the client's echo of
             # a summary, which no API keeps as part of the conversation: left out.
             if isinstance(sealed, str) and sealed:

@@ -23,13 +23,13 @@ from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
 from agy_provider.hosts._turns import refusal
 from agy_provider.hosts._turns import start_turn
-from agy_provider.hosts.serve_ask import RequestError
-from agy_provider.hosts.serve_ask import ServeAsk
-from agy_provider.hosts.serve_memory import DeliveredMessages
-from agy_provider.hosts.serve_owners import SESSION_PREFIX
-from agy_provider.hosts.serve_owners import Owner
-from agy_provider.hosts.serve_owners import Owners
-from agy_provider.hosts.serve_owners import Placement
+from agy_provider.hosts.serve.ask import RequestError
+from agy_provider.hosts.serve.ask import ServeAsk
+from agy_provider.hosts.serve.memory import DeliveredMessages
+from agy_provider.hosts.serve.owners import SESSION_PREFIX
+from agy_provider.hosts.serve.owners import Owner
+from agy_provider.hosts.serve.owners import Owners
+from agy_provider.hosts.serve.owners import Placement
 from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import agy_version
@@ -119,7 +119,7 @@ class RunningTurn:
 
     `owner` is whose it is (`owner.source`: which signal gave the key, for the request log),
     `placement` where it went; `continuity` says "new", "continued" or "resumed";
-    `input_tokens` is the request's estimate (`serve_tokens`).
+    `input_tokens` is the request's estimate (`serve/tokens`).
     """
 
     ask: ServeAsk
@@ -154,7 +154,7 @@ class RunningTurn:
         return "new"
 
     def sign(self, thinking: str) -> str:
-        """The signature of a thinking block this turn hands out (`serve_owners`)."""
+        """The signature of a thinking block this turn hands out (`serve/owners`)."""
         return self.turns.owners.sign(self.owner, thinking)
 
     def abort(self, reason: str) -> None:
@@ -218,7 +218,7 @@ class RunningTurn:
 
 def _forced_call(ask: ServeAsk, value: Any) -> ToolCall | None:
     """The forced tool call an answer makes (None: it is not a tool's input). With several tools
-    the answer is `{"name", "arguments"}` (`serve_convert.forced_tools`), already validated."""
+    the answer is `{"name", "arguments"}` (`serve/convert.forced_tools`), already validated."""
     name: object = ask.forced_tool
     if ask.forced_any and isinstance(value, dict):
         name, value = value.get("name"), value.get("arguments")
