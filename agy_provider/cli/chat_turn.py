@@ -15,17 +15,16 @@ import itertools
 import logging
 import os
 import select
-import signal as signals
 import sys
 import threading
 from collections.abc import Callable
-from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import NoReturn
 from typing import TextIO
 
 from agy_provider.hookspecs import hookimpl
+from agy_provider.hosts.abort_signals import abort_on_signals
 from agy_provider.live.provider import stream_simple
 from agy_provider.offline.formatters import LivePrinter
 from agy_provider.offline.formatters import event_line
@@ -42,7 +41,6 @@ from agy_provider.store.config import load_config
 from agy_provider.workers import off_loop
 
 __all__ = [
-    "ABORT_SIGNALS",
     "ChatResult",
     "Spinner",
     "TerminalAsker",
@@ -54,7 +52,6 @@ __all__ = [
 
 # Signals that end a chat the way Ctrl-C does. Without handlers SIGTERM and SIGHUP would kill
 # this process at once and leave agy and its language server running to their own deadline.
-ABORT_SIGNALS: tuple[signals.Signals, ...] = (signals.SIGINT, signals.SIGTERM, signals.SIGHUP)
 
 # The logger keeps the chat command's name: `-v` prints it on every line it says.
 log = logging.getLogger("agy_provider.cli.chat")
@@ -290,42 +287,17 @@ class ChatResult:
     signal: int | None = None
 
 
-@contextlib.contextmanager
-def _abort_on_signals(abort: AbortSignal, err: TextIO) -> Iterator[list[int]]:
-    """Turn SIGINT/SIGTERM/SIGHUP into `abort`; yields the signals received, in order.
+def _stopping_notice(err: TextIO) -> Callable[[str], None]:
+    """What chat says when a signal stops agy, on a line of its own: on a terminal the signal's
+    echo (^C) or the spinner may share the current one."""
 
-    The first signal aborts the turn, which ends agy's tree and then the stream; a second one
-    cancels the waiting task (the provider still ends agy's tree as its task is cancelled).
-    """
-    loop = asyncio.get_running_loop()
-    waiting = asyncio.current_task()
-    received: list[int] = []
+    def say(name: str) -> None:
+        if err.isatty():
+            err.write("\n")
+        err.write(f"agy-provider: {name} received: stopping agy…\n")
+        err.flush()
 
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        name = signals.Signals(signum).name
-        if len(received) == 1:
-            # On a terminal the signal's echo (^C) or the spinner may share the line: start anew.
-            if err.isatty():
-                err.write("\n")
-            err.write(f"agy-provider: {name} received: stopping agy…\n")
-            err.flush()
-            abort.abort(f"interrupted by {name}")
-        elif waiting is not None:
-            waiting.cancel()
-
-    installed = []
-    for signum in ABORT_SIGNALS:
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
-            continue
-        installed.append(signum)
-    try:
-        yield received
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+    return say
 
 
 class _Output:
@@ -434,7 +406,7 @@ async def run_chat(
     narrator = None
     # Signals are ours from here on: loading the plugins can take a moment, and a signal then
     # must abort the turn too rather than kill this process with agy about to start.
-    with _abort_on_signals(abort, err) as received:
+    with abort_on_signals(abort, on_first=_stopping_notice(err)) as received:
         pm = get_plugin_manager()
         try:
             if verbose:

@@ -33,12 +33,12 @@ from types import ModuleType
 from typing import Any
 from typing import TextIO
 
-from agy_provider.cli.chat_turn import ABORT_SIGNALS
 from agy_provider.cli.chat_turn import ChatResult
 from agy_provider.cli.chat_turn import run_chat
 from agy_provider.cli.conventions import EXIT_OK
 from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
+from agy_provider.hosts.abort_signals import ABORT_SIGNALS
 from agy_provider.pi.options import AbortSignal
 
 __all__ = [

@@ -5,10 +5,10 @@ Prints the answer (or the result as JSON) and the turn's progress, and maps sign
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TextIO
 
+from agy_provider.hosts.abort_signals import abort_on_signals
 from agy_provider.hosts.ask import Mode
 from agy_provider.hosts.ask import Thinking
 from agy_provider.hosts.ask import ask_antigravity
@@ -36,29 +36,13 @@ async def ask_command(
     Returns the exit code: 0 answered, 1 the turn failed (agy's error on `err`), 128+N when
     signal N (SIGINT, SIGTERM, SIGHUP) aborted it — agy's whole tree is ended first.
     """
-    import signal as signals
-
     abort = AbortSignal()
-    received: list[int] = []
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        abort.abort(f"interrupted by {signals.Signals(signum).name}")
-
-    installed = []
-    for signum in (signals.SIGINT, signals.SIGTERM, signals.SIGHUP):
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
-            continue
-        installed.append(signum)
 
     def show(elapsed: float, step: str) -> None:
         err.write(f"[{elapsed:6.1f}s] {step}\n")
         err.flush()
 
-    try:
+    with abort_on_signals(abort, second_cancels=False) as received:
         result = await ask_antigravity(
             prompt,
             cwd=cwd,
@@ -71,9 +55,6 @@ async def ask_command(
             signal=abort,
             agy_bin=agy_bin,
         )
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
     if as_json:
         out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
     elif result.answer:
