@@ -50,6 +50,8 @@ from agy_provider.store.sessions import valid_conversation_id
 
 __all__ = [
     "ASK_TOOL_NAME",
+    "MODES",
+    "THINKING_LEVELS",
     "TURN_ENV",
     "AskResult",
     "ProgressCallback",
@@ -68,8 +70,8 @@ _AGY_PROCESS_NAMES = frozenset({"agy", "agy-sim"})
 
 Thinking: TypeAlias = Literal["low", "medium", "high"]
 Mode: TypeAlias = Literal["default", "plan", "accept-edits"]
-_THINKING = ("low", "medium", "high")
-_MODES = ("default", "plan", "accept-edits")
+THINKING_LEVELS = ("low", "medium", "high")
+MODES = ("default", "plan", "accept-edits")
 
 ProgressCallback: TypeAlias = Callable[[float, str], object]
 """Called with (seconds since the call began, the current step): `starting agy`, `thinking`,
@@ -265,9 +267,9 @@ def _plan(request: _Request, signal: AbortSignal | None) -> _Plan:
         )
     if not isinstance(prompt, str) or not prompt.strip():
         raise UsageError("AskAntigravity needs a prompt: the task for agy, as text")
-    if thinking is not None and thinking not in _THINKING:
+    if thinking is not None and thinking not in THINKING_LEVELS:
         raise UsageError(f"thinking must be low, medium or high, not {thinking!r}")
-    if mode is not None and mode not in _MODES:
+    if mode is not None and mode not in MODES:
         raise UsageError(f"mode must be plan, accept-edits or default, not {mode!r}")
     if timeout is not None and (
         isinstance(timeout, bool)

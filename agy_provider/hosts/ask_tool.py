@@ -12,9 +12,9 @@ from typing import Any
 
 from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
-from agy_provider.hosts.ask import _MODES
-from agy_provider.hosts.ask import _THINKING
 from agy_provider.hosts.ask import ASK_TOOL_NAME
+from agy_provider.hosts.ask import MODES
+from agy_provider.hosts.ask import THINKING_LEVELS
 from agy_provider.hosts.ask import ProgressCallback
 from agy_provider.hosts.ask import ask_antigravity
 from agy_provider.pi.options import AbortSignal
@@ -43,12 +43,12 @@ ASK_TOOL_PARAMETERS: Mapping[str, Any] = {
         },
         "thinking": {
             "type": "string",
-            "enum": list(_THINKING),
+            "enum": list(THINKING_LEVELS),
             "description": "How hard the model thinks, for models with effort levels.",
         },
         "mode": {
             "type": "string",
-            "enum": list(_MODES),
+            "enum": list(MODES),
             "description": "plan: agy plans without changing files; accept-edits: agy edits "
             "files without asking; default: the configured mode.",
         },

@@ -39,13 +39,13 @@ __all__ = [
     "JsonShape",
     "Kind",
     "PiJson",
-    "_list",
-    "_obj",
-    "_present",
     "by_tag",
     "items",
+    "json_object",
+    "list_field",
     "literal",
     "nested",
+    "present",
 ]
 
 JsonDict: TypeAlias = dict[str, Any]
@@ -53,13 +53,13 @@ Reader: TypeAlias = Callable[[Mapping[str, Any], str, str], Any]
 T = TypeVar("T")
 
 
-def _obj(value: object, what: str) -> Mapping[str, Any]:
+def json_object(value: object, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise DecodeError(f"{what}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
-def _present(d: Mapping[str, Any], key: str, what: str) -> Any:
+def present(d: Mapping[str, Any], key: str, what: str) -> Any:
     if key not in d:
         raise DecodeError(f"{what}: missing {key!r}")
     return d[key]
@@ -71,7 +71,7 @@ def _checked(kind: type | tuple[type, ...], noun: str) -> Reader:
     exclude_bool = kind is not bool
 
     def read(d: Mapping[str, Any], key: str, what: str) -> Any:
-        value = _present(d, key, what)
+        value = present(d, key, what)
         if isinstance(value, kind) and not (exclude_bool and isinstance(value, bool)):
             return value
         raise DecodeError(f"{what}: {key!r} must be {noun}, got {type(value).__name__}")
@@ -93,12 +93,12 @@ def _int(d: Mapping[str, Any], key: str, what: str) -> int:
     return value  # type: ignore[no-any-return]
 
 
-def _list(d: Mapping[str, Any], key: str, what: str) -> list[Any]:
+def list_field(d: Mapping[str, Any], key: str, what: str) -> list[Any]:
     return list(_list_value(d, key, what))
 
 
 def _dict(d: Mapping[str, Any], key: str, what: str) -> JsonDict:
-    return dict(_obj(_present(d, key, what), f"{what}.{key}"))
+    return dict(json_object(present(d, key, what), f"{what}.{key}"))
 
 
 def _jnum(value: Any) -> Any:
@@ -144,7 +144,7 @@ def literal(allowed: Any) -> Kind:
     choices = get_args(allowed)
 
     def read(d: Mapping[str, Any], key: str, what: str) -> Any:
-        value = _present(d, key, what)
+        value = present(d, key, what)
         if value not in choices:
             raise DecodeError(f"{what}: {key!r} must be one of {list(choices)}, got {value!r}")
         return value
@@ -154,7 +154,7 @@ def literal(allowed: Any) -> Kind:
 
 def nested(cls: type[PiJson]) -> Kind:
     """A value of another `PiJson` class, written as its own object."""
-    return Kind(lambda d, key, what: cls.from_json(_present(d, key, what)), _to_json)
+    return Kind(lambda d, key, what: cls.from_json(present(d, key, what)), _to_json)
 
 
 def _to_json(value: Any) -> Any:
@@ -164,7 +164,7 @@ def _to_json(value: Any) -> Any:
 def items(read_item: Callable[[Any], Any], write_item: Callable[[Any], Any] = _to_json) -> Kind:
     """An array whose items `read_item` decodes and `write_item` encodes (`to_json` by default)."""
     return Kind(
-        lambda d, key, what: [read_item(x) for x in _list(d, key, what)],
+        lambda d, key, what: [read_item(x) for x in list_field(d, key, what)],
         lambda values: [write_item(x) for x in values],
     )
 
@@ -224,7 +224,7 @@ class JsonShape:
     def read(self, cls: type, data: object) -> JsonDict:
         """The keyword arguments of `cls` that `data` holds."""
         whats = self._whats.get(cls) or self._wordings(cls)
-        d = _obj(data, whats[0])
+        d = json_object(data, whats[0])
         if self.tag is not None:
             tag = getattr(cls, self.tag)
             if d.get(self.tag) != tag:
@@ -265,7 +265,7 @@ def by_tag(
     data: Mapping[str, Any], what: str, key: str, decoders: Mapping[Any, Callable[[Any], T]]
 ) -> T:
     """Decode `data` with the decoder its `key` names; `DecodeError` for an unknown one."""
-    d = _obj(data, what)
+    d = json_object(data, what)
     decode = decoders.get(d.get(key))
     if decode is None:
         raise DecodeError(f"{what}: unknown {key} {d.get(key)!r}")

@@ -39,13 +39,13 @@ from agy_provider.pi._pijson import JsonDict
 from agy_provider.pi._pijson import JsonShape
 from agy_provider.pi._pijson import Kind
 from agy_provider.pi._pijson import PiJson
-from agy_provider.pi._pijson import _list
-from agy_provider.pi._pijson import _obj
-from agy_provider.pi._pijson import _present
 from agy_provider.pi._pijson import by_tag
 from agy_provider.pi._pijson import items
+from agy_provider.pi._pijson import json_object
+from agy_provider.pi._pijson import list_field
 from agy_provider.pi._pijson import literal
 from agy_provider.pi._pijson import nested
+from agy_provider.pi._pijson import present
 from agy_provider.pi.tool_run import ToolRun
 
 __all__ = [
@@ -225,7 +225,7 @@ _USER_BLOCKS = _blocks(TextContent, ImageContent)
 
 
 def _user_content(d: Mapping[str, Any], key: str, what: str) -> str | tuple[Any, ...]:
-    raw = _present(d, key, what)
+    raw = present(d, key, what)
     return raw if isinstance(raw, str) else _USER_BLOCKS.read(d, key, what)
 
 
@@ -279,7 +279,7 @@ class AssistantMessage(PiJson):
         model=STR,
         response_model=OPT_STR,
         response_id=OPT_STR,
-        diagnostics=items(lambda x: dict(_obj(x, "diagnostic")), dict).or_none(),
+        diagnostics=items(lambda x: dict(json_object(x, "diagnostic")), dict).or_none(),
         usage=nested(Usage),
         stop_reason=literal(StopReason),
         error_message=OPT_STR,
@@ -373,7 +373,7 @@ class ModelCost(_Split[float]):
 
 
 def _input_kinds(d: Mapping[str, Any], key: str, what: str) -> list[InputKind]:
-    kinds = _list(d, key, what)
+    kinds = list_field(d, key, what)
     for kind in kinds:
         if kind not in get_args(InputKind):
             raise DecodeError(f"{what}: unknown input kind {kind!r}")

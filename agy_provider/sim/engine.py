@@ -34,18 +34,18 @@ from agy_provider.sim.scenario import SystemMessageSpec
 from agy_provider.sim.scenario import ToolSpec
 from agy_provider.sim.scenario import TurnPlay
 from agy_provider.sim.scenario import Usage
+from agy_provider.sim.turn_values import AutoDenied
+from agy_provider.sim.turn_values import Canceled
 from agy_provider.sim.turn_values import Clock
 from agy_provider.sim.turn_values import Conversation
+from agy_provider.sim.turn_values import PrintTimeout
 from agy_provider.sim.turn_values import SimCrash
+from agy_provider.sim.turn_values import SimTurn
+from agy_provider.sim.turn_values import TurnFailed
 from agy_provider.sim.turn_values import TurnResult
-from agy_provider.sim.turn_values import _add
-from agy_provider.sim.turn_values import _AutoDenied
-from agy_provider.sim.turn_values import _Canceled
-from agy_provider.sim.turn_values import _PrintTimeout
-from agy_provider.sim.turn_values import _totals
-from agy_provider.sim.turn_values import _Turn
-from agy_provider.sim.turn_values import _TurnFailed
+from agy_provider.sim.turn_values import add_usage
 from agy_provider.sim.turn_values import settle_denial
+from agy_provider.sim.turn_values import turn_totals
 from agy_provider.sim.versions import AgyVersion
 from agy_provider.sim.versions import sim_version
 from agy_provider.sim.writer import ConversationWriter
@@ -122,7 +122,7 @@ class Simulator:
         )
         conversation = Conversation(cid, writer)
         if not fresh:
-            conversation.turns, conversation.usage_total, conversation.duration_total = _totals(
+            conversation.turns, conversation.usage_total, conversation.duration_total = turn_totals(
                 writer
             )
         self.conversations[cid] = conversation
@@ -160,7 +160,7 @@ class Simulator:
 
     # --- timing ----------------------------------------------------------------------------
 
-    def _sleep(self, turn: _Turn, nominal: float) -> None:
+    def _sleep(self, turn: SimTurn, nominal: float) -> None:
         """Sleep `nominal` scenario seconds; honour cancel and `--print-timeout`."""
         end = time.monotonic() + self.clock.real(nominal)
         if turn.deadline is not None:
@@ -173,13 +173,13 @@ class Simulator:
                 self._cond.wait(remaining)
             if self._cancel:
                 self._cancel = False
-                raise _Canceled
+                raise Canceled
         if turn.deadline is not None and time.monotonic() >= turn.deadline:
-            raise _PrintTimeout
+            raise PrintTimeout
         self.clock.advance(nominal)
 
     def _await(
-        self, turn: _Turn, index: int, kind: str, timeout_ms: int
+        self, turn: SimTurn, index: int, kind: str, timeout_ms: int
     ) -> Mapping[str, Any] | None:
         cid = turn.conversation.id
         end = time.monotonic() + self.clock.real(timeout_ms / 1000)
@@ -197,12 +197,12 @@ class Simulator:
                 self._waiting, self._answer = None, None
                 self._running = (cid, index)
         if answer is None and turn.deadline is not None and time.monotonic() >= turn.deadline:
-            raise _PrintTimeout
+            raise PrintTimeout
         return answer
 
     # --- writing ---------------------------------------------------------------------------
 
-    def _faults_before(self, turn: _Turn, index: int) -> None:
+    def _faults_before(self, turn: SimTurn, index: int) -> None:
         faults = self.scenario.faults
         if faults.crash_at_step == index:
             message = faults.crash_message or (
@@ -218,7 +218,7 @@ class Simulator:
         if faults.lock is not None and faults.lock.at_step == index:
             turn.conversation.writer.hold_exclusive(self.clock.real(faults.lock.ms / 1000))
 
-    def _append(self, turn: _Turn, step: Any, conversation: Conversation | None = None) -> int:
+    def _append(self, turn: SimTurn, step: Any, conversation: Conversation | None = None) -> int:
         conversation = conversation or turn.conversation
         self._faults_before(turn, conversation.writer.step_count)
         index = conversation.writer.append(step)
@@ -226,7 +226,7 @@ class Simulator:
         return index
 
     def _update(
-        self, turn: _Turn, index: int, step: Any, conversation: Conversation | None = None
+        self, turn: SimTurn, index: int, step: Any, conversation: Conversation | None = None
     ) -> None:
         conversation = conversation or turn.conversation
         writer = conversation.writer
@@ -285,7 +285,7 @@ class Simulator:
         started = time.monotonic()
         model = model or self.scenario.find_model(self.scenario.model) or self.scenario.catalog[0]
         factory = StepFactory(self.clock.now, self.ids.uuid(), model)
-        turn = _Turn(conversation, factory, model, deadline)
+        turn = SimTurn(conversation, factory, model, deadline)
         result = TurnResult(conversation.id, num_turns=conversation.turns + 1, version=self.version)
         spec = self.scenario.turn(conversation.turns)
         conversation.turns += 1
@@ -296,21 +296,21 @@ class Simulator:
                 words = self.scenario.quota_exhausted
                 if self.version.agy_error_exit:
                     agy_error = f"AGY_ERROR: RESOURCE_EXHAUSTED (code 429): {words}"
-                    raise _TurnFailed(words, 3, agy_error)
-                raise _TurnFailed(words, 1)
+                    raise TurnFailed(words, 3, agy_error)
+                raise TurnFailed(words, 1)
             self._run_steps(turn, prompt, spec.steps)
             if self.version.finish_steps:
                 self._append(turn, factory.finish())
-        except _AutoDenied as denied:
+        except AutoDenied as denied:
             turn.response = ""
             settle_denial(self.version, result, denied)
-        except _PrintTimeout:
+        except PrintTimeout:
             self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
             turn.response = ""
-        except _Canceled:
+        except Canceled:
             self._settle_current(turn, "CORTEX_STEP_STATUS_CANCELED")
             result.status = "CANCELED"
-        except _TurnFailed as failed:
+        except TurnFailed as failed:
             result.status, result.error, result.exit_code = (
                 "ERROR",
                 str(failed),
@@ -327,9 +327,9 @@ class Simulator:
         usage = turn.usage
         if self.version.new_stream_shapes:
             # agy's own side calls (the title) count in the result, on no agent step.
-            usage = _add(usage, turn.title_usage)
+            usage = add_usage(usage, turn.title_usage)
         duration = time.monotonic() - started
-        conversation.usage_total = _add(conversation.usage_total, usage)
+        conversation.usage_total = add_usage(conversation.usage_total, usage)
         conversation.duration_total += duration
         if self.version.new_stream_shapes:
             result.usage = conversation.usage_total
@@ -338,7 +338,7 @@ class Simulator:
             result.usage, result.duration_seconds = usage, duration
         return result
 
-    def _settle_current(self, turn: _Turn, status: str) -> None:
+    def _settle_current(self, turn: SimTurn, status: str) -> None:
         if turn.current is None:
             return
         index, step = turn.current
@@ -346,7 +346,7 @@ class Simulator:
             turn.factory.move(step, status)
             self._update(turn, index, step)
 
-    def _run_steps(self, turn: _Turn, prompt: str, steps: tuple[StepSpec, ...]) -> None:
+    def _run_steps(self, turn: SimTurn, prompt: str, steps: tuple[StepSpec, ...]) -> None:
         f = turn.factory
         first_turn = turn.conversation.turns == 1
         self._append(turn, f.user_input(prompt))
@@ -376,7 +376,7 @@ class Simulator:
         if first_turn and not early_checkpoint:
             self._checkpoint(turn, prompt)
 
-    def _planner(self, turn: _Turn, spec: PlannerSpec) -> None:
+    def _planner(self, turn: SimTurn, spec: PlannerSpec) -> None:
         f = turn.factory
         done = (
             self.scenario.placeholder_done
@@ -433,7 +433,7 @@ class Simulator:
         for tool, call in calls:
             self._tool(turn, tool, call, gen)
 
-    def _tool(self, turn: _Turn, tool: ToolSpec, call: Any, gen: int, reasks: int = 0) -> None:
+    def _tool(self, turn: SimTurn, tool: ToolSpec, call: Any, gen: int, reasks: int = 0) -> None:
         if tool.mcp is not None:
             self._mcp_tool(turn, tool, call, gen)
             return
@@ -462,7 +462,7 @@ class Simulator:
         f.stamp(step.metadata.completed_at)
         self._update(turn, index, step)
 
-    def _mcp_tool(self, turn: _Turn, tool: ToolSpec, call: Any, gen: int) -> None:
+    def _mcp_tool(self, turn: SimTurn, tool: ToolSpec, call: Any, gen: int) -> None:
         """A call of a tool an MCP server from the `--add-dir` roots offers (AGY-FORMATS §2)."""
         from agy_provider.sim import mcp_client
 
@@ -493,7 +493,7 @@ class Simulator:
         with self._cond:
             self._cond.notify_all()
 
-    def _await_mcp(self, turn: _Turn, run: Any) -> Any:
+    def _await_mcp(self, turn: SimTurn, run: Any) -> Any:
         """The call's outcome; a cancel or `--print-timeout` stops waiting (and the call)."""
         run.start()
         with self._cond:
@@ -508,10 +508,10 @@ class Simulator:
                 self._cancel = False
         if outcome is None:
             run.cancel()
-            raise _Canceled if canceled else _PrintTimeout
+            raise Canceled if canceled else PrintTimeout
         return outcome
 
-    def _permission(self, turn: _Turn, tool: ToolSpec, index: int, step: Any, reasks: int) -> str:
+    def _permission(self, turn: SimTurn, tool: ToolSpec, index: int, step: Any, reasks: int) -> str:
         f, spec = turn.factory, tool.permission
         f.move(step, "CORTEX_STEP_STATUS_WAITING")
         f.request_permission(step, tool)
@@ -556,10 +556,10 @@ class Simulator:
         self._update(turn, index, step)
         turn.denied = message
         if auto_denied:
-            raise _AutoDenied(message, tool, action)
+            raise AutoDenied(message, tool, action)
         return "deny"
 
-    def _question(self, turn: _Turn, tool: ToolSpec, index: int, step: Any) -> None:
+    def _question(self, turn: SimTurn, tool: ToolSpec, index: int, step: Any) -> None:
         f = turn.factory
         f.move(step, "CORTEX_STEP_STATUS_RUNNING")
         f.stamp(step.metadata.started_at)
@@ -598,7 +598,7 @@ class Simulator:
         f.stamp(step.metadata.completed_at)
         self._update(turn, index, step)
 
-    def _model_error(self, turn: _Turn, spec: ErrorSpec) -> None:
+    def _model_error(self, turn: SimTurn, spec: ErrorSpec) -> None:
         f = turn.factory
         step = f.planner_placeholder(False)
         index = self._append(turn, step)
@@ -617,10 +617,10 @@ class Simulator:
             # on one AGY_ERROR line, as `RESOURCE_EXHAUSTED (code 429): … Resets in 3h20m`.
             status, _, _ = spec.short_error.partition(": ")
             status = status if "(code" in status else "UNKNOWN"
-            raise _TurnFailed(spec.user_message, 3, f"AGY_ERROR: {status}: {spec.user_message}")
-        raise _TurnFailed(spec.user_message, spec.exit_code)
+            raise TurnFailed(spec.user_message, 3, f"AGY_ERROR: {status}: {spec.user_message}")
+        raise TurnFailed(spec.user_message, spec.exit_code)
 
-    def _checkpoint(self, turn: _Turn, prompt: str) -> None:
+    def _checkpoint(self, turn: SimTurn, prompt: str) -> None:
         f = turn.factory
         turn.title_usage = _TITLE_USAGE
         title_usage = f.usage(_TITLE_USAGE, model=_TITLE_MODEL)
@@ -633,7 +633,7 @@ class Simulator:
         step.metadata.source_trajectory_step_info.metadata_index = gen
         self._append(turn, step)
 
-    def _subagent(self, turn: _Turn, spec: SubagentSpec) -> None:
+    def _subagent(self, turn: SimTurn, spec: SubagentSpec) -> None:
         """A child conversation written concurrently with the rest of this turn.
 
         The parent records the launch as an `invoke_subagent` tool step (a GENERIC row naming

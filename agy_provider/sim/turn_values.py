@@ -1,5 +1,5 @@
 """The simulator's turn values: `Clock`, `Conversation` (and its totals read back on resume),
-`TurnResult` (and how a print-mode denial settles it), the running `_Turn`, and the exceptions a
+`TurnResult` (and how a print-mode denial settles it), the running `SimTurn`, and the exceptions a
 turn ends by.
 """
 
@@ -20,10 +20,24 @@ from agy_provider.sim.versions import AgyVersion
 from agy_provider.sim.versions import sim_version
 from agy_provider.sim.writer import ConversationWriter
 
-__all__ = ["Clock", "Conversation", "SimCrash", "TurnResult", "settle_denial", "usage_json"]
+__all__ = [
+    "AutoDenied",
+    "Canceled",
+    "Clock",
+    "Conversation",
+    "PrintTimeout",
+    "SimCrash",
+    "SimTurn",
+    "TurnFailed",
+    "TurnResult",
+    "add_usage",
+    "settle_denial",
+    "turn_totals",
+    "usage_json",
+]
 
 
-def _add(a: Usage, b: Usage) -> Usage:
+def add_usage(a: Usage, b: Usage) -> Usage:
     return Usage(
         a.input + b.input,
         a.thinking + b.thinking,
@@ -41,15 +55,15 @@ class SimCrash(Exception):
         super().__init__(message)
 
 
-class _PrintTimeout(Exception):
+class PrintTimeout(Exception):
     pass
 
 
-class _Canceled(Exception):
+class Canceled(Exception):
     pass
 
 
-class _AutoDenied(Exception):
+class AutoDenied(Exception):
     """Print mode denied a permission nobody granted: the turn ends the way the version does."""
 
     def __init__(self, message: str, tool: ToolSpec, action: str) -> None:
@@ -58,7 +72,7 @@ class _AutoDenied(Exception):
         super().__init__(message)
 
 
-class _TurnFailed(Exception):
+class TurnFailed(Exception):
     def __init__(self, message: str, exit_code: int, stderr: str = "") -> None:
         self.exit_code = exit_code
         self.stderr = stderr
@@ -160,7 +174,7 @@ class TurnResult:
         return body
 
 
-def settle_denial(version: AgyVersion, result: TurnResult, denied: _AutoDenied) -> None:
+def settle_denial(version: AgyVersion, result: TurnResult, denied: AutoDenied) -> None:
     """End a turn whose permission print mode denied, as the imitated version does (§2.2)."""
     tool = denied.tool
     target = str(tool.args.get("CommandLine", tool.args.get("AbsolutePath", tool.name)))
@@ -179,7 +193,7 @@ def settle_denial(version: AgyVersion, result: TurnResult, denied: _AutoDenied) 
 
 
 @dataclasses.dataclass
-class _Turn:
+class SimTurn:
     conversation: Conversation
     factory: StepFactory
     model: CatalogModel
@@ -194,7 +208,7 @@ class _Turn:
     viewed_images: str = NO_IMAGES  # what the turn's image views found, for `{viewed_images}`
 
 
-def _totals(writer: ConversationWriter) -> tuple[int, Usage, float]:
+def turn_totals(writer: ConversationWriter) -> tuple[int, Usage, float]:
     """Turns, usage and duration so far, read back from the database (a resumed conversation).
 
     Usage is every model call recorded on a step (5.9, the checkpoint's title call
