@@ -71,6 +71,7 @@ from agy_provider.hosts.serve.tokens import estimate_context
 from agy_provider.hosts.serve.tokens import overflow_response
 from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.hosts.serve.turn import ServeTurns
+from agy_provider.hosts.serve.usage import QuotaUsage
 from agy_provider.http_serving import listening_socket
 from agy_provider.live.images import check_images
 from agy_provider.pi.events import AssistantMessageEvent
@@ -141,9 +142,12 @@ class ServeServer:
         self._catalog: tuple[float, list[str]] | None = None
         self.models = ModelMap(settings.model_map)
         self.responses = RememberedResponses()
+        self.usage = QuotaUsage(settings.agy_bin)
         app = Starlette(
             routes=[
                 Route("/", self._root, methods=["GET"]),  # HEAD too: Starlette adds it
+                Route("/health", self._health, methods=["GET"]),
+                Route("/v1/usage", self._usage, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -209,9 +213,25 @@ class ServeServer:
         return JSONResponse(
             {
                 "name": "agy-provider serve",
-                "endpoints": ["/v1/models", "/v1/chat/completions", "/v1/messages"],
+                "endpoints": [
+                    "/v1/models",
+                    "/v1/chat/completions",
+                    "/v1/messages",
+                    "/v1/responses",
+                    "/v1/usage",
+                    "/health",
+                ],
             }
         )
+
+    async def _health(self, request: Request) -> Response:
+        # For a router's or a supervisor's probe, without the token: that the server answers,
+        # nothing about agy, the turns or the machine.
+        return JSONResponse({"status": "ok"})
+
+    async def _usage(self, request: Request) -> Response:
+        """`GET /v1/usage`: agy's quota windows (`serve/usage`)."""
+        return await self.usage.response(request)
 
     async def _models(self, request: Request) -> Response:
         shape = shape_of(request.scope)
