@@ -62,6 +62,7 @@ from agy_provider.hosts.serve.responses import ResponseWriter
 from agy_provider.hosts.serve.responses_ask import ResponsesAsk
 from agy_provider.hosts.serve.responses_ask import responses_ask
 from agy_provider.hosts.serve.status import HOLD_SECONDS
+from agy_provider.hosts.serve.status import Refusal
 from agy_provider.hosts.serve.status import failure
 from agy_provider.hosts.serve.status import hold_status
 from agy_provider.hosts.serve.status import refusal_of
@@ -361,11 +362,13 @@ class ServeServer:
         request: Request,
         shape: Shape,
         refused: Callable[[AssistantMessage], object] | None = None,
+        *,
+        respond: Callable[[Refusal], Response] | None = None,
     ) -> Response | None:
         """A streamed request's status (`serve/status.hold_status`): None once agy started the
         turn (or the hold's bound passed) — stream it then; else the response: the refusal in
-        `shape` (`refused` told first), or 499 for a client that left. Every streamed route
-        calls it before its first byte."""
+        `shape` (`refused` told first; a route with an error shape of its own gives `respond`),
+        or 499 for a client that left. Every streamed route calls it before its first byte."""
         held = await hold_status(turn, request.receive, self.settings.status_hold)
         if held.gone:
             await self._note(turn, record_of(request.scope))
@@ -375,6 +378,8 @@ class ServeServer:
         if refused is not None:
             refused(held.refusal.message)
         await self._note(turn, record_of(request.scope))
+        if respond is not None:
+            return respond(held.refusal)
         return refusal_response(shape, held.refusal)
 
     async def _choose_model(self, asked: str) -> ModelChoice:
