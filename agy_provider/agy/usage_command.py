@@ -41,6 +41,13 @@ class QuotaReport:
     data: Any = None
     observed_at: float = 0.0
 
+    def table(self) -> str:
+        """The windows for a person, one a line: `weekly  87% left, resets … (in 4d7h)`."""
+        if not self.buckets:
+            return "agy reported no quota windows\n"
+        width = max(len(bucket.window) for bucket in self.buckets)
+        return "".join(f"{b.window:<{width}}  {b.describe()}\n" for b in self.buckets)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "buckets": [b.to_json() for b in self.buckets],

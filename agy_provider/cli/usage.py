@@ -56,11 +56,5 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(json.dumps(row) + "\n")
         print(f"agy-provider: {exc}", file=err)
         return EXIT_FAILED
-    if args.json:
-        out.write(json.dumps(report.to_json(), indent=2) + "\n")
-    elif not report.buckets:
-        out.write("agy reported no quota windows\n")
-    else:
-        width = max(len(bucket.window) for bucket in report.buckets)
-        out.writelines(f"{b.window:<{width}}  {b.describe()}\n" for b in report.buckets)
+    out.write(json.dumps(report.to_json(), indent=2) + "\n" if args.json else report.table())
     return EXIT_OK

@@ -61,11 +61,18 @@ from agy_provider.hosts.serve.responses import RememberedResponses
 from agy_provider.hosts.serve.responses import ResponseWriter
 from agy_provider.hosts.serve.responses_ask import ResponsesAsk
 from agy_provider.hosts.serve.responses_ask import responses_ask
+from agy_provider.hosts.serve.status import HOLD_SECONDS
+from agy_provider.hosts.serve.status import Refusal
+from agy_provider.hosts.serve.status import failure
+from agy_provider.hosts.serve.status import hold_status
+from agy_provider.hosts.serve.status import refusal_of
+from agy_provider.hosts.serve.status import refusal_response
 from agy_provider.hosts.serve.tokens import context_window
 from agy_provider.hosts.serve.tokens import estimate_context
 from agy_provider.hosts.serve.tokens import overflow_response
 from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.hosts.serve.turn import ServeTurns
+from agy_provider.hosts.serve.usage import QuotaUsage
 from agy_provider.http_serving import listening_socket
 from agy_provider.live.images import check_images
 from agy_provider.pi.events import AssistantMessageEvent
@@ -118,6 +125,8 @@ class ServeSettings:
     # The request log: 1 a line per request, 2 its headers too (secrets masked), to `log`.
     verbosity: int = 0
     log: Callable[[str], None] | None = None
+    # How long a streamed response's status waits for agy to start the turn (`serve/status`).
+    status_hold: float = HOLD_SECONDS
 
 
 class ServeServer:
@@ -134,9 +143,12 @@ class ServeServer:
         self._catalog: tuple[float, list[str]] | None = None
         self.models = ModelMap(settings.model_map)
         self.responses = RememberedResponses()
+        self.usage = QuotaUsage(settings.agy_bin)
         app = Starlette(
             routes=[
                 Route("/", self._root, methods=["GET"]),  # HEAD too: Starlette adds it
+                Route("/health", self._health, methods=["GET"]),
+                Route("/v1/usage", self._usage, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -202,9 +214,25 @@ class ServeServer:
         return JSONResponse(
             {
                 "name": "agy-provider serve",
-                "endpoints": ["/v1/models", "/v1/chat/completions", "/v1/messages"],
+                "endpoints": [
+                    "/v1/models",
+                    "/v1/chat/completions",
+                    "/v1/messages",
+                    "/v1/responses",
+                    "/v1/usage",
+                    "/health",
+                ],
             }
         )
+
+    async def _health(self, request: Request) -> Response:
+        # For a router's or a supervisor's probe, without the token: that the server answers,
+        # nothing about agy, the turns or the machine.
+        return JSONResponse({"status": "ok"})
+
+    async def _usage(self, request: Request) -> Response:
+        """`GET /v1/usage`: agy's quota windows (`serve/usage`)."""
+        return await self.usage.response(request)
 
     async def _models(self, request: Request) -> Response:
         shape = shape_of(request.scope)
@@ -314,17 +342,45 @@ class ServeServer:
             return turn
         model = turn.ask.model
         if turn.ask.stream:
+            refused = await self.hold(turn, request, shape)
+            if refused is not None:
+                return refused
             return SseResponse(self._frames(turn, shape, model, record_of(request.scope)))
         last = await self._last(turn, request)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
-            status, text = _failure(last.error)
-            return error_response(shape, status, text)
+            return refusal_response(shape, refusal_of(last.error))
         assert isinstance(last, DoneEvent)
         if shape == "anthropic":
             return JSONResponse(anthropic.message(turn, last.message, model))
         return JSONResponse(openai.completion(turn, last.message, model))
+
+    async def hold(
+        self,
+        turn: RunningTurn,
+        request: Request,
+        shape: Shape,
+        refused: Callable[[AssistantMessage], object] | None = None,
+        *,
+        respond: Callable[[Refusal], Response] | None = None,
+    ) -> Response | None:
+        """A streamed request's status (`serve/status.hold_status`): None once agy started the
+        turn (or the hold's bound passed) — stream it then; else the response: the refusal in
+        `shape` (`refused` told first; a route with an error shape of its own gives `respond`),
+        or 499 for a client that left. Every streamed route calls it before its first byte."""
+        held = await hold_status(turn, request.receive, self.settings.status_hold)
+        if held.gone:
+            await self._note(turn, record_of(request.scope))
+            return Response(status_code=499)
+        if held.refusal is None:
+            return None
+        if refused is not None:
+            refused(held.refusal.message)
+        await self._note(turn, record_of(request.scope))
+        if respond is not None:
+            return respond(held.refusal)
+        return refusal_response(shape, held.refusal)
 
     async def _choose_model(self, asked: str) -> ModelChoice:
         """The agy model for the client's name (`serve/models`); agy's catalog is asked only
@@ -360,7 +416,7 @@ class ServeServer:
         record: RequestRecord | None,
     ) -> AsyncIterator[bytes]:
         def failed(message: AssistantMessage) -> Any:
-            status, text = _failure(message)
+            status, text = failure(message)
             return error_body(shape, status, text)
 
         try:
@@ -399,14 +455,18 @@ class ServeServer:
         writer = ResponseWriter(turn, dataclasses.replace(asked[-1], ask=turn.ask), self.responses)
         self.turns.owners.remember_response(writer.id, turn.owner)
         if turn.ask.stream:
+            refused = await self.hold(
+                turn, request, "openai", lambda message: writer.failed(message, failure)
+            )
+            if refused is not None:
+                return refused
             return SseResponse(self._response_frames(turn, writer, record_of(request.scope)))
         last = await self._last(turn, request)
         if last is None:  # the client went away; the turn is aborted
             return Response(status_code=499)
         if isinstance(last, ErrorEvent):
-            writer.failed(last.error, _failure)
-            status, text = _failure(last.error)
-            return error_response("openai", status, text)
+            writer.failed(last.error, failure)
+            return refusal_response("openai", refusal_of(last.error))
         assert isinstance(last, DoneEvent)
         return JSONResponse(writer.whole(last.message))
 
@@ -415,7 +475,7 @@ class ServeServer:
     ) -> AsyncIterator[bytes]:
         try:
             # One write per pi event: its events' frames together.
-            async for batch in writer.events(_failure):
+            async for batch in writer.events(failure):
                 yield b"".join(sse(data, name) for name, data in batch)
         finally:
             await self._note(turn, record)
@@ -475,15 +535,3 @@ async def _check_images(ask: ServeAsk) -> None:
             await off_loop(check_images, images)  # decoding megabytes: off the loop
         except UsageError as exc:
             raise RequestError(str(exc)) from exc
-
-
-def _failure(message: AssistantMessage) -> tuple[int, str]:
-    """The HTTP status and text for a turn that failed."""
-    text = message.error_message or "the agy turn failed"
-    if text.startswith("agy-provider could not start the turn"):
-        return 400, text
-    if "is not available" in text and "agy models" in text:
-        return 404, text  # agy does not know the model (a catalog older than agy's own list)
-    if "quota" in text.lower() or "resource_exhausted" in text.lower():
-        return 429, text
-    return 502, text

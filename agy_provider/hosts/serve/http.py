@@ -54,6 +54,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 # gets its 413 instead of a connection reset mid-upload.
 _DISCARD_FACTOR = 4
 
+# What answers without the token (`GET`/`HEAD` only; `Host`/`Origin` are checked all the same).
+_OPEN_PATHS = frozenset({"/", "/health"})
+
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
@@ -172,7 +175,8 @@ class Guard:
 
     Refusals are answered here, in the API's shape (403, 401, 413), before the app sees
     anything; the body is read ahead and handed to the app whole. No CORS headers, ever.
-    `GET`/`HEAD /` needs no token (clients probe the base URL so; it says nothing).
+    `GET`/`HEAD /` and `/health` need no token (clients probe the base URL so, routers and
+    supervisors the health; neither says anything).
     """
 
     def __init__(self, app: ASGIApp, token: str, *, max_body: int = MAX_BODY_BYTES) -> None:
@@ -203,7 +207,7 @@ class Guard:
         if foreign:
             await self._refuse(scope, send, shape, 403, foreign)
             return
-        if scope.get("path") == "/" and scope.get("method") in ("GET", "HEAD"):
+        if scope.get("path") in _OPEN_PATHS and scope.get("method") in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
         if self._token in unquote_to_bytes(scope.get("query_string", b"")):

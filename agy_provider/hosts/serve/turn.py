@@ -14,7 +14,9 @@ import json
 import logging
 import re
 import secrets
+from collections import deque
 from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,7 @@ from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
+from agy_provider.pi.events import StartEvent
 from agy_provider.pi.events import TextDeltaEvent
 from agy_provider.pi.events import TextEndEvent
 from agy_provider.pi.events import TextStartEvent
@@ -132,6 +135,17 @@ class RunningTurn:
     structured: Any = None  # the validated value, for structured output
     structured_text: str = ""  # the text it was read from (what the client gets)
     forced_call: ToolCall | None = None  # the tool-forcing pattern's answer
+    # The status hold (`serve/status`) reads ahead: the stream's iterator, the events read
+    # before `events()` ran, and a read still waiting when the hold's bound passed.
+    _raw: AsyncIterator[AssistantMessageEvent] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _ahead: deque[AssistantMessageEvent] = dataclasses.field(
+        default_factory=deque, init=False, repr=False
+    )
+    _reading: asyncio.Future[AssistantMessageEvent | None] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def key_source(self) -> str:
@@ -161,13 +175,56 @@ class RunningTurn:
         if not self.stream.done:
             self.stop.abort(reason)
 
+    async def read_ahead(self, bound: float) -> AssistantMessageEvent | None:
+        """The turn's first event after `start` — its first content, or its end — waited for at
+        most `bound` seconds; None when the bound passed first. What was read stays for
+        `events()`, and a read still waiting when the bound passed goes on there."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        while True:
+            if self._reading is None:
+                # A task of its own: the bound passing must not cancel the stream's iterator.
+                self._reading = asyncio.ensure_future(self._next_raw())
+            done, _ = await asyncio.wait({self._reading}, timeout=max(0.0, deadline - loop.time()))
+            if not done:
+                return None
+            reading, self._reading = self._reading, None
+            event = reading.result()
+            if event is None:
+                return None
+            self._ahead.append(event)
+            if not isinstance(event, StartEvent):
+                return event
+
+    async def abandon(self, reason: str) -> None:
+        """The turn aborted before `events()` ran (its client went away during the hold)."""
+        self.abort(reason)
+        if self._reading is not None:
+            self._reading.cancel()
+            await asyncio.gather(self._reading, return_exceptions=True)
+            self._reading = None
+
+    async def _next_raw(self) -> AssistantMessageEvent | None:
+        if self._raw is None:
+            self._raw = aiter(self.stream)
+        return await anext(self._raw, None)
+
+    async def _next(self) -> AssistantMessageEvent | None:
+        if self._ahead:
+            return self._ahead.popleft()
+        if self._reading is not None:
+            reading, self._reading = self._reading, None
+            return await reading
+        return await self._next_raw()
+
     async def events(self) -> AsyncGenerator[AssistantMessageEvent, None]:
-        """The turn's pi events; with a schema, text is held until the answer validated.
+        """The turn's pi events (those `read_ahead` read first); with a schema, text is held
+        until the answer validated.
 
         Closing the iterator before the end aborts the turn (a client that went away).
         """
         try:
-            async for event in self.stream:
+            while (event := await self._next()) is not None:
                 if self.ask.json_schema is not None and isinstance(
                     event, TextStartEvent | TextDeltaEvent | TextEndEvent
                 ):
