@@ -32,11 +32,11 @@ from live_helpers import text_of
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import TRANSITIONS
-from agy_provider.live.warm import WarmAgy
-from agy_provider.live.warm import WarmState
-from agy_provider.live.warm import warm_key
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import TRANSITIONS
+from agy_provider.live.warm.pool import WarmAgy
+from agy_provider.live.warm.pool import WarmState
+from agy_provider.live.warm.pool import warm_key
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import AssistantMessage
@@ -387,12 +387,12 @@ async def test_a_warm_turns_usage_is_its_own_share_of_agys_running_totals(
 
 
 async def test_status_lists_the_warm_agys_of_this_host(live_env: Path) -> None:
-    """The pool tells other processes what is warm (`live/warm_registry`): `agy-provider status`
+    """The pool tells other processes what is warm (`live/warm/registry`): `agy-provider status`
     in another process lists the conversation's agy and the spare, and nothing once they end."""
     import json
     import subprocess
 
-    from agy_provider.live import warm_registry
+    from agy_provider.live.warm import registry as warm_registry
 
     _, message = await run_turn("hello", session="s")
     assert message.stop_reason == "stop", message.error_message

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agy_provider.live.warm_agy import WarmAgy
+    from agy_provider.live.warm.agy import WarmAgy
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from agy_provider.live.runner import _in_group
 from agy_provider.live.runner import _signal
 from agy_provider.live.runner import _spawn
 from agy_provider.live.runner import remember_tree
-from agy_provider.live.warm_bridge import WarmBridge
-from agy_provider.live.warm_hub import HUB
+from agy_provider.live.warm.bridge import WarmBridge
+from agy_provider.live.warm.hub import HUB
 from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
@@ -89,7 +89,7 @@ _SEND_WAIT = 0.5
 
 
 class WarmTurnSink(Protocol):
-    """What a warm agy hands a turn (`warm_turn.WarmTurn`); called from the agy's threads."""
+    """What a warm agy hands a turn (`warm/turn.WarmTurn`); called from the agy's threads."""
 
     #: The turn's host tools (`bridge/host_tools.TurnTools`) and its loop, where agy's calls go.
     tools: Any
@@ -111,7 +111,7 @@ def _is_event(line: bytes, name: bytes) -> bool:
 
 class WarmAgy:
     """One agy process for many turns: its own process group (guarded by the lifeline), stdin a
-    pipe we write turns to, stdout read by the hub (`warm_hub`), which hands each turn its lines."""
+    pipe we write turns to, stdout read by the hub (`warm/hub`), which hands each turn its lines."""
 
     def __init__(
         self,
@@ -138,7 +138,7 @@ class WarmAgy:
         # Usage totals in agy's `result` run over this process's turns (AGY-FORMATS §2.2): the
         # newest, so that the next turn's share is the difference (None before any result).
         self.last_total: StepUsage | None = None
-        # The conversation's newest step index when its last turn ended (`warm.newest_index`,
+        # The conversation's newest step index when its last turn ended (`pool.newest_index`,
         # read before that turn's end reaches its host): a turn reuses this agy only while the
         # database still ends there (another host's agy may have written since). None: unknown.
         self.seen_index: int | None = None

@@ -2,7 +2,7 @@
 framed by its `result` (AGY-FORMATS §2.4), and spares started ahead for the next new conversation.
 
 Owns which agy a turn gets (`warm_key`, `WarmPool.lease`), letting go, the `warm_max` bound, the
-idle reaper and the end of every warm agy at exit; one agy's process is `live/warm_agy.py`.
+idle reaper and the end of every warm agy at exit; one agy's process is `live/warm/agy.py`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.argv import build_warm_argv
 from agy_provider.agy.database import newest_step_index
 from agy_provider.errors import AgyError
-from agy_provider.live import warm_registry
 from agy_provider.live.admission import COLD_STARTS
 from agy_provider.live.admission import Ticket
 from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.admission import hold_until_init
 from agy_provider.live.discovery import conversations_dir
-from agy_provider.live.warm_agy import IDLE
-from agy_provider.live.warm_agy import KILL_AFTER
-from agy_provider.live.warm_agy import READ_AFTER_EXIT
-from agy_provider.live.warm_agy import TRANSITIONS
-from agy_provider.live.warm_agy import WarmAgy
-from agy_provider.live.warm_agy import WarmState
-from agy_provider.live.warm_agy import WarmTurnSink
+from agy_provider.live.warm import registry as warm_registry
+from agy_provider.live.warm.agy import IDLE
+from agy_provider.live.warm.agy import KILL_AFTER
+from agy_provider.live.warm.agy import READ_AFTER_EXIT
+from agy_provider.live.warm.agy import TRANSITIONS
+from agy_provider.live.warm.agy import WarmAgy
+from agy_provider.live.warm.agy import WarmState
+from agy_provider.live.warm.agy import WarmTurnSink
 
 __all__ = [
     "POOL",
@@ -506,7 +506,7 @@ _REGISTRY_COALESCE = 0.25
 
 
 class _Registry:
-    """Tells other processes what is warm (`live/warm_registry.py`, read by `agy-provider
+    """Tells other processes what is warm (`live/warm/registry.py`, read by `agy-provider
     status`): each change is queued and written by one thread of its own, newest state per agy,
     so no turn waits for a file to be written."""
 

@@ -25,11 +25,11 @@ from agy_provider.agy.step import StepUsage
 from agy_provider.agy.verdict import agy_error
 from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.runner import AgyProcess
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import WarmPool
-from agy_provider.live.warm import newest_index
-from agy_provider.live.warm_agy import KILL_AFTER
-from agy_provider.live.warm_agy import WarmAgy
+from agy_provider.live.warm.agy import KILL_AFTER
+from agy_provider.live.warm.agy import WarmAgy
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import WarmPool
+from agy_provider.live.warm.pool import newest_index
 from agy_provider.workers import off_loop
 
 __all__ = ["WarmTurn", "spawn_turn"]
