@@ -191,7 +191,7 @@ async def latency(source: str, cwd: Path, clock: SimClock, cold_s: float) -> lis
     # The spare was started after the conversation's first turn: a host's next new conversation
     # comes once it is up (its `init` said), which is what is measured here.
     for _ in range(400):
-        if any(a.spare and a.state.value == "ready" for a in POOL.agys()):
+        if any(a.state.value == "spare" for a in POOL.agys()):  # a spare that said `init`
             break
         await asyncio.sleep(0.025)
     spare_turn = await live.timed_turn(source, prompt="another", session=f"spare-{source}", cwd=cwd)

@@ -252,7 +252,12 @@ def warm_pool_pids() -> set[int]:
     warm = sys.modules.get("agy_provider.live.warm.pool")
     if warm is None:
         return set()
-    kept = (warm.WarmState.READY, warm.WarmState.STARTING, warm.WarmState.IN_TURN)
+    kept = (
+        warm.WarmState.READY,
+        warm.WarmState.STARTING,
+        warm.WarmState.SPARE,
+        warm.WarmState.IN_TURN,
+    )
     return {p.pid for agy in warm.POOL.agys() if agy.state in kept for p in agy.track()}
 
 
