@@ -245,7 +245,7 @@ async def clients_leaving(port: int, token: str, observer: FirstDeltas, trials: 
     import httpx
 
     from agy_provider.live.runner import find_agy
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     body = {"model": "default", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     # The warm-up turn's agy (and its spare) stay warm in the pool: ended first, so that "no agy
@@ -319,7 +319,7 @@ async def many_side(clients: int) -> dict[str, Any]:
     then `clients` streaming clients at once from another process, the loop lag meanwhile."""
     from agy_provider.hosts.serve.app import ServeServer
     from agy_provider.hosts.serve.app import ServeSettings
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
     from agy_provider.plugin_manager import get_plugin_manager
 
     try:

@@ -73,7 +73,7 @@ class Round:
 
 
 async def one_round(case: Case, start_timeout: float, turn_timeout: float) -> Round:
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     os.environ.update(
         {
@@ -132,7 +132,7 @@ async def main() -> None:
         os.environ.update({"AGY_SIM_NO_SERVER": "1", "AGY_SIM_COLD_START_MS": "0"})
         warm_up = await live.timed_turn("sqlite")
         print(f"  warm-up turn (no fault): {'done' if warm_up.ok else warm_up.error}")
-        from agy_provider.live.warm import POOL
+        from agy_provider.live.warm.pool import POOL
 
         await asyncio.to_thread(POOL.shutdown)
     verdicts = []

@@ -53,7 +53,7 @@ class SimClock:
     `result`, as the warm agy's reader thread sees them (wraps `WarmTurn` for the benchmark)."""
 
     def __init__(self) -> None:
-        from agy_provider.live import warm_turn
+        from agy_provider.live.warm import turn as warm_turn
 
         self.turns: dict[int, dict[str, float]] = {}
         # Each turn's text chunks as agy-sim's stdout gave them: (perf_counter, length so far).
@@ -153,7 +153,7 @@ def _patch_timed_turn() -> None:
 
 def pool_memory() -> tuple[int, float]:
     """(warm agys, their trees' RSS in MiB)."""
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     agys = POOL.agys()
     rss = 0
@@ -169,7 +169,7 @@ def verdict(ok: bool) -> str:
 
 
 async def latency(source: str, cwd: Path, clock: SimClock, cold_s: float) -> list[str]:
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     lines = []
     os.environ["AGY_WARM"] = "0"
@@ -191,7 +191,7 @@ async def latency(source: str, cwd: Path, clock: SimClock, cold_s: float) -> lis
     # The spare was started after the conversation's first turn: a host's next new conversation
     # comes once it is up (its `init` said), which is what is measured here.
     for _ in range(400):
-        if any(a.spare and a.state.value == "ready" for a in POOL.agys()):
+        if any(a.state.value == "spare" for a in POOL.agys()):  # a spare that said `init`
             break
         await asyncio.sleep(0.025)
     spare_turn = await live.timed_turn(source, prompt="another", session=f"spare-{source}", cwd=cwd)
@@ -221,7 +221,7 @@ async def latency(source: str, cwd: Path, clock: SimClock, cold_s: float) -> lis
 
 
 async def concurrent(n: int, source: str, cwd: Path, clock: SimClock) -> list[str]:
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     lines = []
     os.environ["AGY_WARM"] = "0"
@@ -380,7 +380,7 @@ async def abort_at(phase: str, source: str, cwd: Path) -> tuple[float, bool]:
     from agy_provider import Context
     from agy_provider import SimpleStreamOptions
     from agy_provider import stream_simple
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     session = f"abort-{phase}-{source}"
     if phase == "cold start":
@@ -490,7 +490,7 @@ def concurrent_child(args: argparse.Namespace) -> int:
         lines = asyncio.run(concurrent(args.concurrent, source, tmp / "work", clock))
         print("\n".join(lines))
         print(log.warnings_text(), flush=True)
-        from agy_provider.live.warm import POOL
+        from agy_provider.live.warm.pool import POOL
 
         POOL.shutdown()
     return 0
@@ -517,7 +517,7 @@ def main() -> int:
         os.environ["AGY_SIM_COLD_START_MS"] = str(round(args.cold_ms * float(live.SIM_SPEED)))
         os.environ["AGY_TURN_TIMEOUT"] = "120"
         verdicts = asyncio.run(run(args, tmp / "work", log))
-        from agy_provider.live.warm import POOL
+        from agy_provider.live.warm.pool import POOL
 
         POOL.shutdown()
     print("\nsummary:")

@@ -65,7 +65,7 @@ def _no_warm_agy_left() -> Iterator[None]:
     """Each test ends the warm agys its turns left idle in this process's pool (a host's would
     live on until idle or exit): a test's processes never meet the next test's."""
     yield
-    warm = sys.modules.get("agy_provider.live.warm")
+    warm = sys.modules.get("agy_provider.live.warm.pool")
     if warm is not None:
         warm.POOL.shutdown()
 

@@ -249,10 +249,15 @@ def warm_pool_pids() -> set[int]:
     agy kept for a conversation's next turn is the pool's, not a turn's leftover. A turn that
     ended otherwise than by agy's `result` ended its agy before its final event; one that ended by
     it lets go of its agy in its cleanup, just after (so `in_turn` counts as kept too)."""
-    warm = sys.modules.get("agy_provider.live.warm")
+    warm = sys.modules.get("agy_provider.live.warm.pool")
     if warm is None:
         return set()
-    kept = (warm.WarmState.READY, warm.WarmState.STARTING, warm.WarmState.IN_TURN)
+    kept = (
+        warm.WarmState.READY,
+        warm.WarmState.STARTING,
+        warm.WarmState.SPARE,
+        warm.WarmState.IN_TURN,
+    )
     return {p.pid for agy in warm.POOL.agys() if agy.state in kept for p in agy.track()}
 
 

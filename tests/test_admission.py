@@ -29,9 +29,9 @@ from agy_provider.live.admission import default_cold_starts
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import AgyProcess
-from agy_provider.live.warm import WAIT_FOR_ADMISSION
-from agy_provider.live.warm import WarmAgy
-from agy_provider.live.warm import WarmPool
+from agy_provider.live.warm.pool import WAIT_FOR_ADMISSION
+from agy_provider.live.warm.pool import WarmAgy
+from agy_provider.live.warm.pool import WarmPool
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions

@@ -31,7 +31,7 @@ from optional import own_folder
 from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.warm import POOL
+from agy_provider.live.warm.pool import POOL
 from agy_provider.pi.abort_bridge import bridge_signal
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import normalise_turn

@@ -33,7 +33,7 @@ from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import build_argv
 from agy_provider.live.turn import PARKED
-from agy_provider.live.warm import POOL
+from agy_provider.live.warm.pool import POOL
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions

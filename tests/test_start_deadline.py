@@ -24,8 +24,8 @@ from live_helpers import scenario_answer
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.live.start_deadline import turn_started
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm_turn import WarmTurn
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.turn import WarmTurn
 from agy_provider.pi.types import UserMessage
 from agy_provider.sim.cli import HANG_AT_START_WORDS
 

@@ -328,13 +328,13 @@ async def test_a_chosen_stdout_source_reads_alone_or_hands_the_turn_to_the_datab
     turn = turn_for(FakeAgy())
     handover = SourceHandover(specs, turn, database=database_source(specs))
     await handover.open("stream-json")
-    assert handover.state is HandoverState.DIRECT and script.sources == []  # nothing beside it
+    assert handover.state is HandoverState.STDOUT and script.sources == []  # nothing beside it
     await handover.aclose()
     text_agy = FakeAgy(request=TurnRequest(prompt="hi", cwd=".", agy_bin="agy", output_format=""))
     turn = turn_for(text_agy)
     handover = SourceHandover(specs, turn, database=database_source(specs))
     await handover.open("stream-json")  # no stream-json from this agy: the database reads
-    assert handover.state is HandoverState.DIRECT and turn.source == "sqlite"
+    assert handover.state is HandoverState.LAST and turn.source == "sqlite"
     await handover.aclose()
 
 
@@ -387,7 +387,7 @@ async def test_a_stdout_stream_that_ends_without_its_result_is_finished_from_the
 
     await handover.drain(feed)
     assert [s.text for s in fed] == ["", "cut sh"]  # what stdout had, then the database's word
-    assert handover.state is HandoverState.DATABASE and turn.source == "sqlite"
+    assert handover.state is HandoverState.LAST and turn.source == "sqlite"
     (database,) = script.sources
     await handover.aclose()
     assert database.closed

@@ -25,6 +25,9 @@ from agy_provider.agy.step import TurnOutcome
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
 from agy_provider.live.handover import TRANSITIONS
+from agy_provider.live.handover import Action
+from agy_provider.live.handover import Event
+from agy_provider.live.handover import HandoverError
 from agy_provider.live.handover import HandoverState
 from agy_provider.live.handover import SourceHandover
 from agy_provider.live.handover import database_source
@@ -87,10 +90,38 @@ class Failing:
 
 
 def test_every_state_has_its_moves_and_every_state_can_close() -> None:
-    assert set(TRANSITIONS) == set(HandoverState)
-    for state, moves in TRANSITIONS.items():
-        assert S.CLOSED in moves, state
-    assert S.OPENING not in set().union(*TRANSITIONS.values())  # nothing moves back to opening
+    moves: dict[HandoverState, set[HandoverState]] = {}
+    for (state, _event), (new, _action) in TRANSITIONS.items():
+        moves.setdefault(state, set()).add(new)
+    assert set(moves) == set(HandoverState)
+    for state, targets in moves.items():
+        assert S.CLOSED in targets, state
+    assert S.OPENING not in set().union(*moves.values())  # nothing moves back to opening
+
+
+@pytest.mark.parametrize("state", list(HandoverState))
+@pytest.mark.parametrize("event", list(Event))
+def test_every_state_and_event_does_what_the_table_says_or_is_refused_by_name(
+    tmp_path: Path, state: HandoverState, event: Event
+) -> None:
+    handover, _turn = handover_for(tmp_path, Script())
+    handover.state = state
+    if (state, event) in TRANSITIONS:
+        new, action = TRANSITIONS[state, event]
+        assert handover.fire(event) is action
+        assert handover.state is new
+    else:
+        with pytest.raises(HandoverError, match=f"{event.name}.*{state.name}"):
+            handover.fire(event)
+        assert handover.state is state
+
+
+def test_a_failure_after_the_last_resort_is_the_turns_and_the_stream_is_left_to_the_drain() -> None:
+    for state in (S.DIRECT, S.ALONE, S.DATABASE, S.PREFERRED):
+        assert TRANSITIONS[state, Event.STDOUT_DOWN] == (state, Action.RAISE)
+    assert TRANSITIONS[S.LAST, Event.FAILED] == (S.LAST, Action.RAISE)
+    for state in (S.ALONE, S.PREFERRED, S.STDOUT):
+        assert TRANSITIONS[state, Event.FAILED_AFTER_EXIT] == (state, Action.KEEP)
 
 
 async def test_the_database_is_the_one_the_registry_says_reads_it(tmp_path: Path) -> None:
@@ -171,8 +202,9 @@ async def test_an_illegal_move_is_refused(tmp_path: Path) -> None:
     script = Script()
     handover, _turn = handover_for(tmp_path, script, names=("sqlite",))
     await handover.open("sqlite")
-    with pytest.raises(RuntimeError, match="cannot move"):
-        handover._move(S.PREFERRED, handover.source, "sqlite")
+    with pytest.raises(HandoverError, match="no move for event PREFERRED_UP in state DIRECT"):
+        handover.fire(Event.PREFERRED_UP)
+    assert handover.state is S.DIRECT
 
 
 # -- the drain -------------------------------------------------------------------------------

@@ -32,11 +32,15 @@ from live_helpers import text_of
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import TRANSITIONS
-from agy_provider.live.warm import WarmAgy
-from agy_provider.live.warm import WarmState
-from agy_provider.live.warm import warm_key
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import TRANSITIONS
+from agy_provider.live.warm.pool import WarmAction
+from agy_provider.live.warm.pool import WarmAgy
+from agy_provider.live.warm.pool import WarmEvent
+from agy_provider.live.warm.pool import WarmPool
+from agy_provider.live.warm.pool import WarmState
+from agy_provider.live.warm.pool import WarmStateError
+from agy_provider.live.warm.pool import warm_key
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import AssistantMessage
@@ -94,12 +98,43 @@ def alive(pid: int) -> bool:
 # --- the lifecycle table and the key -------------------------------------------------------------
 
 
+def moves() -> dict[WarmState, frozenset[WarmState]]:
+    """The states each state can move to (itself aside), as the table says."""
+    found: dict[WarmState, set[WarmState]] = {state: set() for state in WarmState}
+    for (state, _event), (new, _action) in TRANSITIONS.items():
+        if new is not state:
+            found[state].add(new)
+    return {state: frozenset(targets) for state, targets in found.items()}
+
+
 def test_every_state_can_end_and_nothing_leaves_closed() -> None:
-    for state, moves in TRANSITIONS.items():
+    for state, targets in moves().items():
         if state not in (WarmState.CLOSING, WarmState.CLOSED):
-            assert WarmState.CLOSING in moves, state
-    assert TRANSITIONS[WarmState.CLOSED] == frozenset()
-    assert TRANSITIONS[WarmState.CLOSING] == frozenset({WarmState.CLOSED})
+            assert WarmState.CLOSING in targets, state
+            # Ended by the pool, or dead on its own: from every live state.
+            assert TRANSITIONS[state, WarmEvent.RETIRED] == (WarmState.CLOSING, WarmAction.END)
+            assert TRANSITIONS[state, WarmEvent.EXITED][0] is WarmState.CLOSING
+    assert moves()[WarmState.CLOSED] == frozenset()
+    assert moves()[WarmState.CLOSING] == frozenset({WarmState.CLOSED})
+
+
+@pytest.mark.parametrize("state", list(WarmState))
+@pytest.mark.parametrize("event", list(WarmEvent))
+def test_every_state_and_event_does_what_the_table_says_or_is_refused_by_name(
+    tmp_path: Path, state: WarmState, event: WarmEvent
+) -> None:
+    pool = WarmPool()
+    # Never started (pid 0: status is not told); owned by the pool, which fires its events.
+    agy = WarmAgy("key", TurnRequest(prompt="", cwd=str(tmp_path), agy_bin="agy"), owner=pool)
+    agy.state = state
+    if (state, event) in TRANSITIONS:
+        new, action = TRANSITIONS[state, event]
+        assert pool.fire(agy, event) is action
+        assert agy.state is new
+    else:
+        with pytest.raises(WarmStateError, match=f"{event.name} in state {state.name}"):
+            pool.fire(agy, event)
+        assert agy.state is state
 
 
 def test_the_key_is_the_settings_not_the_turn(tmp_path: Path) -> None:
@@ -387,12 +422,12 @@ async def test_a_warm_turns_usage_is_its_own_share_of_agys_running_totals(
 
 
 async def test_status_lists_the_warm_agys_of_this_host(live_env: Path) -> None:
-    """The pool tells other processes what is warm (`live/warm_registry`): `agy-provider status`
+    """The pool tells other processes what is warm (`live/warm/registry`): `agy-provider status`
     in another process lists the conversation's agy and the spare, and nothing once they end."""
     import json
     import subprocess
 
-    from agy_provider.live import warm_registry
+    from agy_provider.live.warm import registry as warm_registry
 
     _, message = await run_turn("hello", session="s")
     assert message.stop_reason == "stop", message.error_message

@@ -23,7 +23,7 @@ HOST = textwrap.dedent(
     import asyncio, json, sys, time
     from agy_provider import Context, SimpleStreamOptions, UserMessage, stream_simple
     from agy_provider.pi.agy_model import agy_model
-    from agy_provider.live.warm import POOL
+    from agy_provider.live.warm.pool import POOL
 
     async def turn(messages, text):
         messages.append(UserMessage(content=text, timestamp=0))

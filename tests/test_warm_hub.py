@@ -1,4 +1,4 @@
-"""The hub (`live/warm_hub.py`): one thread reads every warm agy's pipes and sees each exit."""
+"""The hub (`live/warm/hub.py`): one thread reads every warm agy's pipes and sees each exit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from agy_provider.live.warm_hub import WarmHub
+from agy_provider.live.warm.hub import WarmHub
 
 SAYS = "import sys, time; print('out', flush=True); print('err', file=sys.stderr, flush=True)"
 

@@ -1,4 +1,4 @@
-"""The warm registry (`live/warm_registry.py`): real files in a temporary state folder, real
+"""The warm registry (`live/warm/registry.py`): real files in a temporary state folder, real
 processes (`sleep`) standing in for live and dead hosts and agys."""
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import psutil
 import pytest
 
 from agy_provider.cli.health import _duration
-from agy_provider.live import warm_registry
-from agy_provider.live.warm_registry import WarmEntry
-from agy_provider.live.warm_registry import forget
-from agy_provider.live.warm_registry import forget_host
-from agy_provider.live.warm_registry import key_summary
-from agy_provider.live.warm_registry import list_warm
-from agy_provider.live.warm_registry import record
-from agy_provider.live.warm_registry import rss_of
-from agy_provider.live.warm_registry import warm_dir
+from agy_provider.live.warm import registry as warm_registry
+from agy_provider.live.warm.registry import WarmEntry
+from agy_provider.live.warm.registry import forget
+from agy_provider.live.warm.registry import forget_host
+from agy_provider.live.warm.registry import key_summary
+from agy_provider.live.warm.registry import list_warm
+from agy_provider.live.warm.registry import record
+from agy_provider.live.warm.registry import rss_of
+from agy_provider.live.warm.registry import warm_dir
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """A warm agy never writes a conversation it has not seen in full (issue 29, item 2): two
 long-lived hosts (two processes, each with its warm pool) taking turns on one conversation, and
-the decision each makes before reusing its idle agy (`warm.moved_on`, `WarmPool.stale`).
+the decision each makes before reusing its idle agy (`pool.moved_on`, `WarmPool.stale`).
 
 agy keeps its conversation in memory: an idle agy that missed another host's turn would write
 its next steps over indices that turn already wrote (`UNIQUE constraint failed: steps.idx`).
@@ -19,10 +19,10 @@ import pytest
 from live_helpers import scenario_answer
 
 from agy_provider.agy.argv import TurnRequest
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import WarmAgy
-from agy_provider.live.warm import moved_on
-from agy_provider.live.warm import newest_index
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import WarmAgy
+from agy_provider.live.warm.pool import moved_on
+from agy_provider.live.warm.pool import newest_index
 from agy_provider.sim.writer import ConversationWriter
 
 CONVERSATION = "0d6c2f4e-6b1a-4c55-9f1e-2a7b3c4d5e6f"

@@ -67,7 +67,7 @@ class TurnRequest:
     # folder holding `.agents/mcp_config.json` is one (AGY-FORMATS §2).
     extra_dirs: Sequence[str] = ()
     # The turn may run in a warm agy: one process kept for many turns of its conversation, each
-    # a stdin line (`build_warm_argv`; `live/warm.py`). False runs `agy -p` for this turn alone.
+    # a stdin line (`build_warm_argv`; `live/warm/pool.py`). False runs `agy -p` for this turn alone.
     warm: bool = False
     # The host tools agy is offered over MCP, as one value (`bridge/host_tools.tools_signature`):
     # a warm agy serves them from a bridge of its own, so they are part of what it is.

@@ -70,12 +70,12 @@ class Status:
 
 
 def warm_status(now: float | None = None) -> tuple[dict[str, object], ...]:
-    """Every warm agy of every live host (`live/warm_registry`), with its idle time and RSS:
+    """Every warm agy of every live host (`live/warm/registry`), with its idle time and RSS:
     `Status.warm` (and `--json`'s `warm`)."""
     import time
 
-    from agy_provider.live.warm_registry import list_warm
-    from agy_provider.live.warm_registry import rss_of
+    from agy_provider.live.warm.registry import list_warm
+    from agy_provider.live.warm.registry import rss_of
 
     now = time.time() if now is None else now
     return tuple(

@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 
 __all__ = [
     "COLD_STARTS",
@@ -23,12 +22,8 @@ __all__ = [
     "Ticket",
     "TurnAdmission",
     "cold_starts_for",
-    "hold_until_init",
     "hold_until_stated",
 ]
-
-if TYPE_CHECKING:
-    from agy_provider.live.warm_agy import WarmAgy
 
 log = logging.getLogger(__name__)
 
@@ -211,23 +206,6 @@ class TurnAdmission:
         ticket, self.ticket = self.ticket, None
         if ticket is not None:
             ticket.release()
-
-
-def hold_until_init(agy: WarmAgy, ticket: Ticket) -> None:
-    """`agy`, not started yet, keeps `ticket` until it says `init` or is closed (whichever
-    first; set before its spawn, so neither is missed)."""
-    said, closed = agy.on_said_init, agy.on_closed
-
-    def on_said_init(a: WarmAgy) -> None:
-        ticket.release()
-        said(a)
-
-    def on_closed(a: WarmAgy) -> None:
-        ticket.release()
-        closed(a)
-
-    agy.on_said_init = on_said_init
-    agy.on_closed = on_closed
 
 
 def hold_until_stated(

@@ -33,8 +33,8 @@ from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import WarmSettings
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import WarmSettings
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import Message

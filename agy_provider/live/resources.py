@@ -14,7 +14,7 @@ from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.images import ImageStaging
 from agy_provider.live.images import newest_images
 from agy_provider.live.prompt import build_prompt
-from agy_provider.live.warm_turn import WarmTurn
+from agy_provider.live.warm.turn import WarmTurn
 from agy_provider.workers import off_loop
 
 __all__ = ["ABORT_GRACE", "TurnResources"]

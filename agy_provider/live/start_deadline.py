@@ -2,7 +2,8 @@
 is ended (its tree), and the turn falls back once to `agy -p` or ends saying what agy printed.
 
 Owns what "started" means (a warm agy's `init`; for `agy -p`, a stdout line past its `init`; or
-agy's exit) and the wait for it; the warm pool remembers a binary whose warm agy did not start (`warm.py`).
+agy's exit) and the wait for it; the warm pool remembers a binary whose warm agy did not start
+(`warm/pool.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from agy_provider.errors import TurnError
 from agy_provider.live.resources import ABORT_GRACE
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import TurnProcess
-from agy_provider.live.warm_turn import WarmTurn
+from agy_provider.live.warm.turn import WarmTurn
 
 __all__ = ["await_start", "turn_started"]
 

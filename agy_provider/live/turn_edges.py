@@ -22,7 +22,7 @@ from agy_provider.live.discovery import bind_database
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
 from agy_provider.live.runner import find_agy
-from agy_provider.live.warm_turn import spawn_turn
+from agy_provider.live.warm.turn import spawn_turn
 from agy_provider.plugin_manager import EventSourceSpec
 from agy_provider.plugin_manager import event_sources
 from agy_provider.store.config import Config

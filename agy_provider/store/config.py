@@ -109,7 +109,7 @@ class Config:
     # (`initialStepsPageBounds`, a field of agy's own request schema; unverified that agy
     # honours it, hence the switch). Either way a large replay is not parsed.
     paged_replay: bool = True
-    # The warm pool (AGY-FORMATS §2.4, `live/warm.py`): one agy kept running per conversation
+    # The warm pool (AGY-FORMATS §2.4, `live/warm/pool.py`): one agy kept running per conversation
     # and settings, each turn a stdin line; a warm agy idle this many seconds is ended; at most
     # `warm_max` of them (spares included), and `warm_spares` started ahead for new conversations.
     warm: bool = True

@@ -1,5 +1,5 @@
-"""One warm agy: a process for many turns (AGY-FORMATS §2.4), its lifecycle table, and the
-threads that read its pipes and await its exit, so it outlives the loop of the turn that started it.
+"""One warm agy: a process for many turns (AGY-FORMATS §2.4) and its lifecycle table,
+`(state, event) → (new state, action)`, which its owner (the pool) fires, under its lock alone.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -31,23 +30,30 @@ from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.agy.step import StepUsage
 from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
+from agy_provider.live.admission import Ticket
 from agy_provider.live.runner import _alive
 from agy_provider.live.runner import _in_group
 from agy_provider.live.runner import _signal
 from agy_provider.live.runner import _spawn
 from agy_provider.live.runner import remember_tree
-from agy_provider.live.warm_bridge import WarmBridge
-from agy_provider.live.warm_hub import HUB
+from agy_provider.live.warm.bridge import WarmBridge
+from agy_provider.live.warm.hub import HUB
 from agy_provider.wire.ndjson import LineDecoder
 
 __all__ = [
     "IDLE",
     "KILL_AFTER",
     "READ_AFTER_EXIT",
+    "SPARES",
     "TRANSITIONS",
+    "WarmAction",
     "WarmAgy",
+    "WarmEvent",
+    "WarmOwner",
     "WarmState",
+    "WarmStateError",
     "WarmTurnSink",
+    "transition",
 ]
 
 log = logging.getLogger("agy_provider.live.warm")
@@ -56,27 +62,120 @@ log = logging.getLogger("agy_provider.live.warm")
 class WarmState(enum.Enum):
     """Where a warm agy is in its life."""
 
-    STARTING = "starting"  # spawned; it has not stated its conversation (`init`) yet
-    READY = "ready"  # idle between turns (a spare is ready before its first turn)
-    IN_TURN = "in_turn"  # a turn's line was sent; the turn holds it until it lets go
-    CLOSING = "closing"  # being ended: idle, the bound, a change of settings, an abort, its death
-    CLOSED = "closed"  # exited and reaped; no longer in the pool
+    STARTING = "starting"  # a spare, spawned: it has not stated its conversation (`init`) yet
+    SPARE = "spare"  # a spare that said `init`: idle, for the next new conversation
+    IN_TURN = "in_turn"  # a turn holds it (its line sent, or about to be) until it lets go
+    READY = "ready"  # idle between turns, its conversation's
+    CLOSING = "closing"  # being ended (idle, the bound, settings, an abort), or exited: handled
+    CLOSED = "closed"  # exited, reaped and forgotten; no longer in the pool
 
 
-S = WarmState
-# The legal moves. A turn may take an agy before its `init` (the line waits in agy's stdin);
-# an agy dies or is ended from any live state.
-TRANSITIONS: Mapping[WarmState, frozenset[WarmState]] = {
-    S.STARTING: frozenset({S.READY, S.IN_TURN, S.CLOSING}),
-    S.READY: frozenset({S.IN_TURN, S.CLOSING}),
-    S.IN_TURN: frozenset({S.READY, S.CLOSING}),
-    S.CLOSING: frozenset({S.CLOSED}),
-    S.CLOSED: frozenset(),
+class WarmEvent(enum.Enum):
+    """What happened to a warm agy."""
+
+    SAID_INIT = "it stated its conversation (init)"
+    LEASED = "a turn took it"
+    RELEASED = "its turn ended with agy's result, agy alive"
+    RETIRED = "the pool ends it"
+    EXITED = "its process exited"
+    GONE = "its exit is handled: reaped, its pipes and bridge closed"
+
+
+class WarmAction(enum.Enum):
+    """What the owner does on a move (`WarmPool.fire`)."""
+
+    NOTHING = "nothing"
+    STARTED = "its cold start slot goes back; status is told"
+    TAKEN = "status is told"
+    IDLE = "one more turn done, idle from now; status is told"
+    END = "end its process (the one who fired, outside the pool's lock)"
+    FORGET = "the pool forgets it; its slot goes back; status forgets it"
+
+
+class WarmStateError(RuntimeError):
+    """An event the lifecycle table has no move for in the agy's state (a bug of ours)."""
+
+
+S, E, A = WarmState, WarmEvent, WarmAction
+# The lifecycle. A turn may take a spare before its `init` (the line waits in agy's stdin); an
+# agy dies or is ended from any live state, and its exit is handled before it is forgotten.
+TRANSITIONS: Mapping[tuple[WarmState, WarmEvent], tuple[WarmState, WarmAction]] = {
+    (S.STARTING, E.SAID_INIT): (S.SPARE, A.STARTED),
+    (S.STARTING, E.LEASED): (S.IN_TURN, A.TAKEN),
+    (S.STARTING, E.RETIRED): (S.CLOSING, A.END),
+    (S.STARTING, E.EXITED): (S.CLOSING, A.NOTHING),
+    (S.SPARE, E.SAID_INIT): (S.SPARE, A.NOTHING),
+    (S.SPARE, E.LEASED): (S.IN_TURN, A.TAKEN),
+    (S.SPARE, E.RETIRED): (S.CLOSING, A.END),
+    (S.SPARE, E.EXITED): (S.CLOSING, A.NOTHING),
+    (S.IN_TURN, E.SAID_INIT): (S.IN_TURN, A.STARTED),
+    (S.IN_TURN, E.RELEASED): (S.READY, A.IDLE),
+    (S.IN_TURN, E.RETIRED): (S.CLOSING, A.END),
+    (S.IN_TURN, E.EXITED): (S.CLOSING, A.NOTHING),
+    (S.READY, E.SAID_INIT): (S.READY, A.NOTHING),
+    (S.READY, E.LEASED): (S.IN_TURN, A.TAKEN),
+    (S.READY, E.RETIRED): (S.CLOSING, A.END),
+    (S.READY, E.EXITED): (S.CLOSING, A.NOTHING),
+    (S.CLOSING, E.SAID_INIT): (S.CLOSING, A.STARTED),  # it did start: its slot goes back
+    (S.CLOSING, E.RELEASED): (S.CLOSING, A.NOTHING),  # a turn lets go of an agy being ended
+    (S.CLOSING, E.RETIRED): (S.CLOSING, A.NOTHING),  # being ended already
+    (S.CLOSING, E.EXITED): (S.CLOSING, A.NOTHING),
+    (S.CLOSING, E.GONE): (S.CLOSED, A.FORGET),
+    (S.CLOSED, E.SAID_INIT): (S.CLOSED, A.NOTHING),  # told late, by the thread that tells it
+    (S.CLOSED, E.RELEASED): (S.CLOSED, A.NOTHING),
+    (S.CLOSED, E.RETIRED): (S.CLOSED, A.NOTHING),
 }
+
+
+def transition(state: WarmState, event: WarmEvent) -> tuple[WarmState, WarmAction]:
+    """The table's answer to `event` in `state`; `WarmStateError` naming both if it has none."""
+    try:
+        return TRANSITIONS[state, event]
+    except KeyError:
+        raise WarmStateError(
+            f"a warm agy has no move for event {event.name} in state {state.name}"
+        ) from None
+
 
 # Idle: between turns, or a spare whatever it said (agy < 1.3 may state its conversation only
 # once it gets a line).
-IDLE = frozenset({S.READY, S.STARTING})
+IDLE = frozenset({S.READY, S.SPARE, S.STARTING})
+# Spares: started ahead for the next new conversation of their settings, not yet taken.
+SPARES = frozenset({S.SPARE, S.STARTING})
+
+
+class WarmOwner(Protocol):
+    """Who moves a warm agy's state (the pool): the one place an event is fired, under its lock."""
+
+    def fire(self, agy: WarmAgy, event: WarmEvent) -> WarmAction: ...
+
+    def wait_closed(self, agy: WarmAgy, timeout: float | None) -> bool:
+        """Until `agy` is CLOSED, at most `timeout` seconds; whether it is."""
+
+
+class _Unowned:
+    """The owner of an agy no pool keeps (a test's, never started): the table, no more."""
+
+    def fire(self, agy: WarmAgy, event: WarmEvent) -> WarmAction:
+        agy.state, action = transition(agy.state, event)
+        return action
+
+    def wait_closed(self, agy: WarmAgy, timeout: float | None) -> bool:
+        return agy.state is S.CLOSED
+
+
+class Closed:
+    """`WarmAgy.exited`: whether the agy is CLOSED (its state, read), and a wait for it."""
+
+    def __init__(self, agy: WarmAgy) -> None:
+        self._agy = agy
+
+    def is_set(self) -> bool:
+        return self._agy.state is S.CLOSED
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._agy.owner.wait_closed(self._agy, timeout)
+
 
 # After SIGINT (agy writes an ERROR `result` and exits, §2.4) or stdin's end, how long agy may
 # take before its tree gets SIGTERM, then SIGKILL after the same again.
@@ -89,7 +188,7 @@ _SEND_WAIT = 0.5
 
 
 class WarmTurnSink(Protocol):
-    """What a warm agy hands a turn (`warm_turn.WarmTurn`); called from the agy's threads."""
+    """What a warm agy hands a turn (`warm/turn.WarmTurn`); called from the agy's threads."""
 
     #: The turn's host tools (`bridge/host_tools.TurnTools`) and its loop, where agy's calls go.
     tools: Any
@@ -111,14 +210,14 @@ def _is_event(line: bytes, name: bytes) -> bool:
 
 class WarmAgy:
     """One agy process for many turns: its own process group (guarded by the lifeline), stdin a
-    pipe we write turns to, stdout read by the hub (`warm_hub`), which hands each turn its lines."""
+    pipe we write turns to, stdout read by the hub (`warm/hub`), which hands each turn its lines."""
 
     def __init__(
         self,
         key: str,
         template: TurnRequest,
         *,
-        spare: bool = False,
+        owner: WarmOwner | None = None,
         offered: Sequence[object] = (),
     ) -> None:
         self.key = key
@@ -128,8 +227,11 @@ class WarmAgy:
         self.offered = list(offered)
         self.bridge: WarmBridge | None = None
         self.extra_dirs: tuple[str, ...] = tuple(template.extra_dirs)  # its own bridge's too
+        # Moved only by `owner.fire` (the pool's, under its lock): STARTING until it is leased.
         self.state = WarmState.STARTING
-        self.spare = spare  # started ahead, for the next new conversation of its settings
+        self.owner: WarmOwner = owner if owner is not None else _Unowned()
+        self.exited = Closed(self)
+        self.ticket: Ticket | None = None  # its cold start slot, held until `init` or its end
         self.conversation_id = template.conversation_id
         self.turns = 0
         self.started_at = time.time()
@@ -138,35 +240,33 @@ class WarmAgy:
         # Usage totals in agy's `result` run over this process's turns (AGY-FORMATS §2.2): the
         # newest, so that the next turn's share is the difference (None before any result).
         self.last_total: StepUsage | None = None
-        # The conversation's newest step index when its last turn ended (`warm.newest_index`,
+        # The conversation's newest step index when its last turn ended (`pool.newest_index`,
         # read before that turn's end reaches its host): a turn reuses this agy only while the
         # database still ends there (another host's agy may have written since). None: unknown.
         self.seen_index: int | None = None
-        self.exited = threading.Event()
-        self.said_anything = False  # any stdout line at all: agy took the flags
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # its own data (turn, stderr, `init`), never its state
         self._proc: subprocess.Popen[bytes] | None = None
         self._turn: WarmTurnSink | None = None
         self._init_line = b""
         self._stderr = bytearray()
         self._stderr_total = 0
         self._known: dict[int, psutil.Process] = {}
-        self._reaped = False  # until agy is reaped its pid, and so its group id, stays ours
-        self._unreadable = False  # its stdout broke the line framing (a line over the bound)
         self._lines = LineDecoder()  # its stdout, framed into lines on the hub's thread
         self._pipes_done = threading.Event()  # the hub read both pipes to their end
-        self.on_closed: Callable[[WarmAgy], None] = lambda agy: None
-        self.on_said_init: Callable[[WarmAgy], None] = lambda agy: None
 
     @property
     def pid(self) -> int:
         return self._proc.pid if self._proc is not None else 0
 
-    def move(self, state: WarmState) -> None:
-        """Change state by the table (the pool holds its lock when it calls this)."""
-        if state not in TRANSITIONS[self.state]:
-            raise RuntimeError(f"a warm agy cannot move from {self.state} to {state}")
-        self.state = state
+    @property
+    def spare(self) -> bool:
+        """Started ahead for the next new conversation of its settings, not taken yet."""
+        return self.state in SPARES
+
+    @property
+    def _reaped(self) -> bool:
+        # Until agy is reaped (just before it is CLOSED) its pid, and so its group id, is ours.
+        return self.state is S.CLOSED
 
     # -- the process ---------------------------------------------------------------------------
 
@@ -207,7 +307,7 @@ class WarmAgy:
         its buffer; with it (off the loop) all of it, waiting while agy reads. Raises OSError
         when agy is gone (it exited while idle)."""
         proc = self._proc
-        if proc is None or proc.stdin is None or self.exited.is_set():
+        if proc is None or proc.stdin is None or self.state in (S.CLOSING, S.CLOSED):
             raise BrokenPipeError("agy is not running")
         fd = proc.stdin.fileno()
         view = memoryview(line)
@@ -220,7 +320,7 @@ class WarmAgy:
                 with selectors.DefaultSelector() as writable:  # agy reads, then room again
                     writable.register(fd, selectors.EVENT_WRITE)
                     writable.select(_SEND_WAIT)
-                if self.exited.is_set():
+                if self.state in (S.CLOSING, S.CLOSED):
                     raise BrokenPipeError("agy exited while its turn was being written") from None
         return len(line) - len(view)
 
@@ -275,14 +375,14 @@ class WarmAgy:
         try:
             lines.feed(chunk)
             complete = list(lines.lines())
-        except FramingError as exc:  # the decoder is poisoned: said once, the rest unread
-            if not self._unreadable:
-                self._unreadable = True
-                log.warning("warm agy %d: its stdout is not readable stream-json: %s", self.pid, exc)
+        except FramingError as exc:  # the decoder is poisoned: the rest unread
+            if exc.__cause__ is None:  # said once: a poisoned decoder's later errors chain this
+                log.warning(
+                    "warm agy %d: its stdout is not readable stream-json: %s", self.pid, exc
+                )
             return
         batch: list[bytes] = []
         for line in complete:
-            self.said_anything = True
             batch.append(line + b"\n")
             if _is_event(line, b"init"):
                 self._init(line)
@@ -302,9 +402,14 @@ class WarmAgy:
             self._init_line = line + b"\n"
             if isinstance(stated, str) and stated:
                 self.conversation_id = stated
-            if self.state is WarmState.STARTING and self._turn is None:
-                self.move(WarmState.READY)
-        self.on_said_init(self)
+        # Fired from a thread of its own: the hub only ever reads, and the pool's lock may be
+        # held for a while (an agy spawning, its bridge starting).
+        threading.Thread(
+            target=self.owner.fire,
+            args=(self, E.SAID_INIT),
+            name=f"agy-provider-warm-{self.pid}-init",
+            daemon=True,
+        ).start()
 
     def _total(self, line: bytes) -> None:
         """The conversation's running usage total as of this `result` (the next turn's base)."""
@@ -339,6 +444,7 @@ class WarmAgy:
         except ChildProcessError:
             code = proc.wait()
         self.exit_code = code
+        self.owner.fire(self, E.EXITED)  # no turn takes it from now on
         self.signal_tree(signal.SIGKILL)  # what agy left in its group, and our tree
         self._pipes_done.wait(READ_AFTER_EXIT)  # the hub has read all it said
         HUB.forget(self, *(p.fileno() for p in (proc.stdout, proc.stderr) if p is not None))
@@ -346,9 +452,6 @@ class WarmAgy:
             turn, self._turn = self._turn, None
         if turn is not None:
             turn.died(code)
-        with contextlib.suppress(ChildProcessError):
-            proc.wait()
-        self._reaped = True
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
@@ -356,8 +459,9 @@ class WarmAgy:
         lifeline.forget(proc.pid)
         if self.bridge is not None:
             self.bridge.close()
-        self.exited.set()
-        self.on_closed(self)
+        with contextlib.suppress(ChildProcessError):
+            proc.wait()  # reaped last, just before it is CLOSED (`_reaped`)
+        self.owner.fire(self, E.GONE)
 
     # -- its tree ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ _FORGET_WAIT = 5.0
 
 
 class HubMember(Protocol):
-    """What the hub reads for (`warm_agy.WarmAgy`); called on the hub's thread."""
+    """What the hub reads for (`warm/agy.WarmAgy`); called on the hub's thread."""
 
     def took_stdout(self, chunk: bytes) -> None: ...
 

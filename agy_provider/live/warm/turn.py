@@ -25,11 +25,11 @@ from agy_provider.agy.step import StepUsage
 from agy_provider.agy.verdict import agy_error
 from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.runner import AgyProcess
-from agy_provider.live.warm import POOL
-from agy_provider.live.warm import WarmPool
-from agy_provider.live.warm import newest_index
-from agy_provider.live.warm_agy import KILL_AFTER
-from agy_provider.live.warm_agy import WarmAgy
+from agy_provider.live.warm.agy import KILL_AFTER
+from agy_provider.live.warm.agy import WarmAgy
+from agy_provider.live.warm.pool import POOL
+from agy_provider.live.warm.pool import WarmPool
+from agy_provider.live.warm.pool import newest_index
 from agy_provider.workers import off_loop
 
 __all__ = ["WarmTurn", "spawn_turn"]
@@ -398,7 +398,8 @@ class WarmTurn:
         if self._done.is_set() or self._falling_back is not None:
             return
         agy = self.agy
-        if agy is not None and _refused_flags(code, agy):
+        said = bool(self._events.line_count or self._events.text)  # its `init`, if any, too
+        if agy is not None and _refused_flags(code, agy, said=said):
             # agy refused the flags of a process for many turns (too old): `agy -p` instead.
             self.pool.refused(self.request, agy.stderr_since(0))
             self._drop(agy)
@@ -415,15 +416,12 @@ class WarmTurn:
         self._done.set()
 
 
-def _refused_flags(code: int, agy: WarmAgy) -> bool:
+def _refused_flags(code: int, agy: WarmAgy, *, said: bool) -> bool:
     """agy exited at once refusing the flags of a process for many turns (too old for them):
-    exit 2, nothing on stdout, and stderr naming one of those flags."""
-    said = agy.stderr_since(0)
-    return (
-        code == _BAD_FLAGS
-        and not agy.said_anything
-        and ("input-format" in said or "output-format" in said)
-    )
+    exit 2, nothing on stdout (`said`: this turn heard anything from it), and stderr naming one
+    of those flags."""
+    words = agy.stderr_since(0)
+    return code == _BAD_FLAGS and not said and ("input-format" in words or "output-format" in words)
 
 
 def _end_elsewhere(pool: WarmPool, agy: WarmAgy) -> None:

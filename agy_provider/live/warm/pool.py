@@ -1,8 +1,5 @@
-"""The warm pool: one agy kept running per conversation and settings, each turn one stdin line
-framed by its `result` (AGY-FORMATS §2.4), and spares started ahead for the next new conversation.
-
-Owns which agy a turn gets (`warm_key`, `WarmPool.lease`), letting go, the `warm_max` bound, the
-idle reaper and the end of every warm agy at exit; one agy's process is `live/warm_agy.py`.
+"""The warm pool: which agy a turn gets (`warm_key`, `WarmPool.lease`: one per conversation and
+settings, spares ahead), the bound, the reaper; the one owner of its lock, where agys' events fire.
 """
 
 from __future__ import annotations
@@ -25,29 +22,36 @@ from agy_provider.agy.argv import TurnRequest
 from agy_provider.agy.argv import build_warm_argv
 from agy_provider.agy.database import newest_step_index
 from agy_provider.errors import AgyError
-from agy_provider.live import warm_registry
 from agy_provider.live.admission import COLD_STARTS
 from agy_provider.live.admission import Ticket
 from agy_provider.live.admission import TurnAdmission
-from agy_provider.live.admission import hold_until_init
 from agy_provider.live.discovery import conversations_dir
-from agy_provider.live.warm_agy import IDLE
-from agy_provider.live.warm_agy import KILL_AFTER
-from agy_provider.live.warm_agy import READ_AFTER_EXIT
-from agy_provider.live.warm_agy import TRANSITIONS
-from agy_provider.live.warm_agy import WarmAgy
-from agy_provider.live.warm_agy import WarmState
-from agy_provider.live.warm_agy import WarmTurnSink
+from agy_provider.live.warm.agy import IDLE
+from agy_provider.live.warm.agy import KILL_AFTER
+from agy_provider.live.warm.agy import READ_AFTER_EXIT
+from agy_provider.live.warm.agy import SPARES
+from agy_provider.live.warm.agy import TRANSITIONS
+from agy_provider.live.warm.agy import WarmAction
+from agy_provider.live.warm.agy import WarmAgy
+from agy_provider.live.warm.agy import WarmEvent
+from agy_provider.live.warm.agy import WarmState
+from agy_provider.live.warm.agy import WarmStateError
+from agy_provider.live.warm.agy import WarmTurnSink
+from agy_provider.live.warm.agy import transition
+from agy_provider.live.warm.registry import REGISTRY
 
 __all__ = [
     "POOL",
     "START_FAILED_FOR",
     "TRANSITIONS",
     "WAIT_FOR_ADMISSION",
+    "WarmAction",
     "WarmAgy",
+    "WarmEvent",
     "WarmPool",
     "WarmSettings",
     "WarmState",
+    "WarmStateError",
     "WarmTurnSink",
     "moved_on",
     "newest_index",
@@ -135,12 +139,16 @@ def moved_on(seen: int | None, newest: int | None) -> bool:
 
 
 class WarmPool:
-    """Every warm agy of this host process, bounded; thread-safe (turns run on many loops)."""
+    """Every warm agy of this host process, bounded; thread-safe (turns run on many loops).
+
+    The pool owns its lock: every agy's state moves in `fire` under it (the agys' own threads
+    fire through it too), and whatever waits for an agy to move waits on its condition."""
 
     def __init__(self) -> None:
         self.settings = WarmSettings()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # an agy was let go or ended
+        # Re-entrant: `fire` takes it, also from the pool's own methods that already hold it.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # an agy moved
         self._agys: list[WarmAgy] = []
         self._refused: set[str] = set()  # binaries (by identity) that refused stream-json input
         # Binaries (by identity) whose warm agy did not start in time -> until when (monotonic)
@@ -155,6 +163,41 @@ class WarmPool:
         if settings != self.settings:
             self.settings = settings
             self._wake.set()
+
+    def fire(self, agy: WarmAgy, event: WarmEvent) -> WarmAction:
+        """The one place a warm agy's state moves: the table's answer to `event` in its state
+        (`WarmStateError` naming both if it has none), the pool's part of the action done; the
+        action, for the caller to act on (END: end its process, outside the lock)."""
+        with self._lock:
+            agy.state, action = transition(agy.state, event)
+            if action is WarmAction.STARTED:
+                self._release_ticket(agy)
+                REGISTRY.changed(agy)
+            elif action is WarmAction.TAKEN:
+                REGISTRY.changed(agy)
+            elif action is WarmAction.IDLE:
+                agy.turns += 1
+                agy.last_used = time.monotonic()
+                REGISTRY.changed(agy)
+            elif action is WarmAction.FORGET:
+                self._release_ticket(agy)
+                with contextlib.suppress(ValueError):
+                    self._agys.remove(agy)
+                REGISTRY.changed(agy, gone=True)
+                log.debug("warm agy %d ended (code %s)", agy.pid, agy.exit_code)
+            self._changed.notify_all()
+            return action
+
+    def wait_closed(self, agy: WarmAgy, timeout: float | None) -> bool:
+        """Until `agy` is CLOSED (its exit handled), at most `timeout` seconds; whether it is."""
+        with self._changed:
+            return self._changed.wait_for(lambda: agy.state is WarmState.CLOSED, timeout)
+
+    @staticmethod
+    def _release_ticket(agy: WarmAgy) -> None:
+        ticket, agy.ticket = agy.ticket, None
+        if ticket is not None:
+            ticket.release()
 
     def agys(self) -> list[WarmAgy]:
         """The live warm agys (a copy)."""
@@ -226,7 +269,8 @@ class WarmPool:
                     self._let_go_of(request.conversation_id)
                     found = self._find(key, request.conversation_id, retired)
                     if found is not None:
-                        return _taken(found)
+                        self.fire(found, WarmEvent.LEASED)
+                        return found
                     if not retired:
                         return self._start_for(key, request, offered, retired, admission)
             finally:
@@ -255,9 +299,8 @@ class WarmPool:
             )
             return None
         ticket = admission.hand_over() if admission is not None else None
-        agy = self._add(key, request, spare=False, offered=offered, ticket=ticket)
-        agy.move(WarmState.IN_TURN)
-        REGISTRY.changed(agy)
+        agy = self._add(key, request, offered=offered, ticket=ticket)
+        self.fire(agy, WarmEvent.LEASED)
         return agy
 
     def stale(self, agy: WarmAgy) -> bool:
@@ -284,7 +327,8 @@ class WarmPool:
                 return None  # its previous turn still lets go of it, or it is being ended
             for agy in self._agys:
                 if agy.key == key and _answers(agy, conversation):
-                    return _taken(agy)
+                    self.fire(agy, WarmEvent.LEASED)
+                    return agy
             return None
         finally:
             self._lock.release()
@@ -308,10 +352,10 @@ class WarmPool:
             if left <= 0:
                 for agy in held:
                     log.warning("warm agy %d was not let go by its turn; ending it", agy.pid)
-                    agy.move(WarmState.CLOSING)
-                    threading.Thread(
-                        target=agy.end, kwargs={"interrupt": True, "grace": 0.1}, daemon=True
-                    ).start()
+                    if self.fire(agy, WarmEvent.RETIRED) is WarmAction.END:
+                        threading.Thread(
+                            target=agy.end, kwargs={"interrupt": True, "grace": 0.1}, daemon=True
+                        ).start()
                 return
             self._changed.wait(left)
 
@@ -321,10 +365,14 @@ class WarmPool:
                 continue
             if agy.key == key:
                 return agy
-            if conversation_id:
-                agy.move(WarmState.CLOSING)  # its settings changed: a new agy continues it
-                retired.append(agy)
+            if conversation_id:  # its settings changed: a new agy continues it
+                self._retire(agy, retired)
         return None
+
+    def _retire(self, agy: WarmAgy, retired: list[WarmAgy]) -> None:
+        """End `agy`: it joins `retired`, for the caller to end outside the lock."""
+        if self.fire(agy, WarmEvent.RETIRED) is WarmAction.END:
+            retired.append(agy)
 
     def _make_room(self, retired: list[WarmAgy]) -> bool:
         """Below the bound, ending the least recently used idle agy if need be (lock held)."""
@@ -334,9 +382,7 @@ class WarmPool:
         idle = [a for a in live if a.state in IDLE]
         if not idle:
             return False
-        oldest = min(idle, key=lambda a: a.last_used)
-        oldest.move(WarmState.CLOSING)
-        retired.append(oldest)
+        self._retire(min(idle, key=lambda a: a.last_used), retired)
         return True
 
     def _add(
@@ -344,15 +390,13 @@ class WarmPool:
         key: str,
         request: TurnRequest,
         *,
-        spare: bool,
         offered: Sequence[object] = (),
         ticket: Ticket | None = None,
     ) -> WarmAgy:
-        agy = WarmAgy(key, request, spare=spare, offered=offered)
-        agy.on_closed = self._forget
-        agy.on_said_init = REGISTRY.changed
-        if ticket is not None:
-            hold_until_init(agy, ticket)  # its cold start slot, until `init` or its end
+        """A new agy, STARTING (a spare until a turn leases it), holding `ticket` (its cold start
+        slot) until its `init` or its end (lock held)."""
+        agy = WarmAgy(key, request, owner=self, offered=offered)
+        agy.ticket = ticket
         try:
             agy.start()
         except BaseException:
@@ -360,8 +404,7 @@ class WarmPool:
                 ticket.release()
             raise
         self._agys.append(agy)
-        if spare:
-            REGISTRY.changed(agy)
+        REGISTRY.changed(agy)
         self._start_reaper()
         return agy
 
@@ -369,16 +412,11 @@ class WarmPool:
         """A turn ended with agy's `result` and agy lives: idle again. After a new conversation's
         first turn, a spare of the same settings is started for the next (blocking: off the loop)."""
         with self._lock:
-            if agy.state is not WarmState.IN_TURN or agy.exited.is_set():
-                return
-            agy.move(WarmState.READY)
-            agy.turns += 1
-            agy.last_used = time.monotonic()
-            self._changed.notify_all()
-            REGISTRY.changed(agy)
+            if self.fire(agy, WarmEvent.RELEASED) is not WarmAction.IDLE:
+                return  # it is being ended, or gone
             if not new_conversation or self.settings.spares <= 0 or self._closed:
                 return
-            spares = [a for a in self._agys if a.spare and a.state is not WarmState.CLOSING]
+            spares = [a for a in self._agys if a.state in SPARES]
             if any(a.key == agy.key for a in spares):
                 return
             # A spare starts only on a free cold start slot: turns waiting for one come first.
@@ -388,39 +426,23 @@ class WarmPool:
                 return
             retired: list[WarmAgy] = []
             if len(spares) >= self.settings.spares:
-                oldest = min(spares, key=lambda a: a.last_used)
-                oldest.move(WarmState.CLOSING)
-                retired.append(oldest)
+                self._retire(min(spares, key=lambda a: a.last_used), retired)
             elif not self._make_room(retired):
                 ticket.release()
                 return
             try:
                 spare = _spare_request(agy.template)
-                self._add(agy.key, spare, spare=True, offered=agy.offered, ticket=ticket)
+                self._add(agy.key, spare, offered=agy.offered, ticket=ticket)
             except OSError as exc:  # its slot went back in `_add`
                 log.info("could not start a spare agy: %s", exc)
         for old in retired:
             old.end(interrupt=False, grace=KILL_AFTER)
 
     def discard(self, agy: WarmAgy, *, interrupt: bool, grace: float) -> None:
-        """End `agy` (an abort, a deadline, a turn that did not finish; blocking)."""
-        with self._lock:
-            if agy.state not in (WarmState.CLOSING, WarmState.CLOSED):
-                agy.move(WarmState.CLOSING)
-            self._changed.notify_all()
+        """End `agy` (an abort, a deadline, a turn that did not finish; blocking): also when it
+        was being ended already, until it is gone."""
+        self.fire(agy, WarmEvent.RETIRED)
         agy.end(interrupt=interrupt, grace=grace)
-
-    def _forget(self, agy: WarmAgy) -> None:
-        with self._lock:
-            if agy.state is not WarmState.CLOSING:
-                agy.move(WarmState.CLOSING)
-            agy.move(WarmState.CLOSED)
-            with contextlib.suppress(ValueError):
-                self._agys.remove(agy)
-            self._changed.notify_all()
-        REGISTRY.changed(agy, gone=True)
-        if agy.turns or agy.spare:
-            log.debug("warm agy %d ended (code %s)", agy.pid, agy.exit_code)
 
     def _start_reaper(self) -> None:
         if self._reaper is None:
@@ -439,8 +461,7 @@ class WarmPool:
                 idle_agys = [a for a in self._agys if a.state in IDLE]
                 for agy in idle_agys:
                     if now - agy.last_used >= timeout:
-                        agy.move(WarmState.CLOSING)
-                        retired.append(agy)
+                        self._retire(agy, retired)
                 idle = [a.last_used for a in idle_agys if a not in retired]
             for agy in retired:
                 log.info("warm agy %d idle for %.0fs: ended", agy.pid, timeout)
@@ -455,8 +476,7 @@ class WarmPool:
             self._closed = True
             agys = list(self._agys)
             for agy in agys:
-                if agy.state not in (WarmState.CLOSING, WarmState.CLOSED):
-                    agy.move(WarmState.CLOSING)
+                self.fire(agy, WarmEvent.RETIRED)  # ended below, all at once
         self._wake.set()
         for agy in agys:
             if not agy.exited.is_set():
@@ -475,19 +495,9 @@ class WarmPool:
 def _answers(agy: WarmAgy, conversation_id: str) -> bool:
     """Whether idle `agy` could take a turn of `conversation_id` (a spare, for a new one), its
     key aside (lock held)."""
-    if agy.state not in IDLE or agy.exited.is_set():
-        return False
     if conversation_id:
-        return agy.conversation_id == conversation_id and not agy.spare
-    return agy.spare
-
-
-def _taken(agy: WarmAgy) -> WarmAgy:
-    """`agy`, leased: in a turn, no longer a spare, and said so (lock held)."""
-    agy.move(WarmState.IN_TURN)
-    agy.spare = False
-    REGISTRY.changed(agy)
-    return agy
+        return agy.state is WarmState.READY and agy.conversation_id == conversation_id
+    return agy.state in SPARES
 
 
 def _spare_request(template: TurnRequest) -> TurnRequest:
@@ -501,91 +511,4 @@ def _spare_request(template: TurnRequest) -> TurnRequest:
     )
 
 
-# How long the registry's writer gathers changes before it writes them.
-_REGISTRY_COALESCE = 0.25
-
-
-class _Registry:
-    """Tells other processes what is warm (`live/warm_registry.py`, read by `agy-provider
-    status`): each change is queued and written by one thread of its own, newest state per agy,
-    so no turn waits for a file to be written."""
-
-    def __init__(self) -> None:
-        self._due: dict[int, WarmAgy | None] = {}  # agy pid -> what to write (None: forget it)
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def changed(self, agy: WarmAgy, *, gone: bool = False) -> None:
-        if not agy.pid:
-            return
-        with self._lock:
-            self._due[agy.pid] = None if gone else agy
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._write, name="agy-provider-warm-registry", daemon=True
-                )
-                self._thread.start()
-        self._wake.set()
-
-    def _write(self) -> None:
-        host = os.getpid()
-        # Start times, read once per process (psutil reads /proc twice for each).
-        started: dict[int, float | None] = {host: warm_registry.start_time(host)}
-        while True:
-            self._wake.wait()
-            # Changes close together go in one write per agy: a short turn's `in_turn` and
-            # `ready`, fifty turns starting at once (status may lag by this much).
-            time.sleep(_REGISTRY_COALESCE)
-            self._wake.clear()
-            with self._lock:
-                due, self._due = self._due, {}
-            for pid, agy in due.items():
-                try:
-                    if agy is None:
-                        started.pop(pid, None)
-                        warm_registry.forget(host, pid)
-                        continue
-                    if started.get(pid) is None:
-                        started[pid] = warm_registry.start_time(pid)
-                    entry = _entry(host, agy)
-                    warm_registry.record(
-                        dataclasses.replace(
-                            entry, host_started=started[host], agy_started=started[pid]
-                        )
-                    )
-                except OSError as exc:
-                    log.debug("the warm registry could not be written: %s", exc)
-
-    def forget_all(self) -> None:
-        """This host's entries go (the pool has ended every agy); blocking, at exit."""
-        with self._lock:
-            self._due.clear()
-        with contextlib.suppress(OSError):
-            warm_registry.forget_host(os.getpid())
-
-
-def _entry(host: int, agy: WarmAgy) -> warm_registry.WarmEntry:
-    template = agy.template
-    state = agy.state.value
-    if agy.spare and agy.state in IDLE:
-        state = "spare"
-    return warm_registry.WarmEntry(
-        host_pid=host,
-        pid=agy.pid,
-        key=warm_registry.key_summary(
-            os.path.basename(template.agy_bin),
-            " ".join(a for a in template.model_args if not a.startswith("--")),
-            template.mode if template.mode != "default" else "",
-            "skip permissions" if template.skip_permissions else "",
-            os.path.abspath(template.cwd),
-        ),
-        conversation_id="" if agy.spare else agy.conversation_id,
-        state=state,
-        started_at=agy.started_at,
-        last_used=time.time() - (time.monotonic() - agy.last_used),
-    )
-
-
-REGISTRY = _Registry()
 POOL = WarmPool()

@@ -1,7 +1,8 @@
 """What is warm, for every process to see: one small JSON file per warm agy, written by the pool of
 the host that runs it, read by `agy-provider status`.
 
-Pure file I/O and psutil, no asyncio: the pool calls it through `workers.off_loop`.
+Pure file I/O and psutil, no asyncio: the pool's changes are written by one thread of its own
+(`REGISTRY`); `agy-provider status` reads the files.
 
 The folder is `<state folder of agy-provider>/warm/` (beside the session store, mode 0700); each
 warm agy is one file `<host pid>-<agy pid>.json` (0600, replaced atomically) holding a `WarmEntry`
@@ -16,8 +17,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import re
+import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import psutil
@@ -26,8 +31,13 @@ from agy_provider.store.atomic import read_json
 from agy_provider.store.atomic import write_text_atomic
 from agy_provider.store.sessions import default_store_path
 
+if TYPE_CHECKING:
+    from agy_provider.live.warm.agy import WarmAgy
+
 __all__ = [
+    "REGISTRY",
     "WARM_STATES",
+    "RegistryWriter",
     "WarmEntry",
     "forget",
     "forget_host",
@@ -131,7 +141,9 @@ def record(entry: WarmEntry) -> None:
             host_started=entry.host_started
             if entry.host_started is not None
             else start_time(entry.host_pid),
-            agy_started=entry.agy_started if entry.agy_started is not None else start_time(entry.pid),
+            agy_started=entry.agy_started
+            if entry.agy_started is not None
+            else start_time(entry.pid),
         )
     folder = warm_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -225,3 +237,90 @@ def _alive(pid: int, started: float | None) -> bool:
     except (psutil.Error, OSError):
         # Another user's process (access denied) still runs: only a missing one is gone.
         return psutil.pid_exists(pid)
+
+
+# How long the registry's writer gathers changes before it writes them.
+_REGISTRY_COALESCE = 0.25
+
+
+class RegistryWriter:
+    """Tells other processes what is warm (this module's files, read by `agy-provider status`):
+    each change is queued and written by one thread of its own, newest state per agy, so no
+    turn waits for a file to be written."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, WarmAgy | None] = {}  # agy pid -> what to write (None: forget it)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def changed(self, agy: WarmAgy, *, gone: bool = False) -> None:
+        if not agy.pid:
+            return
+        with self._lock:
+            self._due[agy.pid] = None if gone else agy
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._write, name="agy-provider-warm-registry", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _write(self) -> None:
+        host = os.getpid()
+        # Start times, read once per process (psutil reads /proc twice for each).
+        started: dict[int, float | None] = {host: start_time(host)}
+        while True:
+            self._wake.wait()
+            # Changes close together go in one write per agy: a short turn's `in_turn` and
+            # `ready`, fifty turns starting at once (status may lag by this much).
+            time.sleep(_REGISTRY_COALESCE)
+            self._wake.clear()
+            with self._lock:
+                due, self._due = self._due, {}
+            for pid, agy in due.items():
+                try:
+                    if agy is None:
+                        started.pop(pid, None)
+                        forget(host, pid)
+                        continue
+                    if started.get(pid) is None:
+                        started[pid] = start_time(pid)
+                    entry = _entry(host, agy)
+                    record(
+                        dataclasses.replace(
+                            entry, host_started=started[host], agy_started=started[pid]
+                        )
+                    )
+                except OSError as exc:
+                    log.debug("the warm registry could not be written: %s", exc)
+
+    def forget_all(self) -> None:
+        """This host's entries go (the pool has ended every agy); blocking, at exit."""
+        with self._lock:
+            self._due.clear()
+        with contextlib.suppress(OSError):
+            forget_host(os.getpid())
+
+
+def _entry(host: int, agy: WarmAgy) -> WarmEntry:
+    template = agy.template
+    state = "spare" if agy.spare else agy.state.value
+    return WarmEntry(
+        host_pid=host,
+        pid=agy.pid,
+        key=key_summary(
+            os.path.basename(template.agy_bin),
+            " ".join(a for a in template.model_args if not a.startswith("--")),
+            template.mode if template.mode != "default" else "",
+            "skip permissions" if template.skip_permissions else "",
+            os.path.abspath(template.cwd),
+        ),
+        conversation_id="" if agy.spare else agy.conversation_id,
+        state=state,
+        started_at=agy.started_at,
+        last_used=time.time() - (time.monotonic() - agy.last_used),
+    )
+
+
+REGISTRY = RegistryWriter()
