@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # the types only: importing hookspecs stays cheap
     from agy_provider.agy.step import PermissionRequest
     from agy_provider.agy.step import Question
     from agy_provider.agy.step import Step
-    from agy_provider.live.sources import EventSource
-    from agy_provider.live.turn_edges import TurnContext
+    from agy_provider.contract.sources import EventSource
+    from agy_provider.contract.turn import TurnContext
     from agy_provider.pi.events import AssistantMessageEvent
 
 __all__ = ["RegisterEventSource", "RegisterHostTool", "hookimpl", "hookspec"]

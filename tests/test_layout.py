@@ -13,7 +13,7 @@ PACKAGE = ROOT / "agy_provider"
 
 # The floors of agy_provider/, lowest first (ARCHITECTURE.md, "Module map"). A module may import
 # from its own floor and any floor below; the root holds the modules directly in agy_provider/.
-FLOORS = ["", "wire", "pi", "agy", "assembly", "rpc", "store", "bridge", "live", "offline",
+FLOORS = ["", "wire", "pi", "agy", "assembly", "rpc", "store", "contract", "bridge", "live", "offline",
           "hosts", "cli"]  # fmt: skip
 # Exceptions, each a decision: offline/ reads saved conversations and never needs a live turn;
 # the simulator stands in for agy and must not depend on the provider it is used to test.

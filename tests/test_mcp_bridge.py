@@ -31,13 +31,13 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from agy_provider.bridge.mcp_bridge import CONFIG_RELATIVE_PATH  # noqa: E402
 from agy_provider.bridge.mcp_bridge import TOKEN_HEADER  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostTool  # noqa: E402
 from agy_provider.bridge.mcp_bridge import HostToolBridge  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostToolCall  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostToolResult  # noqa: E402
 from agy_provider.bridge.mcp_bridge import ParkedToolCalls  # noqa: E402
 from agy_provider.bridge.mcp_bridge import plugin_host_tools  # noqa: E402
 from agy_provider.bridge.mcp_bridge import plugin_tool_handler  # noqa: E402
+from agy_provider.contract.host_tools import HostTool  # noqa: E402
+from agy_provider.contract.host_tools import HostToolCall  # noqa: E402
+from agy_provider.contract.host_tools import HostToolResult  # noqa: E402
 from agy_provider.errors import UsageError  # noqa: E402
 from agy_provider.hookspecs import hookimpl  # noqa: E402
 from agy_provider.live.runner import TurnRequest  # noqa: E402
@@ -833,7 +833,7 @@ async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
     bridge cuts the text and says so; agy gets the kept head with the note, and the log tells."""
     from live_helpers import agy_sim_path
 
-    from agy_provider.bridge.mcp_bridge import MAX_RESULT_BYTES
+    from agy_provider.contract.host_tools import MAX_RESULT_BYTES
 
     workspace, state = tmp_path / "work", tmp_path / "state"
     workspace.mkdir()

@@ -24,6 +24,7 @@ from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
 from agy_provider.agy.streamjson import COALESCE_FROM
 from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
 from agy_provider.live.handover import HandoverState
@@ -31,7 +32,6 @@ from agy_provider.live.handover import SourceHandover
 from agy_provider.live.handover import database_source
 from agy_provider.live.launch import bind_turn
 from agy_provider.live.runner import TurnRequest
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.plugin_manager import EventSourceSpec
 from agy_provider.store.config import Config

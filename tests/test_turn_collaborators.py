@@ -22,6 +22,7 @@ from test_turn_driver import user
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepStatus
 from agy_provider.agy.step import TurnOutcome
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
 from agy_provider.live.handover import TRANSITIONS
@@ -34,7 +35,6 @@ from agy_provider.live.parking import HostToolParking
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.settle import UnsavedRecords
 from agy_provider.live.settle import reached_record
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import Config

@@ -23,9 +23,9 @@ from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.outcome import EMPTY_ANSWER
+from agy_provider.contract.turn import Binding
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
-from agy_provider.live.discovery import Binding
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import StdoutEvents

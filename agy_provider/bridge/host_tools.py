@@ -35,10 +35,10 @@ from agy_provider.pi.types import UserMessage
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
-    from agy_provider.bridge.mcp_bridge import HostTool
     from agy_provider.bridge.mcp_bridge import HostToolBridge
-    from agy_provider.bridge.mcp_bridge import HostToolCall
-    from agy_provider.bridge.mcp_bridge import HostToolResult
+    from agy_provider.contract.host_tools import HostTool
+    from agy_provider.contract.host_tools import HostToolCall
+    from agy_provider.contract.host_tools import HostToolResult
 
 __all__ = [
     "ParkedTurns",
@@ -221,7 +221,7 @@ class TurnTools:
 
     def answer(self, results: Mapping[str, ToolResultMessage]) -> None:
         """Give agy the host's results; a waiting call the host did not answer gets an error."""
-        from agy_provider.bridge.mcp_bridge import HostToolResult
+        from agy_provider.contract.host_tools import HostToolResult
 
         assert self._parked is not None
         for call_id in sorted(self.waiting_ids):
@@ -241,7 +241,7 @@ class TurnTools:
         if self._bridge is not None:
             await self._bridge.aclose()
         elif self._parked is not None:
-            from agy_provider.bridge.mcp_bridge import HostToolResult
+            from agy_provider.contract.host_tools import HostToolResult
 
             for call in self._parked.pending:
                 self._parked.resolve(call.id, HostToolResult("the turn ended first", True))

@@ -9,11 +9,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agy_provider.bridge.host_tool_values import HostTool
-from agy_provider.bridge.host_tool_values import HostToolCall
-from agy_provider.bridge.host_tool_values import HostToolHandler
-from agy_provider.bridge.host_tool_values import HostToolResult
-from agy_provider.bridge.host_tool_values import _as_result
+from agy_provider.contract.host_tools import HostTool
+from agy_provider.contract.host_tools import HostToolCall
+from agy_provider.contract.host_tools import HostToolHandler
+from agy_provider.contract.host_tools import HostToolResult
+from agy_provider.contract.host_tools import _as_result
 from agy_provider.errors import UsageError
 
 __all__ = ["plugin_host_tools", "plugin_tool_handler"]

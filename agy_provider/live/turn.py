@@ -22,6 +22,8 @@ from agy_provider.agy.step import TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.bridge.host_tools import ToolExecutor
 from agy_provider.bridge.host_tools import TurnTools
+from agy_provider.contract.sources import EventSource
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
 from agy_provider.live.admission import TurnAdmission
@@ -52,9 +54,7 @@ from agy_provider.live.settle import final_message
 from agy_provider.live.settle import mark_events
 from agy_provider.live.settle import read_answering_model
 from agy_provider.live.settle import turn_records
-from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import Launched
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import TurnProcess

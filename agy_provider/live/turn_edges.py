@@ -1,5 +1,5 @@
-"""What a live turn is made of, apart from its driver: the context plugins see, the edges it
-touches (real by default, fakes in tests), the plan `prepare` makes, and agy's state folder.
+"""What a live turn is made of, apart from its driver: the edges it touches (real by default,
+fakes in tests), the plan `prepare` makes, what `launch` started, and agy's state folder.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
 from agy_provider.agy.stdout import StdoutEvents
-from agy_provider.live.discovery import Binding
+from agy_provider.contract.turn import Binding
 from agy_provider.live.discovery import bind_database
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
@@ -32,29 +32,7 @@ from agy_provider.store.sessions import SessionStore
 if TYPE_CHECKING:
     from agy_provider.live.handover import SourceHandover
 
-__all__ = ["Launched", "TurnContext", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
-
-
-@dataclasses.dataclass(slots=True)
-class TurnContext:
-    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
-
-    session_id: str
-    prompt: str
-    cwd: str
-    config: Config
-    event_source: str  # the source asked for (a name, or "auto")
-    permissions: str
-    min_index: int = -1
-    binding: Binding | None = None
-    process: Any = None  # the running agy (`runner.AgyProcess`)
-    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
-    # How the conversation was chosen: "session" (the host's session id), "mark" (the
-    # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
-    continuity: str = "new"
-    lost_conversation: str = ""
-    # The event source the turn reads now: chosen at launch, updated on every handover.
-    source: str = ""
+__all__ = ["Launched", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
 
 
 class TurnProcess(Protocol):
