@@ -5,12 +5,10 @@ Collections are registered through a `register(...)` callback the core owns; "wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
-from typing import Protocol
 
 import pluggy
 
@@ -18,38 +16,15 @@ if TYPE_CHECKING:  # the types only: importing hookspecs stays cheap
     from agy_provider.agy.step import PermissionRequest
     from agy_provider.agy.step import Question
     from agy_provider.agy.step import Step
-    from agy_provider.contract.sources import EventSource
+    from agy_provider.contract.host_tools import RegisterHostTool
+    from agy_provider.contract.sources import RegisterEventSource
     from agy_provider.contract.turn import TurnContext
     from agy_provider.pi.events import AssistantMessageEvent
 
-__all__ = ["RegisterEventSource", "RegisterHostTool", "hookimpl", "hookspec"]
+__all__ = ["hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("agy_provider")
 hookimpl = pluggy.HookimplMarker("agy_provider")
-
-
-class RegisterEventSource(Protocol):
-    """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
-    it reads agy's database (the fallback), `language_server` that it needs agy's server,
-    `stdout` that it reads agy's stream-json stdout (it needs neither)."""
-
-    def __call__(
-        self,
-        name: str,
-        factory: Callable[[TurnContext], EventSource],
-        *,
-        database: bool = False,
-        language_server: bool = False,
-        stdout: bool = False,
-    ) -> None: ...
-
-
-class RegisterHostTool(Protocol):
-    """`register(name, description, parameters)`: parameters as a JSON Schema object."""
-
-    def __call__(
-        self, name: str, description: str = "", parameters: Mapping[str, Any] | None = None
-    ) -> None: ...
 
 
 @hookspec

@@ -5,12 +5,17 @@ Sources only read agy and hand back Step snapshots; they never emit pi events th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 from typing import Protocol
 from typing import runtime_checkable
 
 from agy_provider.agy.step import Step
 
-__all__ = ["EventSource"]
+if TYPE_CHECKING:
+    from agy_provider.contract.turn import TurnContext
+
+__all__ = ["EventSource", "RegisterEventSource"]
 
 
 @runtime_checkable
@@ -49,3 +54,19 @@ class EventSource(Protocol):
 
     async def aclose(self) -> None:
         """Release everything the source holds; safe to call twice, and after a failed open."""
+
+
+class RegisterEventSource(Protocol):
+    """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
+    it reads agy's database (the fallback), `language_server` that it needs agy's server,
+    `stdout` that it reads agy's stream-json stdout (it needs neither)."""
+
+    def __call__(
+        self,
+        name: str,
+        factory: Callable[[TurnContext], EventSource],
+        *,
+        database: bool = False,
+        language_server: bool = False,
+        stdout: bool = False,
+    ) -> None: ...

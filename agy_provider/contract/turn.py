@@ -1,18 +1,26 @@
-"""The turn as plugins see it: `TurnContext` (the `turn` every hook is given) and the `Binding`
-it holds, the database the turn reads. Values only: nothing here runs a turn.
+"""The turn as plugins see it: `TurnContext` (the `turn` every hook is given), the `Binding` it
+holds (the database the turn reads) and `TurnProcess` (the running agy). Nothing here runs a turn.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+
+    import psutil
+
+    from agy_provider.agy.argv import TurnRequest
+    from agy_provider.agy.stdout import StdoutEvents
     from agy_provider.store.config import Config
 
-__all__ = ["Binding", "TurnContext"]
+__all__ = ["Binding", "TurnContext", "TurnProcess"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -21,7 +29,6 @@ class Binding:
 
     path: Path
     conversation_id: str
-
 
 
 @dataclasses.dataclass(slots=True)
@@ -44,3 +51,36 @@ class TurnContext:
     lost_conversation: str = ""
     # The event source the turn reads now: chosen at launch, updated on every handover.
     source: str = ""
+
+
+class TurnProcess(Protocol):
+    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
+
+    request: TurnRequest
+    id_stated: asyncio.Event
+
+    @property
+    def events(self) -> StdoutEvents:
+        """What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
+        stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stated_conversation_id(self) -> str: ...
+
+    @property
+    def result(self) -> Mapping[str, Any] | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self, timeout: float | None = None) -> int | None: ...
+
+    async def terminate(self, grace: float = 2.0) -> None: ...
+
+    async def scan_tree(self) -> list[psutil.Process]: ...
+
+    def stderr_text(self) -> str: ...
+
+    def stdout_text(self) -> str: ...

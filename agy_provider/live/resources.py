@@ -21,10 +21,10 @@ __all__ = ["ABORT_GRACE", "TurnResources"]
 
 if TYPE_CHECKING:
     from agy_provider.bridge.host_tools import TurnTools
+    from agy_provider.contract.turn import TurnProcess
     from agy_provider.live.conversation_lock import ConversationLock
     from agy_provider.live.handover import SourceHandover
     from agy_provider.live.turn_edges import TurnPlan
-    from agy_provider.live.turn_edges import TurnProcess
     from agy_provider.pi.types import Context
     from agy_provider.pi.types import Message
 

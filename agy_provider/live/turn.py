@@ -57,7 +57,6 @@ from agy_provider.live.settle import turn_records
 from agy_provider.live.turn_edges import Launched
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
-from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
@@ -73,11 +72,9 @@ from agy_provider.workers import off_loop
 __all__ = [
     "PARKED",
     "STOPPED_WAITING",
-    "TurnContext",
     "TurnDriver",
     "TurnEdges",
     "TurnPlan",
-    "TurnProcess",
     "answering_model",
     "bare_error",
     "build_prompt",

@@ -4,20 +4,15 @@ fakes in tests), the plan `prepare` makes, what `launch` started, and agy's stat
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from typing import Any
-from typing import Protocol
-
-import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
-from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.contract.turn import Binding
+from agy_provider.contract.turn import TurnProcess
 from agy_provider.live.discovery import bind_database
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
@@ -32,40 +27,7 @@ from agy_provider.store.sessions import SessionStore
 if TYPE_CHECKING:
     from agy_provider.live.handover import SourceHandover
 
-__all__ = ["Launched", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
-
-
-class TurnProcess(Protocol):
-    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
-
-    request: TurnRequest
-    id_stated: asyncio.Event
-
-    @property
-    def events(self) -> StdoutEvents:
-        """What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
-        stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative)."""
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    @property
-    def stated_conversation_id(self) -> str: ...
-
-    @property
-    def result(self) -> Mapping[str, Any] | None: ...
-
-    async def start(self) -> None: ...
-
-    async def wait(self, timeout: float | None = None) -> int | None: ...
-
-    async def terminate(self, grace: float = 2.0) -> None: ...
-
-    async def scan_tree(self) -> list[psutil.Process]: ...
-
-    def stderr_text(self) -> str: ...
-
-    def stdout_text(self) -> str: ...
+__all__ = ["Launched", "TurnEdges", "TurnPlan", "state_dir"]
 
 
 @dataclasses.dataclass(slots=True)
