@@ -39,8 +39,11 @@ def choose_event_source(turn: TurnContext, available: Sequence[str]) -> str | No
 
 
 @hookspec(firstresult=True)
-def decide_permission(request: PermissionRequest, step: Step, turn: TurnContext) -> bool | None:
-    """Allow (True) or deny (False) a permission request agy is waiting on; None: no opinion."""
+def decide_permission(
+    request: PermissionRequest | None, step: Step, turn: TurnContext
+) -> bool | None:
+    """Allow (True) or deny (False) a permission request agy is waiting on (`request` None: agy
+    did not say what it asks); None: no opinion."""
 
 
 @hookspec(firstresult=True)

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 
     from agy_provider.agy.argv import TurnRequest
     from agy_provider.agy.stdout import StdoutEvents
+    from agy_provider.agy.step import StepUsage
     from agy_provider.store.config import Config
 
-__all__ = ["Binding", "TurnContext", "TurnProcess"]
+__all__ = ["Binding", "ColdStartWait", "TurnContext", "TurnProcess"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,7 +34,11 @@ class Binding:
 
 @dataclasses.dataclass(slots=True)
 class TurnContext:
-    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
+    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound.
+
+    The core fills it in as the turn goes; a plugin reads it, and tells the core what it found
+    through the callbacks here (`report_endpoint`), never by setting a field.
+    """
 
     session_id: str
     prompt: str
@@ -43,8 +48,10 @@ class TurnContext:
     permissions: str
     min_index: int = -1
     binding: Binding | None = None
-    process: Any = None  # the running agy (`runner.AgyProcess`)
-    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
+    process: TurnProcess | None = None  # the running agy, once launched
+    # The language server an rpc turn bound (for observers), never a token: its source reports
+    # it through `report_endpoint`.
+    endpoint: str = ""
     # How the conversation was chosen: "session" (the host's session id), "mark" (the
     # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
     continuity: str = "new"
@@ -52,12 +59,46 @@ class TurnContext:
     # The event source the turn reads now: chosen at launch, updated on every handover.
     source: str = ""
 
+    def report_endpoint(self, url: str) -> None:
+        """A source's callback: it bound agy's language server at `url` (an address, no token)."""
+        self.endpoint = url
+
+
+class ColdStartWait(Protocol):
+    """A turn's place in line for a cold start of agy (`live/admission.TurnAdmission`)."""
+
+    @property
+    def waited(self) -> float:
+        """Seconds the turn waited in line for a cold start (0.0 when it waited for none)."""
+        ...
+
+    @property
+    def queued(self) -> bool:
+        """True while the turn waits in line (an abort then has no agy to end)."""
+        ...
+
 
 class TurnProcess(Protocol):
-    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
+    """What a turn and its plugins need of a running agy (`runner.AgyProcess`, a warm agy's
+    `WarmTurn`; tests pass a fake)."""
 
     request: TurnRequest
     id_stated: asyncio.Event
+
+    @property
+    def pid(self) -> int:
+        """agy's process id (a warm agy's: the process serving this turn)."""
+        ...
+
+    @property
+    def admission(self) -> ColdStartWait: ...
+
+    @property
+    def previous_total(self) -> StepUsage | None:
+        """agy's running usage total before this turn: a warm agy's `result` totals run over
+        its process's turns, so this turn's usage is result(N) − result(N−1) (AGY-FORMATS
+        §2.2); None for an agy that runs one turn."""
+        ...
 
     @property
     def events(self) -> StdoutEvents:

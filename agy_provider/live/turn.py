@@ -26,7 +26,6 @@ from agy_provider.contract.sources import EventSource
 from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
-from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.discovery import conversations_dir
 from agy_provider.live.discovery import snapshot_stems
 from agy_provider.live.handover import SourceHandover
@@ -507,7 +506,7 @@ class TurnDriver:
             exit_code=None if self.opened.process is None else self.opened.process.returncode,
             model=final.model if final is not None else "",
             source=self.source_name,
-            admission_wait=_admission_wait(self.opened.process),
+            admission_wait=self.opened.admission_wait,
             source_fallbacks=self.opened.handover.fallbacks if self.opened.handover else 0,
         )
 
@@ -540,8 +539,3 @@ class TurnDriver:
         if records:
             await saving.save(records, self.opened.version_task)
 
-
-def _admission_wait(process: object) -> float:
-    """How long the turn waited in line for agy's cold start (`live/admission`)."""
-    admission = getattr(process, "admission", None)
-    return admission.waited if isinstance(admission, TurnAdmission) else 0.0
