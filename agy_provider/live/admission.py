@@ -15,10 +15,14 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
+from typing import Self
+from typing import TypeVar
 
 __all__ = [
     "COLD_STARTS",
+    "AnnouncesInit",
     "ColdStarts",
     "Ticket",
     "TurnAdmission",
@@ -27,10 +31,17 @@ __all__ = [
     "hold_until_stated",
 ]
 
-if TYPE_CHECKING:
-    from agy_provider.live.warm_agy import WarmAgy
-
 log = logging.getLogger(__name__)
+
+
+class AnnouncesInit(Protocol):
+    """An agy that calls back when it said `init` and when it closed (`warm_agy.WarmAgy`)."""
+
+    on_said_init: Callable[[Self], None]
+    on_closed: Callable[[Self], None]
+
+
+_Agy = TypeVar("_Agy", bound=AnnouncesInit)
 
 
 def default_cold_starts() -> int:
@@ -213,16 +224,16 @@ class TurnAdmission:
             ticket.release()
 
 
-def hold_until_init(agy: WarmAgy, ticket: Ticket) -> None:
+def hold_until_init(agy: _Agy, ticket: Ticket) -> None:
     """`agy`, not started yet, keeps `ticket` until it says `init` or is closed (whichever
     first; set before its spawn, so neither is missed)."""
     said, closed = agy.on_said_init, agy.on_closed
 
-    def on_said_init(a: WarmAgy) -> None:
+    def on_said_init(a: _Agy) -> None:
         ticket.release()
         said(a)
 
-    def on_closed(a: WarmAgy) -> None:
+    def on_closed(a: _Agy) -> None:
         ticket.release()
         closed(a)
 
