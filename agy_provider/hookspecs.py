@@ -5,12 +5,10 @@ Collections are registered through a `register(...)` callback the core owns; "wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
-from typing import Protocol
 
 import pluggy
 
@@ -18,38 +16,15 @@ if TYPE_CHECKING:  # the types only: importing hookspecs stays cheap
     from agy_provider.agy.step import PermissionRequest
     from agy_provider.agy.step import Question
     from agy_provider.agy.step import Step
-    from agy_provider.live.sources import EventSource
-    from agy_provider.live.turn_edges import TurnContext
+    from agy_provider.contract.host_tools import RegisterHostTool
+    from agy_provider.contract.sources import RegisterEventSource
+    from agy_provider.contract.turn import TurnContext
     from agy_provider.pi.events import AssistantMessageEvent
 
-__all__ = ["RegisterEventSource", "RegisterHostTool", "hookimpl", "hookspec"]
+__all__ = ["hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("agy_provider")
 hookimpl = pluggy.HookimplMarker("agy_provider")
-
-
-class RegisterEventSource(Protocol):
-    """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
-    it reads agy's database (the fallback), `language_server` that it needs agy's server,
-    `stdout` that it reads agy's stream-json stdout (it needs neither)."""
-
-    def __call__(
-        self,
-        name: str,
-        factory: Callable[[TurnContext], EventSource],
-        *,
-        database: bool = False,
-        language_server: bool = False,
-        stdout: bool = False,
-    ) -> None: ...
-
-
-class RegisterHostTool(Protocol):
-    """`register(name, description, parameters)`: parameters as a JSON Schema object."""
-
-    def __call__(
-        self, name: str, description: str = "", parameters: Mapping[str, Any] | None = None
-    ) -> None: ...
 
 
 @hookspec
@@ -64,8 +39,11 @@ def choose_event_source(turn: TurnContext, available: Sequence[str]) -> str | No
 
 
 @hookspec(firstresult=True)
-def decide_permission(request: PermissionRequest, step: Step, turn: TurnContext) -> bool | None:
-    """Allow (True) or deny (False) a permission request agy is waiting on; None: no opinion."""
+def decide_permission(
+    request: PermissionRequest | None, step: Step, turn: TurnContext
+) -> bool | None:
+    """Allow (True) or deny (False) a permission request agy is waiting on (`request` None: agy
+    did not say what it asks); None: no opinion."""
 
 
 @hookspec(firstresult=True)

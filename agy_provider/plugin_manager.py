@@ -12,15 +12,17 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from agy_provider import hookspecs
 from agy_provider.errors import UsageError
+
+if TYPE_CHECKING:  # the contract's types only: the manager's import stays light
+    from agy_provider.contract.sources import EventSourceFactory
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -61,7 +63,7 @@ class EventSourceSpec:
     complete once agy's stdout ends, so it has its turn's last word itself)."""
 
     name: str
-    factory: Callable[..., Any]
+    factory: EventSourceFactory
     plugin: str
     database: bool = False
     language_server: bool = False
@@ -131,7 +133,7 @@ def event_sources() -> Mapping[str, EventSourceSpec]:
 
         def register(
             name: str,
-            factory: Callable[..., Any],
+            factory: EventSourceFactory,
             *,
             database: bool = False,
             language_server: bool = False,

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agy_provider.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from agy_provider.agy.step import PermissionRequest
+    from agy_provider.agy.step import Question
+    from agy_provider.agy.step import Step
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = ["answer_question", "choose_event_source", "decide_permission"]
 
@@ -20,11 +26,11 @@ _PREFERENCE = ("rpc", "sqlite", "stream-json")
 
 
 @hookimpl(trylast=True)
-def choose_event_source(turn: Any, available: Sequence[str]) -> str | None:
+def choose_event_source(turn: TurnContext, available: Sequence[str]) -> str | None:
     # A source asked for by name (`stream-json` included) is used when registered, else none.
-    wanted = getattr(turn, "event_source", "auto") or "auto"
+    wanted = turn.event_source or "auto"
     if wanted != "auto":
-        return str(wanted) if wanted in available else None
+        return wanted if wanted in available else None
     for name in _PREFERENCE:
         if name in available:
             return name
@@ -32,14 +38,16 @@ def choose_event_source(turn: Any, available: Sequence[str]) -> str | None:
 
 
 @hookimpl(trylast=True)
-def decide_permission(request: Any, step: Any, turn: Any) -> bool | None:
+def decide_permission(
+    request: PermissionRequest | None, step: Step, turn: TurnContext
+) -> bool | None:
     # Allow only when the user's config says permissions are skipped; otherwise deny, never hang.
-    return getattr(turn, "permissions", "ask") == "skip"
+    return turn.permissions == "skip"
 
 
 @hookimpl(trylast=True)
 def answer_question(
-    questions: Sequence[Any], step: Any, turn: Any
-) -> Sequence[Mapping[str, Any]] | None:
+    questions: Sequence[Question], step: Step, turn: TurnContext
+) -> Sequence[Mapping[str, object]] | None:
     # Nobody to ask: decline every question explicitly (an empty selection) so agy never hangs.
-    return [{"question": getattr(q, "question", ""), "selectedOptionIds": []} for q in questions]
+    return [{"question": q.question, "selectedOptionIds": []} for q in questions]

@@ -32,6 +32,9 @@ from agy_provider.wire.connect import SkippedFrame
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:  # httpx and its dependencies: imported by the first rpc turn, off the loop
+    from agy_provider.contract.sources import RegisterEventSource
+    from agy_provider.contract.turn import TurnContext
+    from agy_provider.contract.turn import TurnProcess
     from agy_provider.rpc.client import ConnectClient
 
 __all__ = ["RpcEventSource", "register_event_sources"]
@@ -64,7 +67,7 @@ _REFUSALS: Mapping[str, dict[str, Any]] = {
 
 
 @hookimpl
-def register_event_sources(register: Any) -> None:
+def register_event_sources(register: RegisterEventSource) -> None:
     register("rpc", RpcEventSource.for_turn, language_server=True)
 
 
@@ -117,9 +120,12 @@ class RpcEventSource:
 
     name = "rpc"
 
-    def __init__(self, turn: Any) -> None:
+    def __init__(self, turn: TurnContext) -> None:
+        if turn.binding is None:  # the core makes sources once agy's database is bound
+            raise SourceError("the rpc event source needs the turn's conversation, not bound yet")
         self.turn = turn
         self.conversation_id: str = turn.binding.conversation_id
+        self.database = Path(turn.binding.path)
         self.min_index: int = turn.min_index
         self.client: ConnectClient | None = None
         self._latest: dict[int, Step] = {}
@@ -135,13 +141,13 @@ class RpcEventSource:
         self._streaming = asyncio.Event()  # the stream's first frame came, or the stream ended
 
     @classmethod
-    def for_turn(cls, turn: Any) -> RpcEventSource:
+    def for_turn(cls, turn: TurnContext) -> RpcEventSource:
         return cls(turn)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        process = self.turn.process
+        process = self._process()
         language_server = await off_loop(_load_client)
         self.client = await language_server.connect_to_language_server(
             process.scan_tree,
@@ -155,7 +161,7 @@ class RpcEventSource:
         )
         # agy loading a resumed conversation: its server knows it once agy writes it, so the
         # check asks again whenever the conversation's database moves (the sqlite source's watch).
-        database = Path(self.turn.binding.path)
+        database = self.database
         watch = await watch_folder(database.parent, lambda name: name.startswith(database.stem))
         try:
             await language_server.prove_ownership(
@@ -167,7 +173,7 @@ class RpcEventSource:
         finally:
             if watch is not None:
                 watch.close()
-        self.turn.endpoint = self.client.base_url
+        self.turn.report_endpoint(self.client.base_url)
         await self._reconcile()
         self._spawn(self._run())
         # Up once the stream answers: its first frame can take the server a while (it replays
@@ -186,6 +192,12 @@ class RpcEventSource:
             client, self.client = self.client, None
             if client is not None:
                 await client.aclose()
+
+    def _process(self) -> TurnProcess:
+        process = self.turn.process
+        if process is None:  # the core makes sources once agy runs
+            raise SourceError("the rpc event source needs agy running, and it is not")
+        return process
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -354,7 +366,7 @@ class RpcEventSource:
 
     async def _agy_exits_within(self, timeout: float) -> bool:
         """True once agy has exited, looking until `timeout` (a turn without a process: False)."""
-        process = getattr(self.turn, "process", None)
+        process = self.turn.process
         if process is None:
             return False
         loop = asyncio.get_running_loop()

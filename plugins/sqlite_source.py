@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agy_provider.agy.database import data_version
 from agy_provider.agy.database import open_conversation_db
@@ -26,10 +26,15 @@ from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepStatus
 from agy_provider.errors import DatabaseError
 from agy_provider.errors import DecodeError
+from agy_provider.errors import SourceError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.fswatch import FolderWatch
 from agy_provider.live.fswatch import watch_folder
 from agy_provider.workers import off_loop
+
+if TYPE_CHECKING:
+    from agy_provider.contract.sources import RegisterEventSource
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = ["SqliteEventSource", "register_event_sources"]
 
@@ -67,7 +72,7 @@ def _file_signature(path: Path) -> tuple[int, ...]:
 
 
 @hookimpl
-def register_event_sources(register: Any) -> None:
+def register_event_sources(register: RegisterEventSource) -> None:
     register("sqlite", SqliteEventSource.for_turn, database=True)
 
 
@@ -105,7 +110,9 @@ class SqliteEventSource:
         self.text_bytes_decoded = 0
 
     @classmethod
-    def for_turn(cls, turn: Any) -> SqliteEventSource:
+    def for_turn(cls, turn: TurnContext) -> SqliteEventSource:
+        if turn.binding is None:  # the core makes sources once agy's database is bound
+            raise SourceError("the sqlite event source needs the turn's database, not bound yet")
         return cls(Path(turn.binding.path), min_index=turn.min_index)
 
     # -- lifecycle ---------------------------------------------------------------------------

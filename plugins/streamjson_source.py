@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
 
@@ -17,6 +18,10 @@ from agy_provider.agy.step import Step
 from agy_provider.errors import DecodeError
 from agy_provider.errors import SourceError
 from agy_provider.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from agy_provider.contract.sources import RegisterEventSource
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = ["FLUSH_EVERY", "StreamJsonEventSource", "register_event_sources"]
 
@@ -30,7 +35,7 @@ FLUSH_EVERY: Final = 0.03
 
 
 @hookimpl
-def register_event_sources(register: Any) -> None:
+def register_event_sources(register: RegisterEventSource) -> None:
     register("stream-json", StreamJsonEventSource.for_turn, stdout=True)
 
 
@@ -65,19 +70,20 @@ class StreamJsonEventSource:
         self.skipped = 0
 
     @classmethod
-    def for_turn(cls, turn: Any) -> StreamJsonEventSource:
+    def for_turn(cls, turn: TurnContext) -> StreamJsonEventSource:
         process = turn.process
-        events = getattr(process, "events", None)
-        request = getattr(process, "request", None)
-        output = getattr(request, "output_format", "stream-json")
+        if process is None:  # the core makes sources once agy runs
+            why = "agy's stdout is not read: agy is not running"
+            return cls(None, min_index=turn.min_index, why_not=why)
+        output = process.request.output_format
         if output != "stream-json":
             # agy older than 1.1.8 has no stream-json; an agy run for text or json prints none.
             why = f"agy was run with --output-format {output or 'text'}, which has no step events"
             return cls(None, min_index=turn.min_index, why_not=why)
-        source = cls(events, min_index=turn.min_index, why_not="agy's stdout is not read")
+        source = cls(process.events, min_index=turn.min_index, why_not="agy's stdout is not read")
         # A warm agy's `result` totals run over its process's turns: the total before this turn
         # makes this turn's usage result(N) − result(N−1) (AGY-FORMATS §2.2).
-        source._decoder.set_previous_total(getattr(process, "previous_total", None))
+        source._decoder.set_previous_total(process.previous_total)
         return source
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -30,14 +30,14 @@ from test_turn_driver import until
 from test_turn_driver import user
 
 from agy_provider.agy.step import StepStatus
+from agy_provider.contract.turn import Binding
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import RpcError
 from agy_provider.errors import TurnError
 from agy_provider.hookspecs import hookimpl
-from agy_provider.live.discovery import Binding
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import AgyProcess
 from agy_provider.live.runner import TurnRequest
-from agy_provider.live.turn import TurnContext
 from agy_provider.live.turn import history_digest
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent

@@ -1,5 +1,6 @@
-"""The house's layout holds: each module imports only from its own floor or below, and no module or
-function outgrows what a reader can hold (issue 17's sizes). Read from the source, nothing run."""
+"""The house's layout holds: each module imports only from its own floor or below, no modules
+import each other in a circle (imports only for typing count too), and no module or function
+outgrows what a reader can hold (issue 17's sizes). Read from the source, nothing run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ PACKAGE = ROOT / "agy_provider"
 
 # The floors of agy_provider/, lowest first (ARCHITECTURE.md, "Module map"). A module may import
 # from its own floor and any floor below; the root holds the modules directly in agy_provider/.
-FLOORS = ["", "wire", "pi", "agy", "assembly", "rpc", "store", "bridge", "live", "offline",
+FLOORS = ["", "wire", "pi", "agy", "assembly", "rpc", "store", "contract", "bridge", "live", "offline",
           "hosts", "cli"]  # fmt: skip
 # Exceptions, each a decision: offline/ reads saved conversations and never needs a live turn;
 # the simulator stands in for agy and must not depend on the provider it is used to test.
@@ -22,6 +23,9 @@ SIM_MAY_IMPORT = {"", "wire", "agy", "sim"}
 # The package root re-exports lazily, and two root modules are the documented import paths of
 # hosts/ (agy_provider.sync, agy_provider.ask): they may name any floor.
 RE_EXPORTS = {"__init__", "sync", "ask"}
+# Root modules that stand on a floor above the root: the hooks are typed against the contract,
+# and the plugin manager keeps what plugins register in the contract's types.
+ROOT_MODULE_FLOORS = {"hookspecs": "contract", "plugin_manager": "contract"}
 
 MAX_MODULE_LINES = 600
 MAX_SIM_MODULE_LINES = 700
@@ -36,44 +40,89 @@ def product_files() -> list[Path]:
 
 def floor_of(path: Path) -> str:
     parts = path.relative_to(PACKAGE).parts
-    return parts[0] if len(parts) > 1 else ""
+    return parts[0] if len(parts) > 1 else ROOT_MODULE_FLOORS.get(path.stem, "")
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def imported_names(path: Path) -> set[tuple[str, int]]:
+    """(module, line) of every agy_provider import: lazy ones and those only for typing included
+    (`from package import name` names `package.name`, the submodule when it is one)."""
+    found: set[tuple[str, int]] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                found.add((f"{node.module}.{alias.name}", node.lineno))
+        elif isinstance(node, ast.Import):
+            found.update((alias.name, node.lineno) for alias in node.names)
+    return {(n, line) for n, line in found if n.startswith("agy_provider.")}
 
 
 def imported_floors(path: Path) -> set[tuple[str, int]]:
-    """(floor, line) of every agy_provider import, lazy ones included, typing-only ones not."""
+    """(floor, line) of every agy_provider import, lazy ones and those only for typing included."""
     found: set[tuple[str, int]] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking_only(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
-            names: list[str] = []
-            line = getattr(child, "lineno", 0)
-            if isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                names = [child.module]
-                if child.module == "agy_provider":
-                    names = [f"agy_provider.{alias.name}" for alias in child.names]
-            elif isinstance(child, ast.Import):
-                names = [alias.name for alias in child.names]
-            for name in names:
-                parts = name.split(".")
-                if parts[0] != "agy_provider" or len(parts) < 2 or parts[1] == "plugins":
-                    continue
-                floor = parts[1] if (PACKAGE / parts[1]).is_dir() else ""
-                found.add((floor, line))
-            visit(child)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")))
+    for name, line in imported_names(path):
+        top = name.split(".")[1]
+        if top == "plugins":
+            continue
+        found.add((top if (PACKAGE / top).is_dir() else ROOT_MODULE_FLOORS.get(top, ""), line))
     return found
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT / "plugins" if path.is_relative_to(ROOT / "plugins") else PACKAGE)
+    parts = list(rel.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    prefix = ["agy_provider", "plugins"] if path.is_relative_to(ROOT / "plugins") else ["agy_provider"]
+    return ".".join([*prefix, *parts])
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each product module → the product modules it imports (a name inside a module counts as
+    that module; a package's `__init__` only when it is named itself)."""
+    modules = {module_name(path): path for path in product_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported, _ in imported_names(path):
+            while imported not in modules and "." in imported:
+                imported = imported.rpartition(".")[0]
+            if imported in modules and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other in a loop (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
 
 
 def layering_violations() -> list[str]:
@@ -99,6 +148,17 @@ def layering_violations() -> list[str]:
 
 def test_each_module_imports_only_its_own_floor_or_below() -> None:
     assert layering_violations() == []
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    # Imports only for typing count: a circle of them is still a design where nothing comes first.
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_finder_sees_a_loop_and_only_a_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_floors_named_here_are_the_folders_there() -> None:
@@ -151,7 +211,8 @@ def test_the_turn_driver_stays_a_conductor() -> None:
         ("from agy_provider.live.turn import TurnDriver\n", {("live", 1)}),
         ("from agy_provider import workers\n", {("", 1)}),
         ("def f():\n    import agy_provider.sim.state\n", {("sim", 2)}),
-        ("if TYPE_CHECKING:\n    from agy_provider.cli import main\n", set()),
+        ("if TYPE_CHECKING:\n    from agy_provider.cli import main\n", {("cli", 2)}),
+        ("from agy_provider.hookspecs import hookimpl\n", {("contract", 1)}),
         ("from agy_provider.plugins import defaults\n", set()),
     ],
 )

@@ -20,10 +20,10 @@ import pytest
 from live_helpers import agy_processes
 from live_helpers import scenario_planners
 
-from agy_provider.bridge.mcp_bridge import HostTool
 from agy_provider.bridge.mcp_bridge import HostToolBridge
-from agy_provider.bridge.mcp_bridge import HostToolCall
 from agy_provider.bridge.mcp_bridge import sweep_stale_folders
+from agy_provider.contract.host_tools import HostTool
+from agy_provider.contract.host_tools import HostToolCall
 
 # The issue's bound: nothing of a killed host's turns is alive this long after it died.
 GONE_WITHIN = 2.0
@@ -213,7 +213,8 @@ def test_a_sigkilled_host_leaves_no_agy_and_no_bridge_folder(tmp_path: Path) -> 
 
 BRIDGE_HOST = """
 import asyncio
-from agy_provider.bridge.mcp_bridge import HostTool, HostToolBridge
+from agy_provider.bridge.mcp_bridge import HostToolBridge
+from agy_provider.contract.host_tools import HostTool
 
 async def main():
     async with HostToolBridge([HostTool("t", "a tool")], lambda call: None) as bridge:

@@ -16,6 +16,7 @@ import os
 import stat
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +32,22 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from agy_provider.bridge.mcp_bridge import CONFIG_RELATIVE_PATH  # noqa: E402
 from agy_provider.bridge.mcp_bridge import TOKEN_HEADER  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostTool  # noqa: E402
 from agy_provider.bridge.mcp_bridge import HostToolBridge  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostToolCall  # noqa: E402
-from agy_provider.bridge.mcp_bridge import HostToolResult  # noqa: E402
 from agy_provider.bridge.mcp_bridge import ParkedToolCalls  # noqa: E402
 from agy_provider.bridge.mcp_bridge import plugin_host_tools  # noqa: E402
 from agy_provider.bridge.mcp_bridge import plugin_tool_handler  # noqa: E402
+from agy_provider.contract.host_tools import HostTool  # noqa: E402
+from agy_provider.contract.host_tools import HostToolCall  # noqa: E402
+from agy_provider.contract.host_tools import HostToolResult  # noqa: E402
+from agy_provider.contract.host_tools import RegisterHostTool  # noqa: E402
+from agy_provider.contract.turn import TurnContext  # noqa: E402
 from agy_provider.errors import UsageError  # noqa: E402
 from agy_provider.hookspecs import hookimpl  # noqa: E402
 from agy_provider.live.runner import TurnRequest  # noqa: E402
 from agy_provider.live.runner import build_argv  # noqa: E402
 from agy_provider.pi.types import Tool  # noqa: E402
 from agy_provider.plugin_manager import get_plugin_manager  # noqa: E402
+from agy_provider.store.config import Config  # noqa: E402
 
 LOOKUP = HostTool("lookup_order", "Look up an order by its id", TOOL_PARAMETERS)
 MODES = ["legacy", "auto", "2026-07-28"]
@@ -528,7 +532,7 @@ async def test_pi_tools_without_a_schema_type_are_objects() -> None:
 
 class WeatherPlugin:
     @hookimpl
-    def register_host_tools(self, register: Any) -> None:
+    def register_host_tools(self, register: RegisterHostTool) -> None:
         register(
             "weather",
             "The weather in a city",
@@ -536,10 +540,16 @@ class WeatherPlugin:
         )
 
     @hookimpl
-    def invoke_host_tool(self, name: str, arguments: dict[str, Any], turn: Any) -> Any:
+    def invoke_host_tool(
+        self, name: str, arguments: Mapping[str, Any], turn: TurnContext
+    ) -> object:
         if name != "weather":
             return None
-        return {"city": arguments["city"], "sky": "clear", "turn": turn}
+        return {"city": arguments["city"], "sky": "clear", "session": turn.session_id}
+
+
+# The turn the hook is told about: it reaches the plugin as given.
+WEATHER_TURN = TurnContext("turn-7", "", ".", Config(), "auto", "ask")
 
 
 @pytest.fixture
@@ -557,13 +567,13 @@ async def test_plugin_tools_are_offered_and_run_through_the_hook(weather_plugin:
     tools = plugin_host_tools()
     assert [t.name for t in tools] == ["weather"]
     async with (
-        HostToolBridge(tools, plugin_tool_handler("turn-7")) as running,
+        HostToolBridge(tools, plugin_tool_handler(WEATHER_TURN)) as running,
         http_client(running.headers()) as hc,
         Client(streamable_http_client(running.url, http_client=hc), mode="legacy") as client,
     ):
         result = await client.call_tool("weather", {"city": "Lyon"})
     assert result.is_error is False
-    assert json.loads(result.content[0].text) == {"city": "Lyon", "sky": "clear", "turn": "turn-7"}  # type: ignore[union-attr]
+    assert json.loads(result.content[0].text) == {"city": "Lyon", "sky": "clear", "session": "turn-7"}  # type: ignore[union-attr]
 
 
 # --- the runner's extra folders ---------------------------------------------------------------
@@ -833,7 +843,7 @@ async def test_a_result_over_the_mcp_message_limit_reaches_agy_cut_with_a_note(
     bridge cuts the text and says so; agy gets the kept head with the note, and the log tells."""
     from live_helpers import agy_sim_path
 
-    from agy_provider.bridge.mcp_bridge import MAX_RESULT_BYTES
+    from agy_provider.contract.host_tools import MAX_RESULT_BYTES
 
     workspace, state = tmp_path / "work", tmp_path / "state"
     workspace.mkdir()

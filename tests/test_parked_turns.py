@@ -4,8 +4,9 @@ one for a result's images over Chat Completions, and after abandoning a call).""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
+
+from fakes import FakeParkedTurn
 
 from agy_provider.bridge.host_tools import FOLLOWING_USER_MESSAGE
 from agy_provider.bridge.host_tools import ParkedTurns
@@ -15,11 +16,6 @@ from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
 from agy_provider.pi.types import UserMessage
-
-
-@dataclasses.dataclass(eq=False)
-class Parked:
-    session_id: str
 
 
 def results_then_user(call_id: str) -> list[Any]:
@@ -44,7 +40,7 @@ def results_then_user(call_id: str) -> list[Any]:
 
 def test_a_parked_turn_is_found_only_by_its_owner_and_takes_the_user_message_after() -> None:
     parked = ParkedTurns()
-    turn = Parked(session_id="serve:alice")
+    turn = FakeParkedTurn(session_id="serve:alice")
     parked.park(["call-1"], turn)
     messages = results_then_user("call-1")
     assert parked.find(messages, "serve:bob") is None
@@ -64,10 +60,10 @@ def test_a_parked_turn_is_found_only_by_its_owner_and_takes_the_user_message_aft
 
 def test_results_without_a_parked_turn_or_a_user_message_alone_find_nothing() -> None:
     parked = ParkedTurns()
-    parked.park(["call-1"], Parked(session_id=""))
+    parked.park(["call-1"], FakeParkedTurn(session_id=""))
     messages = results_then_user("call-2")
     assert parked.find(messages, "") is None
     assert parked.find([messages[0]], "") is None  # a user message after no results
     assert not parked.resumed_by_another(messages)
-    parked.answered(["call-2"], object())
+    parked.answered(["call-2"], FakeParkedTurn())
     assert parked.resumed_by_another(messages)  # the trailing user message does not hide them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import FakeParkedTurn
 
 from agy_provider.bridge.host_tools import ParkedTurns
 from agy_provider.errors import UsageError
@@ -65,13 +66,8 @@ def test_the_newest_message_must_be_the_users_or_tool_results() -> None:
         )
 
 
-class Turn:
-    def __init__(self, session_id: str = "") -> None:
-        self.session_id = session_id
-
-
 def test_the_trailing_results_find_the_one_turn_that_asked() -> None:
-    parked, turn, other = ParkedTurns(), Turn("s"), Turn()
+    parked, turn, other = ParkedTurns(), FakeParkedTurn("s"), FakeParkedTurn()
     parked.park(["mcp-1", "mcp-2"], turn)
     parked.park(["mcp-9"], other)
     asked = [UserMessage(content="q", timestamp=0), ASKED, result("mcp-1"), result("mcp-2")]

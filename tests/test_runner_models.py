@@ -123,7 +123,12 @@ def test_chat_asks_the_person_at_the_terminal() -> None:
     from agy_provider.agy.step import PermissionRequest
     from agy_provider.agy.step import Question
     from agy_provider.agy.step import QuestionOption
+    from agy_provider.agy.step import Step
+    from agy_provider.agy.step import StepKind
+    from agy_provider.agy.step import StepStatus
     from agy_provider.cli.chat_turn import TerminalDecisions
+    from agy_provider.contract.turn import TurnContext
+    from agy_provider.store.config import Config
 
     said: list[str] = []
     replies = iter(["y", "n", "2, 3", "something else"])
@@ -134,17 +139,20 @@ def test_chat_asks_the_person_at_the_terminal() -> None:
         return next(replies)
 
     terminal = TerminalDecisions(ask, said.append)
+    # The step agy waits on and the turn: the terminal asks from the request alone.
+    step = Step(index=3, kind=StepKind.TOOL, status=StepStatus.WAITING)
+    turn = TurnContext("", "hi", ".", Config(), "auto", "ask")
     request = PermissionRequest(action="command", target="pwd", description="Running pwd")
-    assert terminal.decide_permission(request, None, None) is True
+    assert terminal.decide_permission(request, step, turn) is True
     assert "command `pwd` (Running pwd)" in asked[0]
-    assert terminal.decide_permission(request, None, None) is False
+    assert terminal.decide_permission(request, step, turn) is False
     question = Question(
         "Pick", (QuestionOption("1", "a"), QuestionOption("2", "b"), QuestionOption("3", "c"))
     )
-    assert terminal.answer_question([question], None, None) == [
+    assert terminal.answer_question([question], step, turn) == [
         {"question": "Pick", "selectedOptionIds": ["2", "3"]}
     ]
-    assert terminal.answer_question([question], None, None) == [
+    assert terminal.answer_question([question], step, turn) == [
         {"question": "Pick", "selectedOptionIds": [], "writeInResponse": "something else"}
     ]
     assert "  2. b\n" in said

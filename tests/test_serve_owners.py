@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from fakes import FakeParkedTurn
 
 from agy_provider.hosts.serve.ask import RequestError
 from agy_provider.hosts.serve.convert import anthropic_ask
@@ -216,11 +217,7 @@ def test_results_for_the_owners_parked_call_resume_it_even_with_other_tools() ->
     owners.delivered.remember(placement.messages, tool_use, erin.key)
     owners.settled(erin, placement, tool_use)
 
-    @dataclasses.dataclass(eq=False)
-    class Parked:
-        session_id: str
-
-    parked = Parked(session_id=erin.session_id)
+    parked = FakeParkedTurn(session_id=erin.session_id)
     PARKED.park(["toolu_1"], parked)
     try:
         results = [

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from agy_provider.errors import UsageError
-from agy_provider.sim.cli import parse_go_duration
 from agy_provider.sim.record import record
 from agy_provider.sim.scenario import builtin_scenarios
 from agy_provider.sim.scenario import load_scenario
 from agy_provider.sim.scenario import parse_scenario
+from agy_provider.sim.session import parse_go_duration
 
 REQUIRED = {
     "default", "thinking", "tools", "slow", "permission", "question", "crash", "hang", "quota-error",

@@ -27,7 +27,7 @@ from agy_provider.live.start_deadline import turn_started
 from agy_provider.live.warm.pool import POOL
 from agy_provider.live.warm.turn import WarmTurn
 from agy_provider.pi.types import UserMessage
-from agy_provider.sim.cli import HANG_AT_START_WORDS
+from agy_provider.sim.session import HANG_AT_START_WORDS
 
 pytestmark = pytest.mark.slow
 

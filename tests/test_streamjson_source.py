@@ -22,8 +22,10 @@ from agy_provider.agy import stdout as stdout_module
 from agy_provider.agy.stdout import StdoutEvents
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
 from agy_provider.agy.streamjson import COALESCE_FROM
 from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
 from agy_provider.live.handover import HandoverState
@@ -31,7 +33,6 @@ from agy_provider.live.handover import SourceHandover
 from agy_provider.live.handover import database_source
 from agy_provider.live.launch import bind_turn
 from agy_provider.live.runner import TurnRequest
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.plugin_manager import EventSourceSpec
 from agy_provider.store.config import Config
@@ -64,12 +65,14 @@ def result(response: str) -> bytes:
 
 @dataclasses.dataclass
 class FakeAgy:
-    """What the source reads of a running agy: its request and its stdout's events."""
+    """What the source reads of a running agy: its request, its stdout's events and the usage
+    total before the turn (an `agy -p`'s: none)."""
 
     request: TurnRequest = dataclasses.field(
         default_factory=lambda: TurnRequest(prompt="hi", cwd=".", agy_bin="agy")
     )
     events: StdoutEvents = dataclasses.field(default_factory=StdoutEvents)
+    previous_total: StepUsage | None = None
 
 
 def turn_for(process: Any, min_index: int = -1) -> TurnContext:
@@ -261,7 +264,7 @@ async def test_no_stream_json_no_source() -> None:
     with pytest.raises(SourceError, match="output-format text"):
         await source.open()
     with pytest.raises(SourceError, match="not read"):
-        await StreamJsonEventSource.for_turn(turn_for(object())).open()
+        await StreamJsonEventSource.for_turn(turn_for(None)).open()
 
 
 async def test_the_stream_end_releases_what_was_held() -> None:

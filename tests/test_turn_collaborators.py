@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import FakeParkedTurn
 from test_turn_driver import HANG
 from test_turn_driver import Script
 from test_turn_driver import collect
@@ -22,6 +23,7 @@ from test_turn_driver import user
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepStatus
 from agy_provider.agy.step import TurnOutcome
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
 from agy_provider.live.handover import TRANSITIONS
@@ -37,7 +39,6 @@ from agy_provider.live.parking import HostToolParking
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.settle import UnsavedRecords
 from agy_provider.live.settle import reached_record
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import Config
@@ -246,15 +247,11 @@ async def test_the_drain_takes_the_streams_rest_then_reads_the_database_until_qu
 # -- parking ---------------------------------------------------------------------------------
 
 
-class Turn:
-    session_id = "s"
-
-
 CALLS = [ToolCall(id="call-1", name="lookup")]
 
 
 async def test_a_parked_turn_resumes_when_the_host_brings_the_results() -> None:
-    parking, turn = HostToolParking(), Turn()
+    parking, turn = HostToolParking(), FakeParkedTurn("s")
     exit_task: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
     parking.begin()
     assert parking.parked
@@ -272,7 +269,7 @@ async def test_a_parked_turn_resumes_when_the_host_brings_the_results() -> None:
 
 
 async def test_a_parked_turn_ended_by_another_says_why() -> None:
-    parking, turn = HostToolParking(), Turn()
+    parking, turn = HostToolParking(), FakeParkedTurn("s")
     exit_task: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
     parking.begin()
     waiting = asyncio.ensure_future(
@@ -294,7 +291,7 @@ async def test_a_parked_wait_ends_before_agys_own_clock() -> None:
     parking.begin()
     # agy's clock ends within the margin: the wait ends at once, naming that clock.
     why, _ = await parking.wait(
-        Turn(),
+        FakeParkedTurn("s"),
         CALLS,
         exit_task,
         host_tool_timeout=HANG,
@@ -313,7 +310,7 @@ async def test_a_parked_wait_on_a_loop_that_stops_waiting_ends_at_once() -> None
     PARKED.stopping.add(loop)
     try:
         why, _ = await parking.wait(
-            Turn(), CALLS, exit_task, host_tool_timeout=HANG, agy_deadline=1e12, print_timeout=1
+            FakeParkedTurn("s"), CALLS, exit_task, host_tool_timeout=HANG, agy_deadline=1e12, print_timeout=1
         )
     finally:
         PARKED.stopping.discard(loop)

@@ -21,11 +21,14 @@ import pytest
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
+from agy_provider.agy.step import StepUsage
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.outcome import EMPTY_ANSWER
+from agy_provider.contract.sources import EventSourceFactory
+from agy_provider.contract.turn import Binding
 from agy_provider.errors import SourceError
 from agy_provider.errors import TurnError
-from agy_provider.live.discovery import Binding
+from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import StdoutEvents
@@ -83,6 +86,9 @@ class FakeProcess:
         self.result: Mapping[str, Any] | None = None
         self.stated_conversation_id = ""
         self.events = StdoutEvents()
+        self.pid = 1_000_000 + len(script.processes)  # no real process has it (never signalled)
+        self.admission = TurnAdmission()  # a fake agy never waits for a cold start slot
+        self.previous_total: StepUsage | None = None  # one turn per fake agy
         self._exited = asyncio.Event()
         self.terminations: list[float] = []
         script.processes.append(self)
@@ -203,10 +209,13 @@ def edges_for(script: Script, tmp_path: Path, *, names: Sequence[str] = ("sqlite
     async def version(binary: str) -> str:
         return "1.2.13"
 
+    def source(name: str) -> EventSourceFactory:
+        return lambda turn: FakeSource(script, turn, name)
+
     specs = {
         n: EventSourceSpec(
             name=n,
-            factory=lambda turn, n=n: FakeSource(script, turn, n),
+            factory=source(n),
             plugin="test",
             database=n == "sqlite",
             language_server=n == "rpc",

@@ -35,10 +35,15 @@ from agy_provider.pi.types import UserMessage
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
-    from agy_provider.bridge.mcp_bridge import HostTool
+    import pluggy
+
     from agy_provider.bridge.mcp_bridge import HostToolBridge
-    from agy_provider.bridge.mcp_bridge import HostToolCall
-    from agy_provider.bridge.mcp_bridge import HostToolResult
+    from agy_provider.bridge.parked_calls import ParkedToolCalls
+    from agy_provider.contract.host_tools import HostTool
+    from agy_provider.contract.host_tools import HostToolCall
+    from agy_provider.contract.host_tools import HostToolResult
+    from agy_provider.contract.parked import ParkedTurn
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = [
     "ParkedTurns",
@@ -61,7 +66,7 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "host"
 
 
-def plugin_tools_registered(pm: Any) -> bool:
+def plugin_tools_registered(pm: pluggy.PluginManager) -> bool:
     """True when some plugin implements `register_host_tools` (without loading the MCP SDK)."""
     return bool(pm.hook.register_host_tools.get_hookimpls())
 
@@ -95,7 +100,7 @@ class TurnTools:
         self,
         host_tools: Sequence[Tool],
         *,
-        turn: Any,
+        turn: TurnContext,
         with_plugins: bool,
         executor: ToolExecutor | None = None,
     ) -> None:
@@ -107,7 +112,7 @@ class TurnTools:
         self._bridge: HostToolBridge | None = None  # the turn's own bridge, when it has one
         self._calls_from: Any = None  # the bridge agy's calls come through (its open calls)
         self.offered: list[HostTool | Tool] = []  # what the turn offers agy (once prepared)
-        self._parked: Any = None  # mcp_bridge.ParkedToolCalls, once started
+        self._parked: ParkedToolCalls | None = None  # once started
         self._handed_out: set[str] = set()
         self._run_plugin_tool: Callable[[HostToolCall], Awaitable[HostToolResult]] | None = None
 
@@ -221,7 +226,7 @@ class TurnTools:
 
     def answer(self, results: Mapping[str, ToolResultMessage]) -> None:
         """Give agy the host's results; a waiting call the host did not answer gets an error."""
-        from agy_provider.bridge.mcp_bridge import HostToolResult
+        from agy_provider.contract.host_tools import HostToolResult
 
         assert self._parked is not None
         for call_id in sorted(self.waiting_ids):
@@ -241,7 +246,7 @@ class TurnTools:
         if self._bridge is not None:
             await self._bridge.aclose()
         elif self._parked is not None:
-            from agy_provider.bridge.mcp_bridge import HostToolResult
+            from agy_provider.contract.host_tools import HostToolResult
 
             for call in self._parked.pending:
                 self._parked.resolve(call.id, HostToolResult("the turn ended first", True))
@@ -297,33 +302,33 @@ class ParkedTurns:
     """
 
     def __init__(self) -> None:
-        self._by_call: dict[str, Any] = {}
+        self._by_call: dict[str, ParkedTurn] = {}
         # Calls whose results already resumed a turn that still runs: a second host bringing the
         # same results is told so, instead of starting agy on the same work again.
-        self._answered: dict[str, Any] = {}
+        self._answered: dict[str, ParkedTurn] = {}
         # Turns run on several loops at once (the sync API gives each a thread of its own).
         self._lock = threading.Lock()
         # Loops whose turns are being waited for (`wait_for_turns`): a turn parking there ends.
         self.stopping: set[asyncio.AbstractEventLoop] = set()
 
-    def park(self, call_ids: Iterable[str], turn: Any) -> None:
+    def park(self, call_ids: Iterable[str], turn: ParkedTurn) -> None:
         with self._lock:
             for call_id in call_ids:
                 self._by_call[call_id] = turn
 
-    def release(self, turn: Any) -> None:
+    def release(self, turn: ParkedTurn) -> None:
         """Forget every call of `turn` (it resumed or ended)."""
         with self._lock:
             for call_id in [k for k, v in self._by_call.items() if v is turn]:
                 del self._by_call[call_id]
 
-    def answered(self, call_ids: Iterable[str], turn: Any) -> None:
+    def answered(self, call_ids: Iterable[str], turn: ParkedTurn) -> None:
         """`turn` resumed with the results of `call_ids` (remembered until it ends)."""
         with self._lock:
             for call_id in call_ids:
                 self._answered[call_id] = turn
 
-    def forget(self, turn: Any) -> None:
+    def forget(self, turn: ParkedTurn) -> None:
         """`turn` has ended: forget its calls, waiting and answered alike."""
         self.release(turn)
         with self._lock:
@@ -338,7 +343,7 @@ class ParkedTurns:
 
     def find(
         self, messages: Sequence[object], session_id: str = ""
-    ) -> tuple[Any, dict[str, ToolResultMessage]] | None:
+    ) -> tuple[ParkedTurn, dict[str, ToolResultMessage]] | None:
         """The parked turn the trailing tool results of `messages` answer, with those results.
 
         Only its owner resumes it: the turn must have been started with the same `session_id`
@@ -356,7 +361,7 @@ class ParkedTurns:
         if len(turns) != 1:
             return None
         (turn,) = turns.values()
-        if (getattr(turn, "session_id", "") or "") != (session_id or ""):
+        if turn.session_id != (session_id or ""):
             return None
         results: dict[str, ToolResultMessage] = {}
         for message in found:
@@ -375,7 +380,7 @@ class ParkedTurns:
             )
         return turn, results
 
-    def of_session(self, session_id: str) -> list[Any]:
+    def of_session(self, session_id: str) -> list[ParkedTurn]:
         """Parked turns of `session_id` (a new turn of that session ends them first)."""
         if not session_id:
             return []
@@ -383,6 +388,6 @@ class ParkedTurns:
             found = {id(t): t for t in self._by_call.values() if t.session_id == session_id}
         return list(found.values())
 
-    def all(self) -> list[Any]:
+    def all(self) -> list[ParkedTurn]:
         with self._lock:
             return list({id(t): t for t in self._by_call.values()}.values())

@@ -2,7 +2,7 @@
 
 Owns `HostToolBridge` (a loopback MCP server on the official `mcp` SDK behind a per-turn token, a
 body cap and the private `.agents/mcp_config.json` folder agy reads through `--add-dir`), and
-re-exports what its users need beside it: the host-tool values (`host_tool_values`),
+re-exports what its users need beside it (the host-tool values come from `contract/host_tools`):
 `ParkedToolCalls` (`parked_calls`), the plugins' tools (`plugin_tools`) and `sweep_stale_folders`
 (`bridge_folders`).
 
@@ -51,20 +51,19 @@ from agy_provider import lifeline
 from agy_provider.bridge.bridge_folders import make_bridge_folder
 from agy_provider.bridge.bridge_folders import remove_folder as _remove_folder
 from agy_provider.bridge.bridge_folders import sweep_stale_folders
-from agy_provider.bridge.host_tool_values import MAX_RESULT_BYTES
-from agy_provider.bridge.host_tool_values import HostTool
-from agy_provider.bridge.host_tool_values import HostToolCall
-from agy_provider.bridge.host_tool_values import HostToolHandler
-from agy_provider.bridge.host_tool_values import HostToolResult
-from agy_provider.bridge.host_tool_values import _as_host_tools
-from agy_provider.bridge.host_tool_values import _as_result
-from agy_provider.bridge.host_tool_values import _capped
-from agy_provider.bridge.host_tool_values import _schema_of
 from agy_provider.bridge.mcp_requests import _handshake_era
 from agy_provider.bridge.mcp_requests import _respond
 from agy_provider.bridge.parked_calls import ParkedToolCalls
 from agy_provider.bridge.plugin_tools import plugin_host_tools
 from agy_provider.bridge.plugin_tools import plugin_tool_handler
+from agy_provider.contract.host_tools import HostTool
+from agy_provider.contract.host_tools import HostToolCall
+from agy_provider.contract.host_tools import HostToolHandler
+from agy_provider.contract.host_tools import HostToolResult
+from agy_provider.contract.host_tools import _as_host_tools
+from agy_provider.contract.host_tools import _as_result
+from agy_provider.contract.host_tools import _capped
+from agy_provider.contract.host_tools import _schema_of
 from agy_provider.errors import SourceError
 from agy_provider.errors import UsageError
 from agy_provider.http_serving import listening_socket
@@ -78,14 +77,9 @@ __all__ = [
     "CONFIG_RELATIVE_PATH",
     "DEFAULT_SERVER_NAME",
     "MAX_BODY_BYTES",
-    "MAX_RESULT_BYTES",
     "MCP_PATH",
     "TOKEN_HEADER",
-    "HostTool",
     "HostToolBridge",
-    "HostToolCall",
-    "HostToolHandler",
-    "HostToolResult",
     "ParkedToolCalls",
     "plugin_host_tools",
     "plugin_tool_handler",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agy_provider.bridge.host_tool_values import HostToolCall
-from agy_provider.bridge.host_tool_values import HostToolResult
-from agy_provider.bridge.host_tool_values import _as_result
+from agy_provider.contract.host_tools import HostToolCall
+from agy_provider.contract.host_tools import HostToolResult
+from agy_provider.contract.host_tools import _as_result
 
 __all__ = ["ParkedToolCalls"]
 

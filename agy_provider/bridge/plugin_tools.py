@@ -7,14 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 
-from agy_provider.bridge.host_tool_values import HostTool
-from agy_provider.bridge.host_tool_values import HostToolCall
-from agy_provider.bridge.host_tool_values import HostToolHandler
-from agy_provider.bridge.host_tool_values import HostToolResult
-from agy_provider.bridge.host_tool_values import _as_result
+from agy_provider.contract.host_tools import HostTool
+from agy_provider.contract.host_tools import HostToolCall
+from agy_provider.contract.host_tools import HostToolHandler
+from agy_provider.contract.host_tools import HostToolResult
+from agy_provider.contract.host_tools import _as_result
 from agy_provider.errors import UsageError
+
+if TYPE_CHECKING:
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = ["plugin_host_tools", "plugin_tool_handler"]
 
@@ -46,7 +50,7 @@ def plugin_host_tools() -> list[HostTool]:
     return [tool for tool, _ in found.values()]
 
 
-def plugin_tool_handler(turn: Any) -> HostToolHandler:
+def plugin_tool_handler(turn: TurnContext) -> HostToolHandler:
     """A handler that runs each call through the `invoke_host_tool` hook (in a worker thread).
 
     A str or `HostToolResult` answer is passed on; any other value is sent as JSON; None (no

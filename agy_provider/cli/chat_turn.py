@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import NoReturn
 from typing import TextIO
@@ -37,6 +38,12 @@ from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import get_plugin_manager
+
+if TYPE_CHECKING:
+    from agy_provider.agy.step import PermissionRequest
+    from agy_provider.agy.step import Question
+    from agy_provider.agy.step import Step
+    from agy_provider.contract.turn import TurnContext
 from agy_provider.store.config import load_config
 from agy_provider.workers import off_loop
 
@@ -113,7 +120,9 @@ class TerminalDecisions:
         self._say = say
 
     @hookimpl(tryfirst=True)
-    def decide_permission(self, request: Any, step: Any, turn: Any) -> bool:
+    def decide_permission(
+        self, request: PermissionRequest | None, step: Step, turn: TurnContext
+    ) -> bool:
         what = f"{request.action} `{request.target}`" if request is not None else "an action"
         why = f" ({request.description})" if request is not None and request.description else ""
         answer = self._ask(f"agy wants to run {what}{why}. Allow? [y/N] ")
@@ -121,8 +130,8 @@ class TerminalDecisions:
 
     @hookimpl(tryfirst=True)
     def answer_question(
-        self, questions: Sequence[Any], step: Any, turn: Any
-    ) -> list[dict[str, Any]]:
+        self, questions: Sequence[Question], step: Step, turn: TurnContext
+    ) -> list[dict[str, object]]:
         answers = []
         for question in questions:
             self._say(f"agy asks: {question.question}\n")
@@ -260,18 +269,15 @@ class TurnNarrator:
             log.info(message, *args)
 
     @hookimpl
-    def observe_event(self, event: Any, turn: Any) -> None:
-        if turn is None:
-            return
-        process = getattr(turn, "process", None)
+    def observe_event(self, event: AssistantMessageEvent, turn: TurnContext) -> None:
+        process = turn.process
         if process is not None:
-            request = getattr(process, "request", None)
-            binary = getattr(request, "agy_bin", "agy")
+            binary = process.request.agy_bin
             self._once("agy", "agy started: %s (pid %s) in %s", binary, process.pid, turn.cwd)
-        binding = getattr(turn, "binding", None)
+        binding = turn.binding
         if binding is not None:
             self._once("bound", "conversation %s (%s)", binding.conversation_id, binding.path)
-        if getattr(turn, "endpoint", ""):
+        if turn.endpoint:
             self._once("server", "agy's language server at %s", turn.endpoint)
         if event.type in ("done", "error"):
             message = event.message if event.type == "done" else event.error

@@ -7,7 +7,6 @@ tree's open files among the stems that appeared since spawn — never the databa
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 from collections.abc import Iterable
@@ -22,6 +21,7 @@ from agy_provider.agy.database import open_conversation_db
 from agy_provider.agy.database import read_conversation_id
 from agy_provider.agy.rows import decode_step_row
 from agy_provider.agy.step import StepKind
+from agy_provider.contract.turn import Binding
 from agy_provider.errors import DatabaseError
 from agy_provider.errors import DecodeError
 from agy_provider.errors import TurnError
@@ -30,7 +30,6 @@ from agy_provider.live.fswatch import watch_folder
 from agy_provider.workers import off_loop
 
 __all__ = [
-    "Binding",
     "BindingSubject",
     "agy_log_dir",
     "bind_database",
@@ -69,14 +68,6 @@ class BindingSubject(Protocol):
     async def scan_tree(self) -> list[psutil.Process]: ...
 
     async def finish_stdout(self, timeout: float) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Binding:
-    """The database a turn reads: its path and the conversation id it proved to hold."""
-
-    path: Path
-    conversation_id: str
 
 
 def conversations_dir(app_data_dir: str = "") -> Path:

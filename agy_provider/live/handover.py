@@ -13,11 +13,11 @@ from collections.abc import Callable
 from collections.abc import Mapping
 
 from agy_provider.agy.step import Step
+from agy_provider.contract.sources import EventSource
+from agy_provider.contract.turn import TurnContext
+from agy_provider.contract.turn import TurnProcess
 from agy_provider.errors import AgyError
 from agy_provider.errors import SourceError
-from agy_provider.live.sources import EventSource
-from agy_provider.live.turn_edges import TurnContext
-from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.plugin_manager import EventSourceSpec
 
 __all__ = [

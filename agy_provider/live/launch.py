@@ -13,15 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agy_provider.agy.step import TurnOutcome
+from agy_provider.contract.turn import Binding
+from agy_provider.contract.turn import TurnProcess
 from agy_provider.errors import AgyError
 from agy_provider.errors import TurnError
 from agy_provider.live.conversation_lock import ConversationLock
-from agy_provider.live.discovery import Binding
 from agy_provider.live.runner import prompt_fits_argv
 from agy_provider.live.start_deadline import await_start
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
-from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.workers import in_background
 
 __all__ = ["Forked", "bind_turn", "exit_outcome", "lock_conversation", "plan_off_loop"]

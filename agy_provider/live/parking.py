@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agy_provider.bridge.host_tools import ParkedTurns
+from agy_provider.contract.parked import ParkedTurn
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
@@ -61,7 +62,7 @@ class HostToolParking:
 
     async def wait(
         self,
-        turn: object,
+        turn: ParkedTurn,
         calls: Sequence[ToolCall],
         exit_task: asyncio.Future[int | None],
         *,
@@ -131,7 +132,7 @@ class HostToolParking:
         )
         return why, waited
 
-    def answered(self, turn: object, results: Mapping[str, ToolResultMessage]) -> None:
+    def answered(self, turn: ParkedTurn, results: Mapping[str, ToolResultMessage]) -> None:
         """The host brought `results` for `turn`'s calls: it waits no longer."""
         PARKED.release(turn)
         PARKED.answered(results, turn)
@@ -149,7 +150,7 @@ class HostToolParking:
             self._resumed.set_result(why)
 
 
-async def end_parked(turns: Iterable[Any], *, but: object, why: str) -> None:
+async def end_parked(turns: Iterable[ParkedTurn], *, but: ParkedTurn, why: str) -> None:
     """End each of the parked `turns` but `but` (the turn asking) for `why`, each settled."""
     for parked in turns:
         if parked is not but:

@@ -15,6 +15,7 @@ from agy_provider.agy.argv import JSON_SCHEMA_OPTION
 from agy_provider.agy.database import last_step_index
 from agy_provider.agy.models import model_arguments
 from agy_provider.bridge.host_tools import plugin_tools_registered
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import UsageError
 from agy_provider.live.admission import COLD_STARTS
 from agy_provider.live.admission import cold_starts_for
@@ -29,7 +30,6 @@ from agy_provider.live.prompt import build_prompt
 from agy_provider.live.prompt import history_digest
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.settle import UNSAVED
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import state_dir as agy_state_dir

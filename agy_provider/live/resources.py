@@ -10,7 +10,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.images import ImageStaging
 from agy_provider.live.images import newest_images
 from agy_provider.live.prompt import build_prompt
@@ -21,10 +20,10 @@ __all__ = ["ABORT_GRACE", "TurnResources"]
 
 if TYPE_CHECKING:
     from agy_provider.bridge.host_tools import TurnTools
+    from agy_provider.contract.turn import TurnProcess
     from agy_provider.live.conversation_lock import ConversationLock
     from agy_provider.live.handover import SourceHandover
     from agy_provider.live.turn_edges import TurnPlan
-    from agy_provider.live.turn_edges import TurnProcess
     from agy_provider.pi.types import Context
     from agy_provider.pi.types import Message
 
@@ -44,6 +43,11 @@ class TurnResources:
         self.handover: SourceHandover | None = None  # the turn's event sources
         self.version_task: asyncio.Task[str] | None = None  # agy's version, asked beside the turn
         self.lock: ConversationLock | None = None  # keeps a conversation's turns one at a time
+
+    @property
+    def admission_wait(self) -> float:
+        """How long the turn waited in line for agy's cold start (`live/admission`)."""
+        return 0.0 if self.process is None else self.process.admission.waited
 
     async def offer_tools(self, tools: TurnTools, plan: TurnPlan) -> TurnPlan:
         """Start the MCP bridge serving `tools`; `plan` with agy's request reading its config.
@@ -90,7 +94,7 @@ class TurnResources:
 
     async def stop_agy(self, grace: float = 2.0) -> None:
         starting = self.starting
-        if starting is not None and _queued(self.process):
+        if starting is not None and self.process is not None and self.process.admission.queued:
             starting.cancel()  # in line for a cold start (`live/admission`): nothing to end
         if starting is not None:
             # A spawn interrupted by the abort still produces a process: let it finish (it is a
@@ -168,7 +172,3 @@ class TurnResources:
         self.process = None
         self.release_lock()
 
-
-def _queued(process: object) -> bool:
-    admission = getattr(process, "admission", None)
-    return isinstance(admission, TurnAdmission) and admission.queued

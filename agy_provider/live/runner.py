@@ -33,6 +33,7 @@ from agy_provider.agy.argv import prompt_fits_argv
 from agy_provider.agy.argv import stdin_turn
 from agy_provider.agy.stdout import MAX_CAPTURE_BYTES
 from agy_provider.agy.stdout import StdoutEvents
+from agy_provider.agy.step import StepUsage
 from agy_provider.errors import AgyNotFoundError
 from agy_provider.errors import TurnError
 from agy_provider.live.admission import TurnAdmission
@@ -208,6 +209,8 @@ class AgyProcess:
         # Its cold start slot (`live/admission`): held from the spawn until `init` or its exit.
         self.admission = TurnAdmission()
         self._admitted: asyncio.Task[None] | None = None
+        # agy's running usage total before this turn: none, each `agy -p` runs one turn.
+        self.previous_total: StepUsage | None = None
 
     async def start(self) -> None:
         """Spawn agy once a cold start slot is free (waiting in line for one; cancelling the

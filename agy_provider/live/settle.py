@@ -38,7 +38,7 @@ from agy_provider.store.sessions import SessionStore
 from agy_provider.workers import off_loop
 
 if TYPE_CHECKING:
-    from agy_provider.live.discovery import Binding
+    from agy_provider.contract.turn import Binding
     from agy_provider.live.turn_edges import Launched
 
 __all__ = [

@@ -12,10 +12,10 @@ import asyncio
 import logging
 from typing import Any
 
+from agy_provider.contract.turn import TurnProcess
 from agy_provider.errors import TurnError
 from agy_provider.live.resources import ABORT_GRACE
 from agy_provider.live.turn_edges import TurnPlan
-from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.live.warm.turn import WarmTurn
 
 __all__ = ["await_start", "turn_started"]

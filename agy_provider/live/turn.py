@@ -22,9 +22,10 @@ from agy_provider.agy.step import TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.bridge.host_tools import ToolExecutor
 from agy_provider.bridge.host_tools import TurnTools
+from agy_provider.contract.sources import EventSource
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import AgyError
 from agy_provider.live.abort_scope import until_aborted
-from agy_provider.live.admission import TurnAdmission
 from agy_provider.live.discovery import conversations_dir
 from agy_provider.live.discovery import snapshot_stems
 from agy_provider.live.handover import SourceHandover
@@ -52,12 +53,9 @@ from agy_provider.live.settle import final_message
 from agy_provider.live.settle import mark_events
 from agy_provider.live.settle import read_answering_model
 from agy_provider.live.settle import turn_records
-from agy_provider.live.sources import EventSource
 from agy_provider.live.turn_edges import Launched
-from agy_provider.live.turn_edges import TurnContext
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
-from agy_provider.live.turn_edges import TurnProcess
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import SimpleStreamOptions
@@ -73,11 +71,9 @@ from agy_provider.workers import off_loop
 __all__ = [
     "PARKED",
     "STOPPED_WAITING",
-    "TurnContext",
     "TurnDriver",
     "TurnEdges",
     "TurnPlan",
-    "TurnProcess",
     "answering_model",
     "bare_error",
     "build_prompt",
@@ -510,7 +506,7 @@ class TurnDriver:
             exit_code=None if self.opened.process is None else self.opened.process.returncode,
             model=final.model if final is not None else "",
             source=self.source_name,
-            admission_wait=_admission_wait(self.opened.process),
+            admission_wait=self.opened.admission_wait,
             source_fallbacks=self.opened.handover.fallbacks if self.opened.handover else 0,
         )
 
@@ -543,8 +539,3 @@ class TurnDriver:
         if records:
             await saving.save(records, self.opened.version_task)
 
-
-def _admission_wait(process: object) -> float:
-    """How long the turn waited in line for agy's cold start (`live/admission`)."""
-    admission = getattr(process, "admission", None)
-    return admission.waited if isinstance(admission, TurnAdmission) else 0.0

@@ -1,23 +1,18 @@
-"""What a live turn is made of, apart from its driver: the context plugins see, the edges it
-touches (real by default, fakes in tests), the plan `prepare` makes, and agy's state folder.
+"""What a live turn is made of, apart from its driver: the edges it touches (real by default,
+fakes in tests), the plan `prepare` makes, what `launch` started, and agy's state folder.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from typing import Any
-from typing import Protocol
-
-import psutil
 
 from agy_provider.agy.state_folder import chosen_state_folder
-from agy_provider.agy.stdout import StdoutEvents
-from agy_provider.live.discovery import Binding
+from agy_provider.contract.turn import Binding
+from agy_provider.contract.turn import TurnProcess
 from agy_provider.live.discovery import bind_database
 from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
@@ -32,62 +27,7 @@ from agy_provider.store.sessions import SessionStore
 if TYPE_CHECKING:
     from agy_provider.live.handover import SourceHandover
 
-__all__ = ["Launched", "TurnContext", "TurnEdges", "TurnPlan", "TurnProcess", "state_dir"]
-
-
-@dataclasses.dataclass(slots=True)
-class TurnContext:
-    """What plugins see of a turn (`turn` in hooks): its request, settings, and what it bound."""
-
-    session_id: str
-    prompt: str
-    cwd: str
-    config: Config
-    event_source: str  # the source asked for (a name, or "auto")
-    permissions: str
-    min_index: int = -1
-    binding: Binding | None = None
-    process: Any = None  # the running agy (`runner.AgyProcess`)
-    endpoint: str = ""  # the language server an rpc turn bound (for observers), never a token
-    # How the conversation was chosen: "session" (the host's session id), "mark" (the
-    # transcript's newest agy message proved it) or "new"; and a conversation agy no longer had.
-    continuity: str = "new"
-    lost_conversation: str = ""
-    # The event source the turn reads now: chosen at launch, updated on every handover.
-    source: str = ""
-
-
-class TurnProcess(Protocol):
-    """What a turn needs of a running agy (`runner.AgyProcess`; tests pass a fake)."""
-
-    request: TurnRequest
-    id_stated: asyncio.Event
-
-    @property
-    def events(self) -> StdoutEvents:
-        """What agy's stdout said, this turn's only: its id, `result`, and the raw event lines a
-        stdout source reads (a warm agy's turn object feeds its own; `step_index` cumulative)."""
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    @property
-    def stated_conversation_id(self) -> str: ...
-
-    @property
-    def result(self) -> Mapping[str, Any] | None: ...
-
-    async def start(self) -> None: ...
-
-    async def wait(self, timeout: float | None = None) -> int | None: ...
-
-    async def terminate(self, grace: float = 2.0) -> None: ...
-
-    async def scan_tree(self) -> list[psutil.Process]: ...
-
-    def stderr_text(self) -> str: ...
-
-    def stdout_text(self) -> str: ...
+__all__ = ["Launched", "TurnEdges", "TurnPlan", "state_dir"]
 
 
 @dataclasses.dataclass(slots=True)

@@ -32,7 +32,7 @@ from agy_provider.sim.stream_input import Skipped
 from agy_provider.sim.stream_input import read_input_line
 
 if TYPE_CHECKING:
-    from agy_provider.sim.cli import Session
+    from agy_provider.sim.session import Session
 
 __all__ = ["CANCELED", "run_persistent"]
 

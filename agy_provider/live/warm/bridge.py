@@ -82,7 +82,7 @@ class WarmBridge:
     async def _relay(self, call: Any) -> Any:
         """On the bridges' loop: the call run by the holding turn's tools, on that turn's loop;
         cancelled (agy dropped the call) → cancelled there too."""
-        from agy_provider.bridge.mcp_bridge import HostToolResult
+        from agy_provider.contract.host_tools import HostToolResult
 
         with self._lock:
             target = self._target

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
+from typing import Protocol
 
 import jsonschema  # type: ignore[import-untyped]
 
@@ -20,7 +21,14 @@ from agy_provider.errors import UsageError
 from agy_provider.pi.types import Tool
 from agy_provider.workers import off_loop
 
-__all__ = ["MAX_RESULT_BYTES", "HostTool", "HostToolCall", "HostToolHandler", "HostToolResult"]
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "HostTool",
+    "HostToolCall",
+    "HostToolHandler",
+    "HostToolResult",
+    "RegisterHostTool",
+]
 
 # Logged under the bridge's name, as before these were split out of it (hosts filter by it).
 log = logging.getLogger("agy_provider.bridge.mcp_bridge")
@@ -69,6 +77,14 @@ class HostToolResult:
 
 
 HostToolHandler = Callable[[HostToolCall], Awaitable["HostToolResult | str"]]
+
+
+class RegisterHostTool(Protocol):
+    """`register(name, description, parameters)`: parameters as a JSON Schema object."""
+
+    def __call__(
+        self, name: str, description: str = "", parameters: Mapping[str, Any] | None = None
+    ) -> None: ...
 
 
 def _schema_of(tool: HostTool) -> dict[str, Any]:

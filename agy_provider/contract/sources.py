@@ -1,16 +1,21 @@
-"""The contract every event source keeps: a typed `EventSource` protocol the turn driver relies on.
+"""The contract every event source keeps: the typed `EventSource` protocol the turn driver relies
+on, the factory a plugin registers and the `register` callback it is given.
 
 Sources only read agy and hand back Step snapshots; they never emit pi events themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 from typing import Protocol
 from typing import runtime_checkable
 
-from agy_provider.agy.step import Step
+if TYPE_CHECKING:
+    from agy_provider.agy.step import Step
+    from agy_provider.contract.turn import TurnContext
 
-__all__ = ["EventSource"]
+__all__ = ["EventSource", "EventSourceFactory", "RegisterEventSource"]
 
 
 @runtime_checkable
@@ -49,3 +54,23 @@ class EventSource(Protocol):
 
     async def aclose(self) -> None:
         """Release everything the source holds; safe to call twice, and after a failed open."""
+
+
+# What a plugin registers to make a turn's event source: given the turn, it returns the source.
+EventSourceFactory = Callable[["TurnContext"], EventSource]
+
+
+class RegisterEventSource(Protocol):
+    """`register(name, factory)`: `factory(turn)` makes the turn's event source; `database` says
+    it reads agy's database (the fallback), `language_server` that it needs agy's server,
+    `stdout` that it reads agy's stream-json stdout (it needs neither)."""
+
+    def __call__(
+        self,
+        name: str,
+        factory: EventSourceFactory,
+        *,
+        database: bool = False,
+        language_server: bool = False,
+        stdout: bool = False,
+    ) -> None: ...
