@@ -51,8 +51,8 @@ from agy_provider import lifeline
 from agy_provider.bridge.bridge_folders import make_bridge_folder
 from agy_provider.bridge.bridge_folders import remove_folder as _remove_folder
 from agy_provider.bridge.bridge_folders import sweep_stale_folders
-from agy_provider.bridge.mcp_requests import _handshake_era
-from agy_provider.bridge.mcp_requests import _respond
+from agy_provider.bridge.mcp_requests import handshake_era
+from agy_provider.bridge.mcp_requests import respond_error
 from agy_provider.bridge.parked_calls import ParkedToolCalls
 from agy_provider.bridge.plugin_tools import plugin_host_tools
 from agy_provider.bridge.plugin_tools import plugin_tool_handler
@@ -60,10 +60,10 @@ from agy_provider.contract.host_tools import HostTool
 from agy_provider.contract.host_tools import HostToolCall
 from agy_provider.contract.host_tools import HostToolHandler
 from agy_provider.contract.host_tools import HostToolResult
-from agy_provider.contract.host_tools import _as_host_tools
-from agy_provider.contract.host_tools import _as_result
-from agy_provider.contract.host_tools import _capped
-from agy_provider.contract.host_tools import _schema_of
+from agy_provider.contract.host_tools import as_host_tools
+from agy_provider.contract.host_tools import as_result
+from agy_provider.contract.host_tools import capped
+from agy_provider.contract.host_tools import schema_of
 from agy_provider.errors import SourceError
 from agy_provider.errors import UsageError
 from agy_provider.http_serving import listening_socket
@@ -181,8 +181,8 @@ class HostToolBridge:
             )
         if max_body_bytes <= 0:
             raise UsageError("max_body_bytes must be a positive number of bytes")
-        self._tools = _as_host_tools(tools)
-        self._schemas = {name: _schema_of(tool) for name, tool in self._tools.items()}
+        self._tools = as_host_tools(tools)
+        self._schemas = {name: schema_of(tool) for name, tool in self._tools.items()}
         self._validators = {
             name: jsonschema.validators.validator_for(schema)(schema)
             for name, schema in self._schemas.items()
@@ -396,7 +396,7 @@ class HostToolBridge:
             ctx: Any, params: mcp_types.CallToolRequestParams
         ) -> mcp_types.CallToolResult:
             result = await self._call(params.name, params.arguments or {}, _post_of(ctx))
-            return _mcp_result(await _capped(result, params.name))
+            return _mcp_result(await capped(result, params.name))
 
         return Server(
             "agy-provider host tools",
@@ -450,7 +450,7 @@ class HostToolBridge:
 
     async def _run_handler(self, call: HostToolCall) -> HostToolResult:
         try:
-            return _as_result(await self._handler(call), call.name)
+            return as_result(await self._handler(call), call.name)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -467,16 +467,16 @@ class HostToolBridge:
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers", ()))
         if not self._authorized(headers):
             log.info("host tool bridge refused a request without its token")
-            await _respond(send, 403, "forbidden: this MCP server serves one agy-provider turn")
+            await respond_error(send, 403, "forbidden: this MCP server serves one agy-provider turn")
             return
         if scope.get("path") != MCP_PATH:
-            await _respond(send, 404, f"not found: the MCP endpoint is {MCP_PATH}")
+            await respond_error(send, 404, f"not found: the MCP endpoint is {MCP_PATH}")
             return
         if self._closing.is_set():
-            await _respond(send, 503, "the host tool bridge is closing: the turn ended")
+            await respond_error(send, 503, "the host tool bridge is closing: the turn ended")
             return
         if scope.get("method") != "POST":
-            await self._manager_request(_handshake_era(scope, headers, None), receive, send)
+            await self._manager_request(handshake_era(scope, headers, None), receive, send)
             return
         body = await self._read_body(headers, receive, send)
         if body is None:
@@ -485,7 +485,7 @@ class HostToolBridge:
         self._posts_idle.clear()
         post = _Post()
         try:
-            served = {**_handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
+            served = {**handshake_era(scope, headers, body), _POST_SCOPE_KEY: post}
             if not await self._manager_request(served, replay_body(body, receive), send):
                 post.dropped.set()
         finally:
@@ -521,7 +521,7 @@ class HostToolBridge:
             log.debug("host tool bridge: a request after the SDK stopped: %s", exc)
         with contextlib.suppress(Exception, asyncio.CancelledError):
             if not state["started"]:
-                await _respond(send, 503, "the host tool bridge is closing: the turn ended")
+                await respond_error(send, 503, "the host tool bridge is closing: the turn ended")
             elif not state["complete"]:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
@@ -545,12 +545,12 @@ class HostToolBridge:
             try:
                 length = int(declared)
             except ValueError:
-                await _respond(send, 400, "bad request: Content-Length is not a number")
+                await respond_error(send, 400, "bad request: Content-Length is not a number")
                 return None
         try:
             body = await read_body(receive, self.max_body_bytes, declared=length)
         except ClientDisconnect:
             return None
         if body is None:
-            await _respond(send, 413, f"request body too large (limit {self.max_body_bytes} bytes)")
+            await respond_error(send, 413, f"request body too large (limit {self.max_body_bytes} bytes)")
         return body

@@ -14,7 +14,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from starlette.types import Scope
 from starlette.types import Send
 
-__all__: list[str] = []
+__all__ = ["handshake_era", "respond_error"]
 
 # Logged under the bridge's name, as before these were split out of it (hosts filter by it).
 log = logging.getLogger("agy_provider.bridge.mcp_bridge")
@@ -23,7 +23,7 @@ _VERSION_HEADER_KEY = b"mcp-protocol-version"
 _SESSION_HEADER_KEY = b"mcp-session-id"
 
 
-def _handshake_era(
+def handshake_era(
     scope: Scope, headers: Sequence[tuple[bytes, bytes]], body: bytes | None
 ) -> Scope:
     """Serve a handshake-era request whose `MCP-Protocol-Version` is newer than the SDK's era table.
@@ -64,7 +64,7 @@ def _has_modern_envelope(body: bytes) -> bool:
     return isinstance(meta, dict) and mcp_types.PROTOCOL_VERSION_META_KEY in meta
 
 
-async def _respond(send: Send, status: int, message: str) -> None:
+async def respond_error(send: Send, status: int, message: str) -> None:
     """A JSON-RPC error body (no id) with an HTTP status, as MCP clients can read it."""
     body = json.dumps(
         {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}

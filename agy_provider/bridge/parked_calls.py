@@ -8,7 +8,7 @@ import asyncio
 
 from agy_provider.contract.host_tools import HostToolCall
 from agy_provider.contract.host_tools import HostToolResult
-from agy_provider.contract.host_tools import _as_result
+from agy_provider.contract.host_tools import as_result
 
 __all__ = ["ParkedToolCalls"]
 
@@ -54,5 +54,5 @@ class ParkedToolCalls:
         entry = self._open.get(call_id)
         if entry is None or entry[1].done():
             return False
-        entry[1].set_result(_as_result(result, entry[0].name))
+        entry[1].set_result(as_result(result, entry[0].name))
         return True

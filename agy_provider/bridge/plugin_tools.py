@@ -14,7 +14,7 @@ from agy_provider.contract.host_tools import HostTool
 from agy_provider.contract.host_tools import HostToolCall
 from agy_provider.contract.host_tools import HostToolHandler
 from agy_provider.contract.host_tools import HostToolResult
-from agy_provider.contract.host_tools import _as_result
+from agy_provider.contract.host_tools import as_result
 from agy_provider.errors import UsageError
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def plugin_tool_handler(turn: TurnContext) -> HostToolHandler:
         if value is None:
             return HostToolResult(f"no plugin runs the host tool {call.name!r}", True)
         if isinstance(value, HostToolResult | str):
-            return _as_result(value, call.name)
+            return as_result(value, call.name)
         return HostToolResult(json.dumps(value, ensure_ascii=False, default=str))
 
     return handle

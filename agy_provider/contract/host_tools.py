@@ -28,6 +28,10 @@ __all__ = [
     "HostToolHandler",
     "HostToolResult",
     "RegisterHostTool",
+    "as_host_tools",
+    "as_result",
+    "capped",
+    "schema_of",
 ]
 
 # Logged under the bridge's name, as before these were split out of it (hosts filter by it).
@@ -87,7 +91,7 @@ class RegisterHostTool(Protocol):
     ) -> None: ...
 
 
-def _schema_of(tool: HostTool) -> dict[str, Any]:
+def schema_of(tool: HostTool) -> dict[str, Any]:
     """The tool's input schema as MCP wants it: a JSON Schema whose root is an object."""
     schema = dict(tool.parameters)
     if not schema:
@@ -108,7 +112,7 @@ def _schema_of(tool: HostTool) -> dict[str, Any]:
     return schema
 
 
-def _as_host_tools(tools: Sequence[HostTool | Tool]) -> dict[str, HostTool]:
+def as_host_tools(tools: Sequence[HostTool | Tool]) -> dict[str, HostTool]:
     found: dict[str, HostTool] = {}
     for tool in tools:
         host_tool = tool if isinstance(tool, HostTool) else HostTool.from_tool(tool)
@@ -123,7 +127,7 @@ def _as_host_tools(tools: Sequence[HostTool | Tool]) -> dict[str, HostTool]:
     return found
 
 
-def _as_result(value: object, name: str) -> HostToolResult:
+def as_result(value: object, name: str) -> HostToolResult:
     if isinstance(value, HostToolResult):
         return value
     if isinstance(value, str):
@@ -162,7 +166,7 @@ def _capped_text(text: str, limit: int) -> str | None:
     return text[:low] + _cut_note(len(text) - low, len(text))
 
 
-async def _capped(
+async def capped(
     result: HostToolResult, name: str, limit: int = MAX_RESULT_BYTES
 ) -> HostToolResult:
     """`result` with its text cut to what an MCP message can carry (logged when cut)."""

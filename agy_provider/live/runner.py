@@ -52,8 +52,12 @@ __all__ = [
     "build_argv",
     "find_agy",
     "go_duration",
+    "in_group",
+    "process_alive",
     "prompt_fits_argv",
     "remember_tree",
+    "signal_process",
+    "spawn_agy",
     "stdin_turn",
 ]
 
@@ -251,7 +255,7 @@ class AgyProcess:
         through_stdin = not prompt_fits_argv(self.request.prompt)
         spawn = asyncio.ensure_future(
             off_loop(
-                _spawn,
+                spawn_agy,
                 self.argv,
                 stdin=subprocess.PIPE if through_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -427,20 +431,20 @@ class AgyProcess:
     def _signal_all(self, sig: signal.Signals) -> None:
         self.track()
         for proc in self._known.values():
-            if _alive(proc):
-                _signal(proc, sig)
+            if process_alive(proc):
+                signal_process(proc, sig)
         # Descendants no scan saw are still in agy's process group: signal it too, but only
         # while the group provably exists (agy unreaped, or a member we know), since Linux only
         # frees a group id for reuse once its last member is gone.
         if self._proc is not None and (
-            not self._reaped or any(_in_group(p, self._proc.pid) for p in self._known.values())
+            not self._reaped or any(in_group(p, self._proc.pid) for p in self._known.values())
         ):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, sig)
 
     def _any_alive(self) -> bool:
         self.track()
-        return any(_alive(p) for p in self._known.values())
+        return any(process_alive(p) for p in self._known.values())
 
     def _forget_if_gone(self) -> list[int]:
         """The survivors; none left, agy's group is no longer the lifeline's to end."""
@@ -451,7 +455,7 @@ class AgyProcess:
 
     def survivors(self) -> list[int]:
         """PIDs of descendants we saw that are still alive (should be empty after terminate)."""
-        return [p.pid for p in self._known.values() if _alive(p)]
+        return [p.pid for p in self._known.values() if process_alive(p)]
 
 
 def remember_tree(pid: int, known: dict[int, psutil.Process]) -> list[psutil.Process]:
@@ -507,7 +511,7 @@ def _descendants(pid: int) -> list[psutil.Process] | None:
 _PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 
-def _alive(proc: psutil.Process) -> bool:
+def process_alive(proc: psutil.Process) -> bool:
     try:
         # is_running() also checks the create time, so a reused PID is not mistaken for ours.
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -515,7 +519,7 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _spawn(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+def spawn_agy(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
     """Start agy (in a session of its own) and put its process group under the lifeline, which
     ends it if this process dies without ending it (`lifeline`). In a worker thread: it forks."""
     proc: subprocess.Popen[bytes] = subprocess.Popen(argv, **options)
@@ -562,13 +566,13 @@ def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
     threading.Thread(target=write, name="agy-provider-stdin", daemon=True).start()
 
 
-def _in_group(proc: psutil.Process, pgid: int) -> bool:
+def in_group(proc: psutil.Process, pgid: int) -> bool:
     try:
-        return _alive(proc) and os.getpgid(proc.pid) == pgid
+        return process_alive(proc) and os.getpgid(proc.pid) == pgid
     except OSError:
         return False
 
 
-def _signal(proc: psutil.Process, sig: signal.Signals) -> None:
+def signal_process(proc: psutil.Process, sig: signal.Signals) -> None:
     with contextlib.suppress(psutil.Error):
         proc.send_signal(sig)

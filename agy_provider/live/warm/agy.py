@@ -31,11 +31,11 @@ from agy_provider.agy.step import StepUsage
 from agy_provider.agy.streamjson_values import stream_json_usage
 from agy_provider.errors import FramingError
 from agy_provider.live.admission import Ticket
-from agy_provider.live.runner import _alive
-from agy_provider.live.runner import _in_group
-from agy_provider.live.runner import _signal
-from agy_provider.live.runner import _spawn
+from agy_provider.live.runner import in_group
+from agy_provider.live.runner import process_alive
 from agy_provider.live.runner import remember_tree
+from agy_provider.live.runner import signal_process
+from agy_provider.live.runner import spawn_agy
 from agy_provider.live.warm.bridge import WarmBridge
 from agy_provider.live.warm.hub import HUB
 from agy_provider.wire.ndjson import LineDecoder
@@ -282,7 +282,7 @@ class WarmAgy:
         env.setdefault("AGY_CLI_DISABLE_AUTO_UPDATE", "1")
         env["AGY_PROVIDER_TURN"] = "1"
         try:
-            self._proc = _spawn(
+            self._proc = spawn_agy(
                 self.argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -477,9 +477,9 @@ class WarmAgy:
             return
         self.track()
         for proc in list(self._known.values()):
-            if proc.pid != self._proc.pid and _alive(proc):
-                _signal(proc, sig)
-        if not self._reaped or any(_in_group(p, self._proc.pid) for p in self._known.values()):
+            if proc.pid != self._proc.pid and process_alive(proc):
+                signal_process(proc, sig)
+        if not self._reaped or any(in_group(p, self._proc.pid) for p in self._known.values()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, sig)
 
