@@ -99,10 +99,16 @@ async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
     assert first.usage.input > 0
     running = [turn for turn in recorder.turns if turn.process.returncode is None]
     assert len(running) == 1, "agy waits for the host's result"
+    (parked,) = PARKED.all()
+    first_call, options = parked.call, parked.how
 
     # The host answers: the same agy turn goes on, in a new message, with the result in it.
     context = Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
     stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id="orders"))
+    # The resumed turn answers a new call value; its options and its first call stay as they were.
+    assert parked.call is not first_call and parked.call.stream is stream
+    assert parked.call.context is context and first_call.context is not context
+    assert parked.how is options
     events = [event async for event in stream]
     second = await stream.result()
     await wait_for_turns()
