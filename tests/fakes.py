@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.pi.types import Context
+from agy_provider.contract.parked import HostCall
 from agy_provider.pi.types import ToolResultMessage
 
 
@@ -23,13 +21,7 @@ class FakeParkedTurn:
     task: asyncio.Task[None] | None = None
     ended: list[str] = dataclasses.field(default_factory=list)
 
-    def resume(
-        self,
-        context: Context,
-        options: SimpleStreamOptions,
-        stream: AssistantMessageEventStream,
-        results: dict[str, ToolResultMessage],
-    ) -> bool:
+    def resume(self, call: HostCall, results: dict[str, ToolResultMessage]) -> bool:
         return False
 
     async def end_parked(self, why: str) -> None:

@@ -181,6 +181,38 @@ def test_our_own_types_pass_through_unchanged() -> None:
     assert turn.model is MODEL and turn.context is context and turn.options is options
 
 
+def test_a_turn_built_of_our_types_passes_through_as_itself_every_time() -> None:
+    # What serve (and `hosts/_turns`, which normalises a host's input before `stream_simple`
+    # does again) hands over: agy's Model, a Context of our messages with an image and tools,
+    # options with metadata, a thinking level and our own signal. Nothing of it is read again
+    # through the path for untyped ports: each part, down to each message, is the same object.
+    from agy_provider.pi.agy_model import agy_model
+
+    model = agy_model("gemini-3.7-pro")
+    image = ImageContent(data="aGk=", mime_type="image/png")
+    context = dataclasses.replace(
+        expected_context(),
+        messages=[
+            *expected_context().messages,
+            UserMessage(content=[TextContent("and this?"), image], timestamp=5),
+        ],
+    )
+    signal = AbortSignal()
+    options = SimpleStreamOptions(
+        session_id="serve:k", reasoning="high", signal=signal, metadata={"agy_no_resume": True}
+    )
+    first = normalise_turn(model, context, options)
+    again = normalise_turn(first.model, first.context, first.options)
+    for turn in (first, again):
+        assert turn.model is model and turn.context is context and turn.options is options
+        assert all(a is b for a, b in zip(turn.context.messages, context.messages, strict=True))
+        assert turn.abort is not None and turn.abort.signal is signal
+    # An untyped port's list may hold our messages too: those are taken as they are.
+    untyped = {"messages": [{"role": "user", "content": "x"}, *context.messages]}
+    mixed = normalise_turn(model, untyped)
+    assert all(a is b for a, b in zip(mixed.context.messages[1:], context.messages, strict=True))
+
+
 def test_plain_dataclasses_and_objects_are_read_through_their_fields() -> None:
     @dataclasses.dataclass
     class Block:

@@ -33,6 +33,7 @@ from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import build_argv
 from agy_provider.live.turn import PARKED
+from agy_provider.live.turn import TurnDriver
 from agy_provider.live.warm.pool import POOL
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.options import AbortSignal
@@ -99,10 +100,18 @@ async def test_a_host_tool_call_parks_the_turn_and_the_result_resumes_it(
     assert first.usage.input > 0
     running = [turn for turn in recorder.turns if turn.process.returncode is None]
     assert len(running) == 1, "agy waits for the host's result"
+    (held,) = PARKED.all()
+    assert isinstance(held, TurnDriver)
+    parked = held
+    first_call, options = parked.call, parked.how
 
     # The host answers: the same agy turn goes on, in a new message, with the result in it.
     context = Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
     stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id="orders"))
+    # The resumed turn answers a new call value; its options and its first call stay as they were.
+    assert parked.call is not first_call and parked.call.stream is stream
+    assert parked.call.context is context and first_call.context is not context
+    assert parked.how is options
     events = [event async for event in stream]
     second = await stream.result()
     await wait_for_turns()

@@ -24,6 +24,7 @@ from agy_provider.agy.step import StepStatus
 from agy_provider.agy.step import StepUsage
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.outcome import EMPTY_ANSWER
+from agy_provider.contract.parked import HostCall
 from agy_provider.contract.sources import EventSourceFactory
 from agy_provider.contract.turn import Binding
 from agy_provider.errors import SourceError
@@ -36,6 +37,7 @@ from agy_provider.live.runner import TurnRequest
 from agy_provider.live.turn import TurnDriver
 from agy_provider.live.turn import TurnEdges
 from agy_provider.live.turn import history_digest
+from agy_provider.live.turn_options import TurnOptions
 from agy_provider.offline.replay import load_recording
 from agy_provider.offline.replay import replay
 from agy_provider.pi.events import AssistantMessageEvent
@@ -43,6 +45,7 @@ from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions
+from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import Model
 from agy_provider.pi.types import UserMessage
@@ -268,17 +271,11 @@ async def until(condition: Any) -> None:
 # -- phases alone ----------------------------------------------------------------------------
 
 
-def preparing_driver(edges: TurnEdges, context: Context, **kwargs: Any) -> TurnDriver:
-    """A driver of session "s" for calling `prepare` alone (which never touches the stream)."""
-    return TurnDriver(
-        MODEL,
-        context,
-        SimpleStreamOptions(session_id="s"),
-        stream=None,  # type: ignore[arg-type]
-        assembler=StepAssembler(model=MODEL.id),
-        edges=edges,
-        **kwargs,
-    )
+def preparing_driver(edges: TurnEdges, context: Context, **how: Any) -> TurnDriver:
+    """A driver of session "s" for calling `prepare` alone (which never touches the stream);
+    `how`: the turn's options (`TurnOptions`) beside `edges`."""
+    call = HostCall(context, SimpleStreamOptions(session_id="s"), AssistantMessageEventStream())
+    return TurnDriver(MODEL, call, StepAssembler(model=MODEL.id), TurnOptions(edges=edges, **how))
 
 
 def test_prepare_alone_decides_prompt_session_source_and_argv(tmp_path: Path) -> None:
@@ -297,11 +294,10 @@ def test_prepare_alone_decides_prompt_session_source_and_argv(tmp_path: Path) ->
     assert plan.source_name == "sqlite"
     # A diverged history starts a new conversation with the whole history as a preamble.
     diverged = Context(messages=[UserMessage(content="other", timestamp=0), *context.messages[1:]])
-    driver.context = diverged
-    fresh = driver.prepare()
+    fresh = preparing_driver(edges, diverged).prepare()
     assert not fresh.resume and fresh.conversation_id == "" and "<conversation>" in fresh.prompt
-    driver.continue_session = True  # a CLI has no history: resume whatever it is
-    assert driver.prepare().resume
+    # A CLI has no history: resume whatever it is.
+    assert preparing_driver(edges, diverged, continue_session=True).prepare().resume
 
 
 async def test_a_turn_streams_and_settles_in_order(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """`ParkedTurn`: the handle of a turn waiting for the host's tool results, as the registry of
-parked turns (`bridge/host_tools.ParkedTurns`) and the hosts that resume one see it.
+parked turns (`bridge/host_tools.ParkedTurns`) and the hosts that resume one see it; `HostCall`,
+the call that resumes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 from typing import Protocol
 
@@ -15,7 +17,20 @@ if TYPE_CHECKING:
     from agy_provider.pi.types import Context
     from agy_provider.pi.types import ToolResultMessage
 
-__all__ = ["ParkedTurn"]
+__all__ = ["HostCall", "ParkedTurn"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostCall:
+    """One host call's part of a turn: its context, options and the stream its events go to.
+
+    A turn resumed by the host's tool results continues under the new call's value (its
+    context, abort signal and stream); the turn's model and `TurnOptions` stay its own.
+    """
+
+    context: Context
+    options: SimpleStreamOptions
+    stream: AssistantMessageEventStream
 
 
 class ParkedTurn(Protocol):
@@ -42,15 +57,9 @@ class ParkedTurn(Protocol):
         """The task running the turn (a resumed stream follows it)."""
         ...
 
-    def resume(
-        self,
-        context: Context,
-        options: SimpleStreamOptions,
-        stream: AssistantMessageEventStream,
-        results: dict[str, ToolResultMessage],
-    ) -> bool:
-        """Go on into `stream` with the host's `results` (by call id); False when the turn no
-        longer waits (the host then starts a new turn with them). On the turn's loop."""
+    def resume(self, call: HostCall, results: dict[str, ToolResultMessage]) -> bool:
+        """Go on into `call`'s stream with the host's `results` (by call id); False when the turn
+        no longer waits (the host then starts a new turn with them). On the turn's loop."""
         ...
 
     async def end_parked(self, why: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from typing import Any
 
 from agy_provider.agy.step import TurnOutcome
 from agy_provider.live.provider import bare_error
@@ -20,7 +21,7 @@ from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Model
 
 if TYPE_CHECKING:
-    from agy_provider.live.planning import TurnPlanner
+    from agy_provider.contract.turn import TurnContext
 
 __all__ = ["EventOutlet"]
 
@@ -29,23 +30,36 @@ log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a 
 
 class EventOutlet:
     """Pushes a turn's events to `stream` and shows each to the observers of the turn's
-    context (once `planner` made it); an observer's failure is logged once per turn."""
+    context (once planning made it: `observe`); an observer's failure is logged once per turn."""
 
-    def __init__(
-        self, stream: AssistantMessageEventStream, model: Model, planner: TurnPlanner
-    ) -> None:
+    def __init__(self, stream: AssistantMessageEventStream, model: Model) -> None:
         self.stream = stream
         self.model = model
-        self.planner = planner
+        self._observers: tuple[TurnContext, Any] | None = None  # the turn's context, its hooks
         self._observer_failed = False
 
+    def observe(self, ctx: TurnContext, pm: Any) -> None:
+        """Show events to `pm`'s `observe_event` hooks, with `ctx` (the turn planned anew: the
+        new context). One assignment: planning runs in a worker thread."""
+        self._observers = (ctx, pm)
+
+    def follow(self, stream: AssistantMessageEventStream) -> None:
+        """Events go to `stream` from now on (a resumed turn's new call)."""
+        self.stream = stream
+
+    def tell(self, facts: TurnFacts) -> None:
+        """The stream's facts of the turn (read by the host with its final event)."""
+        self.stream.facts = facts
+
     def emit(self, events: Sequence[AssistantMessageEvent]) -> None:
+        observers = self._observers
         for event in events:
             if not isinstance(event, StartEvent):
                 self.stream.push(event)
-            if self.planner.ctx is not None:
+            if observers is not None:
+                ctx, pm = observers
                 try:
-                    self.planner.pm.hook.observe_event(event=event, turn=self.planner.ctx)
+                    pm.hook.observe_event(event=event, turn=ctx)
                 except Exception:  # an observer's bug must not cost the host its events
                     if not self._observer_failed:
                         self._observer_failed = True
@@ -56,7 +70,7 @@ class EventOutlet:
     ) -> AssistantMessage | None:
         """Emit the turn's last events (the final one among them, unless the assembler had
         finished already: then a bare one says what happened); returns the final message."""
-        self.stream.facts = facts
+        self.tell(facts)
         self.emit(events)
         if not self.stream.done:
             self.stream.push(

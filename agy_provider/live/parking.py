@@ -66,6 +66,7 @@ class HostToolParking:
         calls: Sequence[ToolCall],
         exit_task: asyncio.Future[int | None],
         *,
+        delivered: AssistantMessage | None = None,
         host_tool_timeout: float,
         agy_deadline: float,
         print_timeout: float,
@@ -73,11 +74,13 @@ class HostToolParking:
         """Wait, agy kept running, until the host resumes `turn` or the wait ends.
 
         Returns why it ended ("" when the host resumed) and how long it took (the turn's
-        deadlines do not count the host's time). `agy_deadline` is when agy's own clock
-        (`--print-timeout`, `print_timeout` long) ends the turn, on the loop's clock.
+        deadlines do not count the host's time). `delivered`: the `toolUse` message the host
+        now holds. `agy_deadline` is when agy's own clock (`--print-timeout`, `print_timeout`
+        long) ends the turn, on the loop's clock.
         """
         resumed = self._resumed
         assert resumed is not None, "begin() starts a wait"
+        self.delivered = delivered
         loop = asyncio.get_running_loop()
         PARKED.park((call.id for call in calls), turn)
         names = ", ".join(sorted({call.name for call in calls}))

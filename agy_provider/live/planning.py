@@ -33,6 +33,7 @@ from agy_provider.live.settle import UNSAVED
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
 from agy_provider.live.turn_edges import state_dir as agy_state_dir
+from agy_provider.live.turn_options import TurnOptions
 from agy_provider.live.warm.pool import POOL
 from agy_provider.live.warm.pool import WarmSettings
 from agy_provider.pi.options import SimpleStreamOptions
@@ -44,7 +45,7 @@ from agy_provider.plugin_manager import get_plugin_manager
 from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 
-__all__ = ["TurnPlanner"]
+__all__ = ["Planned", "TurnPlanner"]
 
 log = logging.getLogger("agy_provider.live.turn")  # what hosts filter on for a turn's story
 
@@ -57,22 +58,40 @@ _PRINT_TIMEOUT_MARGIN = 60.0
 _HOST_WAITS_IN_AGY_CLOCK = 4
 
 
-class TurnPlanner:
-    """Plans one turn (again, after agy forked the conversation it was to resume).
+@dataclasses.dataclass(frozen=True, slots=True)
+class Planned:
+    """What planning decided, for the later phases: the plan, the context plugins see (`ctx`),
+    the plugin manager (`pm`), the messages agy never saw (`unseen`), the record of the
+    conversation the turn continues, and a conversation agy no longer had."""
 
-    Keeps what planning learned for the later phases: the plugin manager (`pm`), the context
-    plugins see (`ctx`), the messages agy never saw (`unseen`), the record of the conversation
-    the turn continues, the conversation agy no longer had, and whether to start anew.
-    """
+    plan: TurnPlan
+    ctx: TurnContext
+    pm: Any
+    unseen: tuple[Message, ...] = ()
+    conversation_record: SessionRecord | None = None
+    lost_conversation: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Continuity:
+    """Which agy conversation a turn continues ("" for a new one), from which step index, the
+    messages agy never saw, how that was decided, its record, and a conversation agy lost."""
+
+    conversation_id: str = ""
+    min_index: int = -1
+    unseen: tuple[Message, ...] = ()
+    how: str = "new"
+    record: SessionRecord | None = None
+    lost: str = ""
+
+
+class TurnPlanner:
+    """Plans one turn (again, after agy forked the conversation it was to resume): `prepare`
+    takes the turn's values and returns what it decided (`Planned`); it keeps nothing the
+    later phases read."""
 
     def __init__(self, edges: TurnEdges) -> None:
         self.edges = edges
-        self.pm: Any = None  # the plugin manager, loaded in `prepare` (off the loop) the first time
-        self.ctx: TurnContext | None = None
-        self.unseen: tuple[Message, ...] = ()  # what agy never saw, sent before the newest input
-        self.conversation_record: SessionRecord | None = None
-        self.lost_conversation = ""
-        self.force_new = False  # agy forked the conversation: the turn runs as a new one
         self._stored: Mapping[str, SessionRecord] | None = None  # the store, as `prepare` read it
 
     def prepare(
@@ -80,56 +99,50 @@ class TurnPlanner:
         model: Model,
         context: Context,
         options: SimpleStreamOptions,
+        how: TurnOptions,
         *,
-        cwd: str,
-        agy_bin: str | None,
-        event_source: str | None,
-        continue_session: bool,
-        named_conversation: str = "",
-        host_runs_tools: bool,
-    ) -> TurnPlan:
+        forked_from: str = "",
+    ) -> Planned:
         """Settings, the session to resume, the prompt, the event source and agy's argv.
 
-        `named_conversation`: the conversation the caller names (continued from its newest
-        step). `host_runs_tools`: no executor runs the host's tools, the host itself does (between
-        two calls). Runs in a worker thread.
+        `how` names agy's folder (`TurnOptions.in_folder`). `forked_from`: agy started another
+        conversation when asked to resume this one, so the turn runs as a new conversation
+        that carries the host's history. Runs in a worker thread.
         """
-        self.pm = get_plugin_manager()
+        pm = get_plugin_manager()
         self._stored = None
         config = self.edges.config()
         session_id = options.session_id or ""
+        cwd = how.cwd
+        assert cwd, "TurnOptions.in_folder() names the folder"
         check_images(newest_images(context))  # a bad image is refused before anything else
-        binary = self.edges.find_agy(agy_bin or config.agy_bin)
+        binary = self.edges.find_agy(how.agy_bin or config.agy_bin)
         state_dir = agy_state_dir(config, binary)
-        conversation_id, min_index, unseen, how = self._continuity(
-            context,
-            session_id,
-            state_dir,
-            continue_session=continue_session,
-            named_conversation=named_conversation,
-        )
-        self.unseen, self._stored = unseen, None  # the store's view maps its file: let it go
+        if forked_from:
+            continued = _Continuity(lost=forked_from)
+        else:
+            continued = self._continuity(context, session_id, state_dir, how)
+        self._stored = None  # the store's view maps its file: let it go
+        conversation_id, min_index = continued.conversation_id, continued.min_index
         resume = bool(conversation_id)
-        prompt = build_prompt(context, resume=resume, unseen=unseen)
-        self.ctx = TurnContext(
+        prompt = build_prompt(context, resume=resume, unseen=continued.unseen)
+        ctx = TurnContext(
             session_id=session_id,
             prompt=prompt,
             cwd=cwd,
             config=config,
-            event_source=event_source or config.event_source,
+            event_source=how.event_source or config.event_source,
             permissions=config.permissions,
             min_index=min_index,
-            continuity=how,
-            lost_conversation=self.lost_conversation,
+            continuity=continued.how,
+            lost_conversation=continued.lost,
         )
-        source_name = self._choose_source()
+        source_name = self._choose_source(pm, ctx)
         effort = _EFFORTS.get(options.reasoning or "", "") or config.thinking
         model_id = model.id if model.id not in ("", "agy", "default") else config.model
-        wanted = self.edges.sources().get(self.ctx.event_source)
+        wanted = self.edges.sources().get(ctx.event_source)
         # Under "auto" the turn may use any source, the language server's too.
-        rpc_capable = self.ctx.event_source == "auto" or (
-            wanted is not None and wanted.language_server
-        )
+        rpc_capable = ctx.event_source == "auto" or (wanted is not None and wanted.language_server)
         # agy logs its server's ports to a file of this turn alone, kept beside agy's own logs.
         log_file = (
             str(agy_log_dir(state_dir) / f"cli-agy-provider-{secrets.token_hex(8)}.log")
@@ -137,7 +150,7 @@ class TurnPlanner:
             else ""
         )
         print_timeout = config.turn_timeout + _PRINT_TIMEOUT_MARGIN
-        if context.tools and host_runs_tools:
+        if context.tools and how.host_runs_tools:
             # Waits for the host's tool results stop our deadlines, not agy's own clock.
             print_timeout += _HOST_WAITS_IN_AGY_CLOCK * config.host_tool_timeout
         request = TurnRequest(
@@ -155,11 +168,11 @@ class TurnPlanner:
             log_file=log_file,
             json_schema=_json_schema(options),
         )
-        plugin_tools = plugin_tools_registered(self.pm)
+        plugin_tools = plugin_tools_registered(pm)
         offers_tools = bool(context.tools) or plugin_tools
         COLD_STARTS.configure(cold_starts_for(config.cold_starts))  # `live/admission`
         request = _warm_or_not(config, request)
-        return TurnPlan(
+        plan = TurnPlan(
             offers_tools=offers_tools,
             plugin_tools=plugin_tools,
             config=config,
@@ -171,6 +184,14 @@ class TurnPlanner:
             prompt=prompt,
             source_name=source_name,
             request=request,
+        )
+        return Planned(
+            plan=plan,
+            ctx=ctx,
+            pm=pm,
+            unseen=continued.unseen,
+            conversation_record=continued.record,
+            lost_conversation=continued.lost,
         )
 
     def _session(self, session_id: str) -> SessionRecord | None:
@@ -184,20 +205,14 @@ class TurnPlanner:
         return self._stored.get(session_id)
 
     def _continuity(
-        self,
-        context: Context,
-        session_id: str,
-        state_dir: str,
-        *,
-        continue_session: bool,
-        named_conversation: str = "",
-    ) -> tuple[str, int, tuple[Message, ...], str]:
-        """Which agy conversation this turn continues: (its id or "" for a new one, the last
-        step index read, the messages agy never saw, how it was decided).
+        self, context: Context, session_id: str, state_dir: str, how: TurnOptions
+    ) -> _Continuity:
+        """Which agy conversation this turn continues (`_Continuity`).
 
-        A session id whose record's history matches (or `continue_session`) pins it by name;
-        otherwise the transcript's newest marked message must prove it (`continuity`). A
-        conversation whose database is gone is not resumed: the turn starts a new one that
+        A session id whose record's history matches (or `how.continues`) pins it by name;
+        a conversation the caller names (`how.conversation_id`) is continued from its newest
+        step; otherwise the transcript's newest marked message must prove it (`continuity`).
+        A conversation whose database is gone is not resumed: the turn starts a new one that
         carries the host's history, and says so.
         """
         earlier = list(context.messages)
@@ -207,19 +222,19 @@ class TurnPlanner:
                 earlier.pop()
         else:
             earlier = earlier[:-1]
-        if self.force_new:
-            return "", -1, (), "new"
         record = self._session(session_id)
-        if named_conversation:  # from its newest step; a lost one is said below
-            path = conversations_dir(state_dir) / f"{named_conversation}.db"
+        named = how.conversation_id
+        if named:  # from its newest step; a lost one is said below
+            path = conversations_dir(state_dir) / f"{named}.db"
             newest = last_step_index(path) if path.is_file() else -1
-            record = SessionRecord(conversation_id=named_conversation, last_step_index=newest)
-        conversation_id, min_index, how = "", -1, "new"
+            record = SessionRecord(conversation_id=named, last_step_index=newest)
+        conversation_id, min_index, decided = "", -1, "new"
         unseen: tuple[Message, ...] = ()
+        previous: SessionRecord | None = None
         if record is not None and (
-            continue_session or record.history_digest == history_digest(earlier)
+            how.continues or record.history_digest == history_digest(earlier)
         ):
-            conversation_id, min_index, how = (
+            conversation_id, min_index, decided = (
                 record.conversation_id,
                 record.last_step_index,
                 "session",
@@ -228,8 +243,8 @@ class TurnPlanner:
             found: Continuation = find_continuation(earlier, self._session)
             if found.proven and found.record is not None:
                 conversation_id, min_index = found.conversation_id, found.record.last_step_index
-                unseen, how = found.unseen, "mark"
-                self.conversation_record = found.record
+                unseen, decided = found.unseen, "mark"
+                previous = found.record
                 if found.unseen:
                     log.info(
                         "continuing agy conversation %s; %d message(s) since its last reply "
@@ -245,13 +260,10 @@ class TurnPlanner:
                     else found.why,
                 )
         if not conversation_id:
-            return "", -1, (), "new"
-        if self.conversation_record is None or (
-            self.conversation_record.conversation_id != conversation_id
-        ):
-            self.conversation_record = self._session(conversation_key(conversation_id))
+            return _Continuity()
+        if previous is None or previous.conversation_id != conversation_id:
+            previous = self._session(conversation_key(conversation_id))
         if not (conversations_dir(state_dir) / f"{conversation_id}.db").is_file():
-            self.lost_conversation = conversation_id
             log.warning(
                 "agy no longer has conversation %s (no %s.db in %s); starting a new one that "
                 "carries the host's history",
@@ -259,17 +271,15 @@ class TurnPlanner:
                 conversation_id,
                 conversations_dir(state_dir),
             )
-            self.conversation_record = None
-            return "", -1, (), "new"
-        return conversation_id, min_index, unseen, how
+            return _Continuity(lost=conversation_id)
+        return _Continuity(conversation_id, min_index, unseen, decided, previous)
 
-    def _choose_source(self) -> str:
-        assert self.ctx is not None
+    def _choose_source(self, pm: Any, ctx: TurnContext) -> str:
         available = list(self.edges.sources())
-        name = self.pm.hook.choose_event_source(turn=self.ctx, available=available)
+        name = pm.hook.choose_event_source(turn=ctx, available=available)
         if not name:
             raise UsageError(
-                f"event source {self.ctx.event_source!r} is not available here "
+                f"event source {ctx.event_source!r} is not available here "
                 f"(available: {', '.join(available) or 'none'})"
             )
         return str(name)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from agy_provider.bridge.host_tools import ToolExecutor
     from agy_provider.live.turn_edges import TurnEdges
+    from agy_provider.live.turn_options import TurnOptions
     from agy_provider.pi.host_input import HostTurn
     from agy_provider.pi.stream import AssistantMessageEventStream
     from agy_provider.store.sessions import SessionStore
@@ -71,13 +72,15 @@ def stream_simple(
     `tool_executor` (a function of the `ToolCall` returning the result's text, or raising; sync
     functions run in a worker thread) agy's calls run at once instead: the turn stays one message.
     """
+    from agy_provider.live.turn_options import TurnOptions
     from agy_provider.pi.host_input import checked_cwd
     from agy_provider.pi.host_input import normalise_turn
     from agy_provider.pi.stream import AssistantMessageEventStream
 
     turn = normalise_turn(model, context, options)
     stream = AssistantMessageEventStream()
-    how = dict(
+    # The turn's options, read once: everything below takes this value.
+    how = TurnOptions(
         cwd=checked_cwd(cwd),
         agy_bin=agy_bin,
         event_source=event_source,
@@ -91,7 +94,7 @@ def stream_simple(
     if loaded is not None or _imported(_PARKING) is not None:  # a turn may be parked: look now
         if loaded is None:
             loaded = importlib.import_module(_TURN_START)
-        task = loaded.open_turn(turn, stream, **how)
+        task = loaded.open_turn(turn, stream, how)
         if task is None:
             return stream
     else:
@@ -129,7 +132,7 @@ def _push_start(model: Model, stream: AssistantMessageEventStream) -> int:
 
 
 async def _first_turn(
-    turn: HostTurn, stream: AssistantMessageEventStream, timestamp: int, how: Any
+    turn: HostTurn, stream: AssistantMessageEventStream, timestamp: int, how: TurnOptions
 ) -> None:
     import asyncio
 
@@ -138,7 +141,7 @@ async def _first_turn(
 
     try:
         module = await off_loop(importlib.import_module, _TURN_START)
-        task = module.open_turn(turn, stream, timestamp=timestamp, start_sent=True, **how)
+        task = module.open_turn(turn, stream, how, timestamp=timestamp, start_sent=True)
     except asyncio.CancelledError:  # as the driver does: the stream still ends
         stream.push(ErrorEvent(reason="aborted", error=bare_error(turn.model, _CANCELLED)))
         raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Awaitable
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,7 @@ class TurnResources:
 
     async def offer_tools(self, tools: TurnTools, plan: TurnPlan) -> TurnPlan:
         """Start the MCP bridge serving `tools`; `plan` with agy's request reading its config.
-        A warm turn's agy serves them from a bridge of its own (`connect_tools`): the request
+        A warm turn's agy serves them from a bridge of its own (`spawned`): the request
         then names them (`mcp_tools`), since they are part of what that agy is."""
         from agy_provider.bridge.host_tools import tools_signature
 
@@ -67,10 +68,33 @@ class TurnResources:
             plan, request=dataclasses.replace(request, extra_dirs=extra_dirs)
         )
 
-    def connect_tools(self, process: TurnProcess) -> None:
-        """A warm turn's process relays agy's calls to the turn's tools (`offer_tools`)."""
+    def hold(self, lock: ConversationLock | None) -> None:
+        """The turn holds `lock`, its conversation's (None: planning could not take it now)."""
+        self.lock = lock
+
+    def spawned(self, process: TurnProcess) -> TurnProcess:
+        """agy's process for the turn, not started yet; a warm turn's relays agy's calls to the
+        turn's tools (`offer_tools`). Returns `process`."""
+        self.process = process
         if self.tools is not None and isinstance(process, WarmTurn):
             process.tools = self.tools
+        return process
+
+    async def start_agy(self) -> None:
+        """Start the process `spawned` gave; an abort meanwhile leaves the start to `stop_agy`."""
+        assert self.process is not None
+        self.starting = asyncio.ensure_future(self.process.start())
+        await asyncio.shield(self.starting)
+        self.starting = None
+
+    def ask_version(self, version: Awaitable[str]) -> None:
+        """Learn agy's version beside the turn (for the session record; `version_task`)."""
+        self.version_task = asyncio.ensure_future(version)
+
+    def read_from(self, handover: SourceHandover) -> SourceHandover:
+        """The turn's event sources from now on (closed with the rest); returns `handover`."""
+        self.handover = handover
+        return handover
 
     async def stage_images(
         self, context: Context, plan: TurnPlan, *, unseen: Sequence[Message]

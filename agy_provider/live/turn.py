@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -20,8 +19,8 @@ from typing import Any
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import TurnOutcome
 from agy_provider.assembly.assembler import StepAssembler
-from agy_provider.bridge.host_tools import ToolExecutor
 from agy_provider.bridge.host_tools import TurnTools
+from agy_provider.contract.parked import HostCall
 from agy_provider.contract.sources import EventSource
 from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import AgyError
@@ -41,6 +40,7 @@ from agy_provider.live.parking import PARKED
 from agy_provider.live.parking import STOPPED_WAITING
 from agy_provider.live.parking import HostToolParking
 from agy_provider.live.parking import end_parked
+from agy_provider.live.planning import Planned
 from agy_provider.live.planning import TurnPlanner
 from agy_provider.live.prompt import build_prompt
 from agy_provider.live.prompt import history_digest
@@ -56,13 +56,11 @@ from agy_provider.live.settle import turn_records
 from agy_provider.live.turn_edges import Launched
 from agy_provider.live.turn_edges import TurnEdges
 from agy_provider.live.turn_edges import TurnPlan
+from agy_provider.live.turn_options import TurnOptions
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
-from agy_provider.pi.options import SimpleStreamOptions
-from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.pi.stream import TurnFacts
 from agy_provider.pi.types import AssistantMessage
-from agy_provider.pi.types import Context
 from agy_provider.pi.types import Model
 from agy_provider.pi.types import ToolCall
 from agy_provider.pi.types import ToolResultMessage
@@ -93,49 +91,37 @@ class TurnDriver:
     """One turn from the first instant to the final event; each phase a method of its own."""
 
     def __init__(
-        self,
-        model: Model,
-        context: Context,
-        options: SimpleStreamOptions,
-        stream: AssistantMessageEventStream,
-        assembler: StepAssembler,
-        *,
-        cwd: str | None = None,
-        agy_bin: str | None = None,
-        event_source: str | None = None,
-        continue_session: bool = False,
-        edges: TurnEdges | None = None,
-        tool_executor: ToolExecutor | None = None,
-        conversation_id: str = "",
+        self, model: Model, call: HostCall, assembler: StepAssembler, how: TurnOptions
     ) -> None:
         self.model = model
-        self.context = context
-        self.options = options
+        self.call = call  # the host's call the turn answers now (a resumed turn: the new one)
         self.assembler = assembler
-        self.cwd = cwd or os.getcwd()
-        self.agy_bin = agy_bin
-        self.event_source = event_source
-        self.named_conversation = conversation_id  # named by the caller (ask): continued
-        self.continue_session = continue_session or bool(conversation_id)
-        self.edges = edges or TurnEdges()
+        self.how = how.in_folder()  # the turn's options, for its whole life
+        self.edges = how.turn_edges()
         self.planner = TurnPlanner(self.edges)
-        self.outlet = EventOutlet(stream, model, self.planner)  # the host's stream, observers
+        self.planned: Planned | None = None  # what `prepare` decided (the latest plan)
+        self.forked_from = ""  # a conversation agy forked: the turn plans again as a new one
+        self.outlet = EventOutlet(call.stream, model)  # the host's stream, observers
         self.opened = TurnResources()  # what the turn opens (agy, tools, images, sources, lock)
         self.launched: Launched | None = None  # what `launch` returned (settle takes it)
-        # Host tools offered to agy (the MCP bridge), and the turn's waits for their results.
-        self.tool_executor = tool_executor
+        # The turn's waits for the host's tool results (host tools offered through the bridge).
         self.parking = HostToolParking()
         self.task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop the turn runs on
 
+    def start(self) -> asyncio.Task[None]:
+        """Run the turn in a task of the running loop; returns it."""
+        self.task = asyncio.get_running_loop().create_task(self.run())
+        return self.task
+
     @property
     def ctx(self) -> TurnContext | None:
         """What plugins see of the turn (None until `prepare` made it)."""
-        return self.planner.ctx
+        return self.planned.ctx if self.planned is not None else None
 
     @property
     def session_id(self) -> str:
-        return self.options.session_id or ""
+        return self.call.options.session_id or ""
 
     @property
     def source(self) -> EventSource | None:
@@ -180,13 +166,14 @@ class TurnDriver:
             but=self,
             why="the host started a new turn in this session instead of answering agy's tool call",
         )
-        plan, self.opened.lock = await plan_off_loop(self.prepare)
+        plan, lock = await plan_off_loop(self.prepare)
+        self.opened.hold(lock)
         try:
             launched = await self.launch(plan)
         except Forked as forked:
             # agy did not have the conversation after all and silently started another (1.2+):
             # that one lacks the host's history, so it is left, and a new one carries it.
-            self.planner.lost_conversation = plan.conversation_id
+            self.forked_from = plan.conversation_id
             log.warning(
                 "agy was asked to resume conversation %s but started %s instead (it no longer "
                 "has the first); running the turn again as a new conversation that carries the "
@@ -195,7 +182,8 @@ class TurnDriver:
                 forked.stated,
             )
             await self._restart()
-            plan, self.opened.lock = await plan_off_loop(self.prepare)
+            plan, lock = await plan_off_loop(self.prepare)
+            self.opened.hold(lock)
             launched = await self.launch(plan)
         self.launched = launched
         return await self.pump(launched)
@@ -203,14 +191,13 @@ class TurnDriver:
     async def _restart(self) -> None:
         """Undo `launch` (agy, its tools, the lock) so the turn can launch anew."""
         await self.opened.undo()
-        self.planner.force_new = True
 
     async def _until_aborted(self, work: Awaitable[TurnOutcome]) -> TurnOutcome:
         """Run `work`; the host's abort signal cancels it wherever it is (spawn, cold start,
         binding, streaming, draining) and the turn ends `aborted` within ~200 ms."""
         # Asked anew on each swap: a resumed turn watches the new call's options.
         outcome = await until_aborted(
-            work, lambda: self.options.signal, self.parking.signal_swapped
+            work, lambda: self.call.options.signal, self.parking.signal_swapped
         )
         return outcome if outcome is not None else await self._aborted()
 
@@ -244,63 +231,57 @@ class TurnDriver:
 
     def prepare(self) -> TurnPlan:
         """Settings, the session to resume, the prompt, the source and argv (in a worker)."""
-        plan = self.planner.prepare(
-            self.model,
-            self.context,
-            self.options,
-            cwd=self.cwd,
-            agy_bin=self.agy_bin,
-            event_source=self.event_source,
-            continue_session=self.continue_session,
-            named_conversation=self.named_conversation,
-            host_runs_tools=self.tool_executor is None,
+        call = self.call
+        planned = self.planner.prepare(
+            self.model, call.context, call.options, self.how, forked_from=self.forked_from
         )
-        self.assembler.begin_after(plan.min_index + 1)
-        return plan
+        self.planned = planned
+        self.outlet.observe(planned.ctx, planned.pm)
+        self.assembler.begin_after(planned.plan.min_index + 1)
+        return planned.plan
 
     # -- phase 2: launch (spawn, bind, open the source) --------------------------------------
 
     async def launch(self, plan: TurnPlan) -> Launched:
         """Start agy for `plan` (its tools and images first), bind its database, open the
         chosen source; returns what it launched. What it opened is closed by `_cleanup`."""
-        assert self.ctx is not None
+        planned, context = self.planned, self.call.context
+        assert planned is not None and self.ctx is not None
         if plan.conversation_id:
             await self._hold_conversation(plan)
         folder = conversations_dir(plan.state_dir)
         # Only a new conversation's database is told by what appears (a resumed one has its id).
         before = set() if plan.conversation_id else await off_loop(snapshot_stems, folder)
-        if newest_images(self.context):
+        if newest_images(context):
             # First: it runs its own agy, whose own MCP bridge serves the host's tools below.
-            plan = await self.opened.stage_images(self.context, plan, unseen=self.planner.unseen)
+            plan = await self.opened.stage_images(context, plan, unseen=planned.unseen)
             self.ctx.prompt = plan.prompt
         if plan.offers_tools:
             tools = TurnTools(
-                self.context.tools or (),
+                context.tools or (),
                 turn=self.ctx,
                 with_plugins=plan.plugin_tools,
-                executor=self.tool_executor,
+                executor=self.how.tool_executor,
             )
             plan = await self.opened.offer_tools(tools, plan)
             self.assembler.hide_tools(tools.host_step_names)
         request = plan.request
-        process = self.edges.spawn(request)
-        self.opened.process = self.ctx.process = process
-        self.opened.connect_tools(process)
+        process = self.ctx.process = self.opened.spawned(self.edges.spawn(request))
         started_at = asyncio.get_running_loop().time()
-        self.opened.starting = asyncio.ensure_future(process.start())
-        await asyncio.shield(self.opened.starting)
-        self.opened.starting = None
+        await self.opened.start_agy()
         # Learned beside the turn (cached by the binary's identity), for the session record.
-        self.opened.version_task = asyncio.ensure_future(self.edges.version(request.agy_bin))
+        self.opened.ask_version(self.edges.version(request.agy_bin))
         binding = self.ctx.binding = await bind_turn(self.edges, folder, before, process, plan)
         specs = self.edges.sources()
-        self.opened.handover = SourceHandover(specs, self.ctx, database=database_source(specs))
-        await self.opened.handover.open(plan.source_name)
+        handover = self.opened.read_from(
+            SourceHandover(specs, self.ctx, database=database_source(specs))
+        )
+        await handover.open(plan.source_name)
         return Launched(
             plan=plan,
             process=process,
             binding=binding,
-            handover=self.opened.handover,
+            handover=handover,
             started_at=started_at,
             print_timeout=request.print_timeout,
         )
@@ -316,7 +297,7 @@ class TurnDriver:
             why="the host started a new turn in this conversation instead of answering agy's "
             "tool call",
         )
-        self.opened.lock = await lock_conversation(plan)
+        self.opened.hold(await lock_conversation(plan))
 
     @property
     def conversation_id(self) -> str:
@@ -411,15 +392,14 @@ class TurnDriver:
         await self._feed(await launched.handover.poll(launched.process))
         await self._read_answering_model()
         events = self._mark(self.assembler.park(calls))
-        self.outlet.stream.facts = self._facts(final_message(events))
+        self.outlet.tell(self._facts(final_message(events)))
         self.outlet.emit(events)
-        if events and isinstance(events[-1], DoneEvent):
-            # What the host now holds: the history its next turn starts from if this one ends.
-            self.parking.delivered = events[-1].message
         why, waited = await self.parking.wait(
             self,
             calls,
             exit_task,
+            # What the host now holds: the history its next turn starts from if this one ends.
+            delivered=events[-1].message if events and isinstance(events[-1], DoneEvent) else None,
             host_tool_timeout=launched.plan.config.host_tool_timeout,
             agy_deadline=launched.agy_deadline,
             print_timeout=launched.print_timeout,
@@ -435,14 +415,9 @@ class TurnDriver:
         """True while the turn waits for the host's tool results."""
         return self.parking.parked
 
-    def resume(
-        self,
-        context: Context,
-        options: SimpleStreamOptions,
-        stream: AssistantMessageEventStream,
-        results: dict[str, ToolResultMessage],
-    ) -> bool:
-        """Continue the parked turn into `stream` with the host's `results` (by call id).
+    def resume(self, call: HostCall, results: dict[str, ToolResultMessage]) -> bool:
+        """Continue the parked turn under the host's new `call` (its context, abort signal and
+        stream) with the host's `results` (by call id); the turn's model and options stay.
 
         Synchronous, on the turn's loop; False when the turn is no longer waiting (the host
         then starts a new turn with those results).
@@ -450,10 +425,11 @@ class TurnDriver:
         if not self.parked or self.opened.tools is None:
             return False
         self.parking.answered(self, results)
-        self.context, self.options, self.outlet.stream = context, options, stream
+        self.call = call
+        self.outlet.follow(call.stream)
         events = self.assembler.resume(timestamp=int(time.time() * 1000))
         for event in events:
-            stream.push(event)  # `start` (emit pushes every event but that one)
+            call.stream.push(event)  # `start` (emit pushes every event but that one)
         self.outlet.emit(events)
         self.opened.tools.answer(results)
         self.parking.go_on()
@@ -497,7 +473,9 @@ class TurnDriver:
         """The final event's message bearing this turn's mark, once the turn is bound."""
         bound = self.ctx is not None and self.ctx.binding is not None
         return mark_events(
-            events, self.conversation_id if bound else "", self.planner.lost_conversation
+            events,
+            self.conversation_id if bound else "",
+            self.forked_from or (self.planned.lost_conversation if self.planned else ""),
         )
 
     def _facts(self, final: AssistantMessage | None) -> TurnFacts:
@@ -529,8 +507,8 @@ class TurnDriver:
                 launched,
                 outcome,
                 final=final,
-                messages=self.context.messages,
-                previous=self.planner.conversation_record,
+                messages=self.call.context.messages,
+                previous=self.planned.conversation_record if self.planned is not None else None,
                 turn_start=self.assembler.turn_start,
             )
         saving = SessionSave(self.edges.store, self)

@@ -5,21 +5,19 @@ the `TurnDriver` task of a new one. The heavy half of `provider.stream_simple`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.assembly.diffs import GitBaselines
-from agy_provider.bridge.host_tools import ToolExecutor
+from agy_provider.contract.parked import HostCall
 from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.turn import PARKED
 from agy_provider.live.turn import TurnDriver
-from agy_provider.live.turn import TurnEdges
 from agy_provider.live.turn import bare_error
+from agy_provider.live.turn_options import TurnOptions
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import HostTurn
 from agy_provider.pi.stream import AssistantMessageEventStream
-from agy_provider.store.sessions import SessionStore
 
 __all__ = ["open_turn"]
 
@@ -27,23 +25,18 @@ __all__ = ["open_turn"]
 def open_turn(
     turn: HostTurn,
     stream: AssistantMessageEventStream,
+    how: TurnOptions,
     *,
-    cwd: str | None,
-    agy_bin: str | None,
-    event_source: str | None,
-    store: SessionStore | None,
-    continue_session: bool,
-    edges: TurnEdges | None,
-    tool_executor: ToolExecutor | None,
-    conversation_id: str,
     timestamp: int | None = None,
     start_sent: bool = False,
 ) -> asyncio.Task[None] | None:
     """Feed `stream` from a resumed parked turn, or from a new turn's task (returned).
 
-    `start_sent`: the caller pushed the new turn's `start` already (stamped `timestamp`).
+    `how`: the turn's options (a resumed turn keeps its own). `start_sent`: the caller pushed
+    the new turn's `start` already (stamped `timestamp`).
     """
     model, context, options = turn.model, turn.context, turn.options
+    call = HostCall(context, options, stream)
     # Only the parked turn's owner resumes it: the same session, and not a call its host says
     # must not resume one (`NO_RESUME_OPTION`: serve, for a transcript it could not prove).
     found = PARKED.find(context.messages, options.session_id or "")
@@ -54,7 +47,7 @@ def open_turn(
         if (
             parked.loop is asyncio.get_running_loop()
             and parked.task is not None
-            and parked.resume(context, options, stream, results)
+            and parked.resume(call, results)
         ):
             stream.follow_turn(parked.task)
             if turn.abort is not None:
@@ -65,7 +58,7 @@ def open_turn(
         provider=model.provider or "agy",
         api=model.api or "agy",
         timestamp=int(time.time() * 1000) if timestamp is None else timestamp,
-        baselines=GitBaselines(cwd),  # edits' old texts, read off the loop by the turn
+        baselines=GitBaselines(how.cwd),  # edits' old texts, read off the loop by the turn
     )
     started = assembler.start()
     if not start_sent:
@@ -85,24 +78,7 @@ def open_turn(
             )
         )
         return None
-    if store is not None:  # never change an `edges` the caller may use again
-        edges = dataclasses.replace(edges, store=store) if edges else TurnEdges(store=store)
-    driver = TurnDriver(
-        model,
-        context,
-        options,
-        stream,
-        assembler,
-        cwd=cwd,
-        agy_bin=agy_bin,
-        event_source=event_source,
-        continue_session=continue_session,
-        edges=edges,
-        tool_executor=tool_executor,
-        conversation_id=conversation_id,
-    )
-    task = asyncio.get_running_loop().create_task(driver.run())
-    driver.task = task
+    task = TurnDriver(model, call, assembler, how).start()
     # The host's abort follows the turn, which outlives a stream that ends `toolUse`.
     stream.follow_turn(task)
     if turn.abort is not None:

@@ -131,15 +131,18 @@ def _sanitised(context: Context) -> Context:
 def _clean(value: Any, depth: int) -> Any:
     if isinstance(value, str):
         return clean_text(value)
+    if value is None or isinstance(value, int | float):  # no text in it (bool is an int)
+        return value
     if depth > MAX_DEPTH:  # past any value agy can be sent (jsontext's bound): left as it is
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    names = _field_names(type(value))
+    if names is not None:
         changes = {}
-        for f in dataclasses.fields(value):
-            old = getattr(value, f.name)
+        for name in names:
+            old = getattr(value, name)
             new = _clean(old, depth + 1)
             if new is not old:
-                changes[f.name] = new
+                changes[name] = new
         return dataclasses.replace(value, **changes) if changes else value
     if isinstance(value, list | tuple):
         items = [_clean(item, depth + 1) for item in value]
@@ -155,6 +158,24 @@ def _clean(value: Any, depth: int) -> Any:
             return value
         return dict(pairs)
     return value
+
+
+# The types a walk meets are pi's few message and content types (a host's own at most a few more):
+# this many are remembered, any more are looked at each time.
+_KNOWN_TYPES = 256
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, looked up once per type (None: not a dataclass)."""
+    if kind in _FIELD_NAMES:
+        return _FIELD_NAMES[kind]
+    names = None
+    if dataclasses.is_dataclass(kind):
+        names = tuple(f.name for f in dataclasses.fields(kind))
+    if len(_FIELD_NAMES) < _KNOWN_TYPES:
+        _FIELD_NAMES[kind] = names
+    return names
 
 
 # --- plain pi JSON from any object ---------------------------------------------------------------
@@ -201,6 +222,13 @@ def _object(value: Any, field: str) -> dict[str, Any]:
             f"got {type(value).__name__}"
         )
     return _camel(plain)
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A mapping's items or a dataclass's fields, one level, values as they are."""
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
 
 def _attr(value: Any, *names: str) -> Any:
@@ -271,11 +299,14 @@ def _context(context: object) -> Context:
         return context
     if context is None:
         raise UsageError("context: expected a pi Context (messages, systemPrompt, tools), got None")
-    if (
-        isinstance(context, Mapping)
-        or dataclasses.is_dataclass(context)
-        or hasattr(context, "model_dump")
+    if isinstance(context, Mapping) or (
+        dataclasses.is_dataclass(context) and not isinstance(context, type)
     ):
+        # One level only: the messages and tools in it are read one by one below, where our
+        # own typed ones pass through as they are.
+        d = _camel(_fields(context))
+        raw_messages, system, raw_tools = d.get("messages"), d.get("systemPrompt"), d.get("tools")
+    elif dataclasses.is_dataclass(context) or hasattr(context, "model_dump"):
         d = _object(context, "context")
         raw_messages, system, raw_tools = d.get("messages"), d.get("systemPrompt"), d.get("tools")
     else:  # an object with attributes, such as pi-ai-python's TranscriptContext
