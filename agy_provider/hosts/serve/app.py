@@ -35,6 +35,7 @@ from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
 from agy_provider.hosts.serve import anthropic
 from agy_provider.hosts.serve import openai
+from agy_provider.hosts.serve import pi_messages
 from agy_provider.hosts.serve.ask import RequestError
 from agy_provider.hosts.serve.ask import ServeAsk
 from agy_provider.hosts.serve.body import BodyError
@@ -143,6 +144,7 @@ class ServeServer:
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/responses/{response_id}", self._response, methods=["GET", "DELETE"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route(pi_messages.PATH, self._pi_messages, methods=["POST"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
@@ -233,6 +235,10 @@ class ServeServer:
 
     async def _messages(self, request: Request) -> Response:
         return await self._turn(request, "anthropic", anthropic_ask)
+
+    async def _pi_messages(self, request: Request) -> Response:
+        """`POST /pi/messages`: pi's own wire API (`serve/pi_messages`)."""
+        return await pi_messages.respond(self, request)
 
     async def _count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the request's input tokens, estimated locally."""
