@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
@@ -242,8 +243,11 @@ async def respond(server: PiMessagesServer, request: Request) -> Response:
         log.info("a malformed pi-messages request: %r", exc)
         return pi_error(400, "the request is malformed: check its fields' types")
     placement = server.turns.owners.place(ask, owner)
-    turn = server.turns.start(ask, placement, owner, input_tokens=tokens)
-    return SseResponse(_frames(server, turn, record))
+
+    def start() -> RunningTurn:
+        return server.turns.start(ask, placement, owner, input_tokens=tokens)
+
+    return SseResponse(_frames(server, start, record))
 
 
 async def _check_images(context: Context) -> None:
@@ -262,11 +266,17 @@ async def _check_images(context: Context) -> None:
 
 
 async def _frames(
-    server: PiMessagesServer, turn: RunningTurn, record: RequestRecord | None
+    server: PiMessagesServer, start: Callable[[], RunningTurn], record: RequestRecord | None
 ) -> AsyncIterator[bytes]:
+    # `start` goes out before the turn starts, as `stream_simple` pushes it before its turn
+    # runs: started first, the turn's launch would hold the loop ahead of the first frame. A
+    # client gone by then starts no turn.
+    yield sse({"type": "start"})
+    turn = start()
     try:
         async for data in pi_events(turn):
-            yield sse(data)
+            if data["type"] != "start":
+                yield sse(data)
     finally:
         await server._note(turn, record)
 
