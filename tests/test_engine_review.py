@@ -15,19 +15,19 @@ import httpx
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
 from agy_provider.plugins.sqlite_source import SqliteEventSource
+from fakes import CONVERSATION
+from fakes import HANG
+from fakes import Script
+from fakes import collect
+from fakes import edges_for
+from fakes import planner
+from fakes import start_turn
+from fakes import until
+from fakes import user
 from live_helpers import agy_sim_path
 from live_helpers import expect_done
 from live_helpers import run_turn
 from live_helpers import scenario_answer
-from test_turn_driver import CONVERSATION
-from test_turn_driver import HANG
-from test_turn_driver import Script
-from test_turn_driver import collect
-from test_turn_driver import edges_for
-from test_turn_driver import planner
-from test_turn_driver import start_turn
-from test_turn_driver import until
-from test_turn_driver import user
 
 from agy_provider.agy.step import StepStatus
 from agy_provider.errors import RpcError

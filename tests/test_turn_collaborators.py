@@ -1,4 +1,4 @@
-"""The turn driver's collaborators alone, against the fakes of `test_turn_driver`: the source
+"""The turn driver's collaborators alone, against the fakes of a turn's edges (`fakes.py`): the source
 handover and its table of moves, the final drain, host-tool parking, the settling records, and
 the deadlines. Milliseconds, no agy.
 """
@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_turn_driver import HANG
-from test_turn_driver import Script
-from test_turn_driver import collect
-from test_turn_driver import edges_for
-from test_turn_driver import planner
-from test_turn_driver import start_turn
-from test_turn_driver import until
-from test_turn_driver import user
+from fakes import HANG
+from fakes import Exits
+from fakes import Script
+from fakes import collect
+from fakes import edges_for
+from fakes import planner
+from fakes import start_turn
+from fakes import until
+from fakes import user
 
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepStatus
@@ -41,16 +42,6 @@ from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 
 S = HandoverState
-
-
-class Exits:
-    """A process for the handover: `exited` says whether agy is gone."""
-
-    def __init__(self, exited: bool = False) -> None:
-        self.exited = exited
-
-    async def wait(self, timeout: float | None = None) -> int | None:
-        return 0 if self.exited else None
 
 
 def handover_for(
