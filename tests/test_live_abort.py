@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_helpers import agy_processes
 from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import run_turn
+from waiting import until_true
 
 from agy_provider.pi.options import AbortSignal
 
@@ -44,13 +44,16 @@ async def test_an_abort_during_the_cold_start_lands_before_agy_writes_anything(
         monkeypatch.delenv("AGY_SIM_NO_SERVER")
     signal = AbortSignal()
 
-    async def abort_once_agy_runs() -> None:
-        while not await asyncio.to_thread(agy_processes, live_env):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)  # agy is now in its cold start
+    def in_cold_start() -> bool:
+        """agy-sim says in its log that its cold start has begun."""
+        logs = (live_env / "log").glob("*.log")
+        return any("agy-sim cold start:" in log.read_text() for log in logs)
+
+    async def abort_in_the_cold_start() -> None:
+        await until_true(in_cold_start, "agy-sim began its cold start")
         signal.abort("test")
 
-    aborter = asyncio.create_task(abort_once_agy_runs())
+    aborter = asyncio.create_task(abort_in_the_cold_start())
     events, message = await asyncio.wait_for(run_turn("hello", signal=signal), 50)
     await aborter
     expect_error(events, message, reason="aborted")

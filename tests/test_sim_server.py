@@ -545,10 +545,14 @@ def test_stream_polls_the_database_without_changed_notifications(
 
 
 def test_stream_client_leaving_while_idle_is_harmless(parent: FakeParent, conv: Conv) -> None:
+    def said(words: str) -> int:
+        return parent.log_file.read_text().count(words) if parent.log_file.exists() else 0
+
+    opened, left = said("stream open"), said("the client left")
     stream = StreamReader(parent, conv.id)
-    time.sleep(0.2)
+    wait_for(lambda: said("stream open") > opened)  # the server holds it, idle: no frame yet
     stream.close()
-    time.sleep(0.2)
+    wait_for(lambda: said("the client left") > left)  # and saw its client go
     assert parent.call("Heartbeat").status_code == 200
     assert parent.proc.poll() is None
 
