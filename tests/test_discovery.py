@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import until_true
 
 from agy_provider.errors import TurnError
 from agy_provider.live.discovery import bind_database
@@ -113,10 +114,10 @@ async def test_binding_reads_agy_stdout_to_its_end_after_agy_exited(
             bind_database(folder, set(), process, prompt="hi", timeout=30)
         )
         # The id is printed only once binding has given up (the bug) or reads on after the exit.
-        for _ in range(2000):
-            if binding.done() or "rest of its stdout" in caplog.text:
-                break
-            await asyncio.sleep(0.01)
+        await until_true(
+            lambda: binding.done() or "rest of its stdout" in caplog.text,
+            "binding gave up or read on after agy's exit",
+        )
         gate.touch()
         assert (await binding).conversation_id == CID
     finally:
