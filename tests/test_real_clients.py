@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 from host_helpers import conversations
+from live_helpers import recorded_user_inputs
 from live_helpers import scenario_answer
 from npm_clients import PACKAGES
 from npm_clients import install
-from test_live_continuity import recorded_user_inputs
-from test_serve_security import ServeProcess
+from serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.slow
 

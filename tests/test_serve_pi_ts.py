@@ -31,10 +31,10 @@ from host_helpers import tool_output
 from live_helpers import scenario_answer
 from npm_clients import install
 from npm_clients import node_bin
-from test_pi_provider_suite import EMOJI
-from test_pi_provider_suite import LONE_HIGH
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from pi_suite_texts import EMOJI
+from pi_suite_texts import LONE_HIGH
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 
