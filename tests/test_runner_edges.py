@@ -11,11 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from live_helpers import agy_sim_path
 from waiting import HANG_BOUND
 from waiting import until_true
 
+from agy_provider.errors import TurnError
 from agy_provider.live import runner
+from agy_provider.live.runner import AgyProcess
 from agy_provider.live.runner import StdoutEvents
+from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
 from agy_provider.rpc.language_server import LogPorts
 
@@ -187,3 +191,12 @@ def test_descendants_from_proc_children_match_psutils_scan() -> None:
             proc.kill()
         shell.kill()
         shell.wait()
+
+
+async def test_a_missing_working_folder_is_named_when_agy_cannot_start(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(missing), agy_bin=agy_sim_path()))
+    with pytest.raises(TurnError) as failure:
+        await process.start()
+    # Before: "could not start …/agy-sim: No such file or directory", as if agy were missing.
+    assert str(missing) in str(failure.value)

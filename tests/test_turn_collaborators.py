@@ -36,6 +36,7 @@ from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.settle import UnsavedRecords
 from agy_provider.live.settle import reached_record
 from agy_provider.live.turn_edges import TurnContext
+from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import Config
@@ -343,3 +344,19 @@ async def test_the_turn_deadline_ends_agy_even_while_it_makes_progress(tmp_path:
     last = events_task.result()[-1]
     assert isinstance(last, ErrorEvent) and "turn deadline" in (last.error.error_message or "")
     await wait_for_turns()
+
+
+async def test_the_rpc_source_left_for_the_final_drain_is_closed(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
+    stream = start_turn(edges)
+    await until(lambda: len(script.sources) == 2)
+    rpc, backup = script.sources
+    assert (rpc.name, backup.name) == ("rpc", "sqlite")
+    rpc.enqueue([user(0), planner(1, "streamed over rpc")])  # the pump moved to rpc
+    await until(lambda: not rpc.queue)
+    script.processes[0].exit(0)  # agy exits: the database gives the last word
+    assert isinstance((await collect(stream))[-1], DoneEvent)
+    await wait_for_turns()
+    assert backup.closed
+    assert rpc.closed  # was left open: its stream task and HTTP client lived on

@@ -1,20 +1,14 @@
-"""Regression tests from a review of the live engine: each failed before its fix.
-
-Fakes of the turn's edges come from `test_turn_driver`; sources are the real ones against real
-databases (the simulator's writer) or a scripted server transport. No wall-clock assertions.
+"""What a turn leaves in its session record, against the fakes of its edges and (for an aborted
+row) a real database: a late save never overwrites a newer record, a turn that never reached agy's
+conversation leaves the session resumable, and a row an abort left GENERATING holds nothing back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
-from agy_provider.plugins.rpc_source import RpcEventSource
-from agy_provider.plugins.sqlite_source import SqliteEventSource
 from fakes import CONVERSATION
 from fakes import HANG
 from fakes import Script
@@ -24,20 +18,8 @@ from fakes import planner
 from fakes import start_turn
 from fakes import until
 from fakes import user
-from live_helpers import agy_sim_path
-from live_helpers import expect_done
-from live_helpers import run_turn
-from live_helpers import scenario_answer
 
-from agy_provider.agy.step import StepStatus
-from agy_provider.errors import RpcError
-from agy_provider.errors import TurnError
-from agy_provider.hookspecs import hookimpl
-from agy_provider.live.discovery import Binding
 from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.runner import AgyProcess
-from agy_provider.live.runner import TurnRequest
-from agy_provider.live.turn import TurnContext
 from agy_provider.live.turn import history_digest
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
@@ -45,137 +27,11 @@ from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.types import UserMessage
 from agy_provider.plugin_manager import event_sources
-from agy_provider.plugin_manager import get_plugin_manager
-from agy_provider.rpc.client import ConnectClient
-from agy_provider.rpc.language_server import prove_ownership
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.bulk import STEPS_PER_TURN
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.bulk import write_conversation
-from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
-
-# -- an observer that raises must not cost the host its final event -------------------------
-
-
-class _BrokenObserver:
-    """A third-party `observe_event` with a bug: raises on one kind of event."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    @hookimpl
-    def observe_event(self, event: AssistantMessageEvent, turn: Any) -> None:
-        if event.type == self.kind:
-            raise RuntimeError(f"observer bug on {event.type}")
-
-
-async def test_an_observer_that_raises_never_costs_the_final_event(tmp_path: Path) -> None:
-    pm = get_plugin_manager()
-    pm.register(_BrokenObserver("text_end"), name="test-broken-observer")
-    try:
-        script = Script()
-        stream = start_turn(edges_for(script, tmp_path))
-        await until(lambda: script.sources)
-        script.sources[0].enqueue([user(0), planner(1, "Hello", StepStatus.GENERATING)])
-        await until(lambda: not script.sources[0].queue)
-        script.processes[0].exit(0)
-        events = await collect(stream)  # hung forever before: `done` was never pushed
-        assert isinstance(events[-1], (DoneEvent, ErrorEvent))
-        assert sum(isinstance(e, (DoneEvent, ErrorEvent)) for e in events) == 1
-        await wait_for_turns()
-    finally:
-        pm.unregister(name="test-broken-observer")
-
-
-# -- the sqlite source: a cancelled poll must not lose what it read -------------------------
-
-
-async def test_a_cancelled_sqlite_poll_keeps_its_rows_for_the_next_one(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
-    answer = writer.append(planner_step("what agy wrote before the abort", ""))
-    source = SqliteEventSource(db, min_index=STEPS_PER_TURN - 1)
-    await source.open()
-    try:
-        polling = asyncio.ensure_future(source.poll())
-        await asyncio.sleep(0)  # the read is in its worker thread now
-        polling.cancel()  # an abort lands while the read runs
-        await asyncio.gather(polling, return_exceptions=True)
-        # The abort's last read (forced): it must still see the row the cancelled read took.
-        steps = await asyncio.wait_for(source.poll(force=True), HANG)
-        assert [s.index for s in steps] == [answer]
-        assert steps[0].text == "what agy wrote before the abort"
-    finally:
-        await source.aclose()
-        writer.close()
-
-
-# -- the rpc source: agy's frames of an unexpected shape are skipped, never fatal -----------
-
-
-def _rpc_source() -> RpcEventSource:
-    turn = TurnContext(
-        session_id="",
-        prompt="hi",
-        cwd=".",
-        config=Config(),
-        event_source="rpc",
-        permissions="default",
-        binding=Binding(path=Path("unused.db"), conversation_id=str(uuid.uuid4())),
-    )
-    return RpcEventSource(turn)
-
-
-def test_an_update_frame_of_another_shape_is_skipped() -> None:
-    source = _rpc_source()
-    for frame in (
-        {"update": ["not", "an", "object"]},
-        {"update": {"mainTrajectoryUpdate": "text"}},
-        {"update": {"mainTrajectoryUpdate": {"stepsUpdate": 7}}},
-        {"update": {"mainTrajectoryUpdate": {"stepsUpdate": {"steps": 7, "indices": 3}}}},
-    ):
-        source._take_update(frame)  # raised AttributeError/TypeError, killing the stream task
-    assert source._latest == {}
-
-
-async def test_a_snapshot_whose_steps_are_no_list_is_a_source_failure() -> None:
-    # A TypeError here escaped `open()` (the turn failed "unexpectedly" instead of reading the
-    # database) and killed the stream task silently.
-    source = _rpc_source()
-    source.client = ConnectClient(
-        "http://127.0.0.1:1",
-        transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"steps": 5})),
-    )
-    try:
-        with pytest.raises(RpcError):
-            await source._reconcile()
-    finally:
-        await source.aclose()
-
-
-async def test_closing_the_rpc_source_does_not_swallow_the_callers_cancellation() -> None:
-    source = _rpc_source()
-    release = asyncio.Event()
-
-    async def slow_to_stop() -> None:  # a stream whose connection takes a moment to close
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            await release.wait()
-            raise
-
-    source._spawn(slow_to_stop())
-    await asyncio.sleep(0)
-    closing = asyncio.ensure_future(source.aclose())
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    closing.cancel()  # the host's abort, while the source is closing
-    await asyncio.sleep(0)
-    release.set()
-    await asyncio.wait({closing}, timeout=HANG)
-    assert closing.cancelled()  # before: aclose returned normally, the abort was lost
-
 
 # -- sessions: a late save of an earlier turn never overwrites a newer turn's record ----------
 
@@ -246,72 +102,6 @@ async def test_a_turn_agy_refused_before_its_user_step_keeps_the_session_resumab
     script.processes[1].exit(0)
     await collect(retry)
     await wait_for_turns()
-
-
-# -- the hand-over at agy's exit: the source the turn leaves is closed too ---------------------
-
-
-async def test_the_rpc_source_left_for_the_final_drain_is_closed(tmp_path: Path) -> None:
-    script = Script()
-    edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
-    stream = start_turn(edges)
-    await until(lambda: len(script.sources) == 2)
-    rpc, backup = script.sources
-    assert (rpc.name, backup.name) == ("rpc", "sqlite")
-    rpc.enqueue([user(0), planner(1, "streamed over rpc")])  # the pump moved to rpc
-    await until(lambda: not rpc.queue)
-    script.processes[0].exit(0)  # agy exits: the database gives the last word
-    assert isinstance((await collect(stream))[-1], DoneEvent)
-    await wait_for_turns()
-    assert backup.closed
-    assert rpc.closed  # was left open: its stream task and HTTP client lived on
-
-
-# -- a relative state folder names the same folder for agy (in the turn's cwd) and for us ------
-
-
-@pytest.mark.slow
-async def test_a_relative_state_folder_binds_when_the_turn_runs_elsewhere(
-    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AGY_APP_DATA_DIR", "relative-state")  # as a user may write it
-    monkeypatch.setenv("ANTIGRAVITY_APP_DATA_DIR", "relative-state")
-    elsewhere = tmp_path / "project"
-    elsewhere.mkdir()
-    events, message = await run_turn("hello", cwd=str(elsewhere))
-    # Before: agy wrote under project/relative-state, the turn watched ./relative-state and
-    # failed ("conversation …'s database did not appear").
-    expect_done(events, message, scenario_answer("default"))
-    assert list((tmp_path / "relative-state" / "conversations").glob("*.db"))
-
-
-# -- a missing working folder is named, not mistaken for a missing agy -------------------------
-
-
-async def test_a_missing_working_folder_is_named_when_agy_cannot_start(tmp_path: Path) -> None:
-    missing = tmp_path / "gone"
-    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(missing), agy_bin=agy_sim_path()))
-    with pytest.raises(TurnError) as failure:
-        await process.start()
-    # Before: "could not start …/agy-sim: No such file or directory", as if agy were missing.
-    assert str(missing) in str(failure.value)
-
-
-async def test_an_ownership_answer_of_another_shape_is_a_refusal_not_a_crash() -> None:
-    conversation = str(uuid.uuid4())
-    client = ConnectClient(
-        "http://127.0.0.1:1",
-        transport=httpx.MockTransport(
-            lambda request: httpx.Response(200, json={"metadata": [conversation]})
-        ),
-    )
-    try:
-        # Before: AttributeError escaped `open()`, failing the turn instead of handing over.
-        with pytest.raises(TurnError):
-            await prove_ownership(client, conversation)
-    finally:
-        await client.aclose()
 
 
 # -- sessions: a turn after an abort that left a row GENERATING is recorded, and not held back --
