@@ -17,6 +17,7 @@ from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
+from host_helpers import until_agy_runs
 from live_helpers import agy_processes
 from live_helpers import scenario_answer
 from serve_helpers import CITY
@@ -322,8 +323,7 @@ async def test_a_whole_request_whose_client_leaves_aborts_its_turn(
     body = {"model": "default", "messages": [{"role": "user", "content": "Take your time."}]}
     async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
         request = asyncio.ensure_future(http.post("/v1/chat/completions", json=body, timeout=60))
-        while not await asyncio.to_thread(agy_processes, served.app):
-            await asyncio.sleep(0.02)
+        await until_agy_runs(served.app)
         request.cancel()  # the client closes its connection mid-turn
         with pytest.raises(asyncio.CancelledError):
             await request
