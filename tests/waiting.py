@@ -27,13 +27,19 @@ def wait_until(
 
 
 async def until_true(
-    condition: Callable[[], object], what: str, timeout: float = HANG_BOUND, every: float = EVERY
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = HANG_BOUND,
+    every: float = EVERY,
+    *,
+    off_loop: bool = False,
 ) -> None:
     """`wait_until` on an event loop: the loop runs on between looks, so work the condition waits
-    for (tasks, callbacks, streams) goes on. `condition` runs on the loop: keep it cheap."""
+    for (tasks, callbacks, streams) goes on. `condition` runs on the loop unless `off_loop` (for a
+    costly look, such as a scan of the processes): keep it cheap."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not condition():
+    while not (await asyncio.to_thread(condition) if off_loop else condition()):
         if loop.time() > deadline:
             raise AssertionError(f"never happened within {timeout:g} s: {what}")
         await asyncio.sleep(every)
