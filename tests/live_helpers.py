@@ -20,6 +20,10 @@ from typing import Any
 import psutil
 import pytest
 
+from agy_provider.agy.database import iter_step_rows
+from agy_provider.agy.database import open_conversation_db
+from agy_provider.agy.rows import decode_step_row
+from agy_provider.agy.step import StepKind
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
@@ -310,3 +314,15 @@ def seed_resumable(
 # The agy shapes a lean set of live tests runs on (`AGY_SIM_VERSION`): the 1.1.17 capture's,
 # the default imitated (1.2.13), and the newest seen (1.3.3, AGY-FORMATS §2.3).
 AGY_VERSIONS = ("1.1.17", "1.2.13", "1.3.3")
+
+
+def recorded_user_inputs(app: Path, conversation: str) -> list[str]:
+    """The user steps agy-sim recorded in the conversation's database, in order."""
+    conn = open_conversation_db(app / "conversations" / f"{conversation}.db")
+    try:
+        steps = [
+            decode_step_row(r.index, r.step_type, r.status, r.payload) for r in iter_step_rows(conn)
+        ]
+    finally:
+        conn.close()
+    return [s.text for s in steps if s.kind is StepKind.USER]

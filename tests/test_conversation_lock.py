@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from waiting import HANG_BOUND
+from waiting import until_true
 
 from agy_provider.errors import TurnError
 from agy_provider.live.conversation_lock import ConversationLock
@@ -34,7 +36,7 @@ async def test_a_second_turn_waits_for_the_first_then_runs() -> None:
             "state", CONVERSATION, timeout=5, waiting=lambda: told.append("waiting")
         )
     )
-    await asyncio.sleep(0.1)
+    await until_true(lambda: told != [], "the second turn said it waits")
     assert not second.done() and told == ["waiting"]  # said once, however long it waits
     other = await ConversationLock.acquire("another state", CONVERSATION, timeout=1)
     other.release()  # another state folder's conversation is another lock
@@ -79,8 +81,9 @@ async def test_a_cancelled_wait_holds_nothing(private_runtime: Path) -> None:
         attempt.cancel()
         with pytest.raises(asyncio.CancelledError):
             await attempt
-    await asyncio.sleep(0.1)  # a lock a worker got after the cancel is closed by its callback
-    (await ConversationLock.acquire("state", CONVERSATION, timeout=1)).release()
+    # A lock a worker got after the cancel is closed by its callback: the lock comes free (the
+    # wait's bound only catches a lock held for good, which fails saying it is still held).
+    (await ConversationLock.acquire("state", CONVERSATION, timeout=HANG_BOUND)).release()
 
 
 async def test_a_lock_folder_that_cannot_be_made_is_said(
@@ -117,8 +120,7 @@ async def test_a_turn_cancelled_while_planning_leaves_no_lock_held() -> None:
         return _Plan()
 
     task = asyncio.ensure_future(plan_off_loop(slow_prepare))  # type: ignore[arg-type]
-    while not planning.is_set():
-        await asyncio.sleep(0.005)
+    assert await asyncio.to_thread(planning.wait, HANG_BOUND), "planning never started"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

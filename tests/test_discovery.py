@@ -9,6 +9,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from live_helpers import expect_done
+from live_helpers import run_turn
+from live_helpers import scenario_answer
+from waiting import until_true
 
 from agy_provider.errors import TurnError
 from agy_provider.live.discovery import bind_database
@@ -113,11 +117,27 @@ async def test_binding_reads_agy_stdout_to_its_end_after_agy_exited(
             bind_database(folder, set(), process, prompt="hi", timeout=30)
         )
         # The id is printed only once binding has given up (the bug) or reads on after the exit.
-        for _ in range(2000):
-            if binding.done() or "rest of its stdout" in caplog.text:
-                break
-            await asyncio.sleep(0.01)
+        await until_true(
+            lambda: binding.done() or "rest of its stdout" in caplog.text,
+            "binding gave up or read on after agy's exit",
+        )
         gate.touch()
         assert (await binding).conversation_id == CID
     finally:
         await process.terminate(grace=0.5)
+
+
+@pytest.mark.slow
+async def test_a_relative_state_folder_binds_when_the_turn_runs_elsewhere(
+    live_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGY_APP_DATA_DIR", "relative-state")  # as a user may write it
+    monkeypatch.setenv("ANTIGRAVITY_APP_DATA_DIR", "relative-state")
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    events, message = await run_turn("hello", cwd=str(elsewhere))
+    # Before: agy wrote under project/relative-state, the turn watched ./relative-state and
+    # failed ("conversation …'s database did not appear").
+    expect_done(events, message, scenario_answer("default"))
+    assert list((tmp_path / "relative-state" / "conversations").glob("*.db"))

@@ -27,11 +27,13 @@ from live_helpers import scenario_answer
 from optional import PI_AI_CLIENT
 from optional import need
 from optional import own_folder
+from waiting import until_true
 
 from agy_provider.errors import UsageError
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.warm.pool import POOL
+from agy_provider.pi import abort_bridge
 from agy_provider.pi.abort_bridge import bridge_signal
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.host_input import normalise_turn
@@ -431,15 +433,19 @@ async def test_every_kind_of_signal_aborts_ours_and_lets_go_when_the_turn_ends(k
     bridge = bridge_signal(host_signal)
     assert bridge is not None
     stream = AssistantMessageEventStream()
+    earlier = set(abort_bridge._tasks)  # the first bridge's follow its turn, which never ended
     bridge.attach(stream)
     stream.end()
-    for _ in range(600):  # a hang bound only: the watcher sees the end within its interval
-        await asyncio.sleep(0.05)
-        if not [t for t in threading.enumerate() if t.name == "agy-provider abort watcher"]:
-            break
-    assert not [t for t in threading.enumerate() if t.name == "agy-provider abort watcher"]
-    raise_it()
-    await asyncio.sleep(0.2)
+
+    def let_go() -> bool:
+        """No watcher thread (it sees the end within its interval) and no task following the
+        host's signal (an asyncio.Event's waiter, a listener's unsubscribe) is left."""
+        watchers = [t for t in threading.enumerate() if t.name == "agy-provider abort watcher"]
+        return not watchers and not abort_bridge._tasks - earlier
+
+    await until_true(let_go, f"the bridge of a {kind} let go once the turn ended")
+    raise_it()  # a listener still subscribed would abort ours right here
+    await asyncio.sleep(0)  # and a callback the raise scheduled runs now
     assert not bridge.signal.aborted
 
 

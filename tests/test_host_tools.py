@@ -28,6 +28,7 @@ from live_helpers import leftovers
 from live_helpers import scenario_answer
 from live_helpers import terminal
 from optional import need
+from waiting import HANG_BOUND
 
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
@@ -356,8 +357,7 @@ async def test_agy_ending_while_the_host_works_reaches_the_hosts_next_call(
     _events, first = await first_part(context)
     (turn,) = recorder.turns
     os.kill(turn.process.pid, signal.SIGKILL)
-    while turn.process.returncode is None:  # a hang bound: the test's own timeout
-        await asyncio.sleep(0.05)
+    assert await turn.process.wait(HANG_BOUND) is not None, "agy outlived SIGKILL"
     (call,) = [b for b in first.content if isinstance(b, ToolCall)]
     stream = stream_simple(
         MODEL, Context(messages=[*context.messages, first, result_for(call)], tools=context.tools)
@@ -438,8 +438,8 @@ async def test_a_new_turn_on_another_loop_ends_the_parked_turn_of_its_session(
         stream = stream_simple(MODEL, context, SimpleStreamOptions(session_id="shared"))
         first = await stream.result()
         parked.set()
-        while not release.is_set():  # loop A serves other requests meanwhile
-            await asyncio.sleep(0.05)
+        # Loop A serves other requests meanwhile.
+        assert await asyncio.to_thread(release.wait, HANG_BOUND), "never released"
         await wait_for_turns()
         return first.stop_reason
 

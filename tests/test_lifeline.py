@@ -10,81 +10,24 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from lifeline_helpers import GONE_WITHIN
+from lifeline_helpers import STARTUP
+from lifeline_helpers import alive
+from lifeline_helpers import gone_within
+from lifeline_helpers import host
+from lifeline_helpers import lifeline_of
+from lifeline_helpers import read_line
+from lifeline_helpers import turn_env
 from live_helpers import agy_processes
-from live_helpers import scenario_planners
 
 from agy_provider.bridge.mcp_bridge import HostToolBridge
 from agy_provider.bridge.mcp_bridge import sweep_stale_folders
 from agy_provider.contract.host_tools import HostTool
 from agy_provider.contract.host_tools import HostToolCall
-
-# The issue's bound: nothing of a killed host's turns is alive this long after it died.
-GONE_WITHIN = 2.0
-# Generous: a busy 2-core machine can take seconds to start Python, agy-sim and its server.
-STARTUP = 90.0
-
-
-def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
-    survivors = []
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                survivors.append(proc)
-    return survivors
-
-
-def gone_within(processes: list[psutil.Process], bound: float) -> list[psutil.Process]:
-    """Those of `processes` still alive after polling for at most `bound` seconds."""
-    deadline = time.monotonic() + bound
-    while alive(processes) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return alive(processes)
-
-
-@contextlib.contextmanager
-def host(script: str, env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
-    """A host process running `script`; it and anything it leaves are killed afterwards."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
-def read_line(proc: subprocess.Popen[str], prefix: str) -> str:
-    assert proc.stdout is not None
-    while True:
-        line = proc.stdout.readline()
-        assert line, f"the host ended first: {proc.stderr.read() if proc.stderr else ''}"
-        if line.startswith(prefix):
-            return line[len(prefix) :].strip()
-
-
-def lifeline_of(host_pid: int) -> psutil.Process:
-    (found,) = [
-        p
-        for p in psutil.Process(host_pid).children()
-        if "agy_provider.lifeline" in " ".join(p.cmdline())
-    ]
-    return found
-
 
 # --- process groups ---------------------------------------------------------------------------
 
@@ -163,27 +106,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def turn_env(tmp_path: Path) -> dict[str, str]:
-    app = tmp_path / "agy-state"
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGY_", "ANTIGRAVITY_"))}
-    env.update(
-        AGY_APP_DATA_DIR=str(app),
-        ANTIGRAVITY_APP_DATA_DIR=str(app),
-        AGY_PROVIDER_CONFIG=str(tmp_path / "config.json"),
-        AGY_PROVIDER_SESSIONS=str(tmp_path / "sessions.json"),
-        AGY_BIN=os.path.join(os.path.dirname(sys.executable), "agy-sim"),
-        AGY_SIM_SCENARIO="hang",
-        AGY_EVENT_SOURCE="sqlite",
-        AGY_SIM_SPEED="4",
-        AGY_PROVIDER_PLUGINS="",
-        TMPDIR=str(temp),
-        HANG_TEXT=scenario_planners("hang")[0],  # the hang comes before the next
-    )
-    return env
 
 
 def bridge_folders(tmp_path: Path) -> list[Path]:

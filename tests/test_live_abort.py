@@ -7,15 +7,18 @@ anything (no conversation database exists), which a late abort could not produce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from live_helpers import agy_processes
 from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import run_turn
+from waiting import until_true
 
 from agy_provider.pi.options import AbortSignal
 
@@ -44,13 +47,26 @@ async def test_an_abort_during_the_cold_start_lands_before_agy_writes_anything(
         monkeypatch.delenv("AGY_SIM_NO_SERVER")
     signal = AbortSignal()
 
-    async def abort_once_agy_runs() -> None:
-        while not await asyncio.to_thread(agy_processes, live_env):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)  # agy is now in its cold start
+    def in_cold_start() -> bool:
+        """agy-sim says in its log that its cold start has begun."""
+        logs = (live_env / "log").glob("*.log")
+        return any("agy-sim cold start:" in log.read_text() for log in logs)
+
+    def asking_its_version() -> bool:
+        """agy's version is asked beside the turn, by an `agy --version` of its own: an abort does
+        not end that short question, which would still be seen running after the turn."""
+        for proc in agy_processes(live_env):
+            with contextlib.suppress(psutil.Error):  # it may end while looked at
+                if "--version" in proc.cmdline():
+                    return True
+        return False
+
+    async def abort_in_the_cold_start() -> None:
+        await until_true(in_cold_start, "agy-sim began its cold start")
+        await until_true(lambda: not asking_its_version(), "agy answered --version", off_loop=True)
         signal.abort("test")
 
-    aborter = asyncio.create_task(abort_once_agy_runs())
+    aborter = asyncio.create_task(abort_in_the_cold_start())
     events, message = await asyncio.wait_for(run_turn("hello", signal=signal), 50)
     await aborter
     expect_error(events, message, reason="aborted")

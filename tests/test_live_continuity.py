@@ -17,12 +17,9 @@ from live_helpers import MODEL
 from live_helpers import Observed
 from live_helpers import expect_done
 from live_helpers import final_text
+from live_helpers import recorded_user_inputs
 from live_helpers import scenario_answer
 
-from agy_provider.agy.database import iter_step_rows
-from agy_provider.agy.database import open_conversation_db
-from agy_provider.agy.rows import decode_step_row
-from agy_provider.agy.step import StepKind
 from agy_provider.live.continuity import parse_mark
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
@@ -52,18 +49,6 @@ def user(text: str) -> UserMessage:
 
 def conversations(recorder: Observed) -> list[str]:
     return [t.binding.conversation_id for t in recorder.turns if t.binding is not None]
-
-
-def recorded_user_inputs(app: Path, conversation: str) -> list[str]:
-    """The user steps agy-sim recorded in the conversation's database, in order."""
-    conn = open_conversation_db(app / "conversations" / f"{conversation}.db")
-    try:
-        steps = [
-            decode_step_row(r.index, r.step_type, r.status, r.payload) for r in iter_step_rows(conn)
-        ]
-    finally:
-        conn.close()
-    return [s.text for s in steps if s.kind is StepKind.USER]
 
 
 async def test_a_stateless_host_continues_one_conversation_sending_only_the_newest(

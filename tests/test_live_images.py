@@ -8,17 +8,16 @@ it ended; a bad image is refused before agy starts.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
 import stat
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from image_helpers import image
+from image_helpers import png
 from live_helpers import MODEL
 from live_helpers import expect_done
 from live_helpers import expect_error
@@ -33,7 +32,6 @@ from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.types import AssistantMessage
 from agy_provider.pi.types import Context
-from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ThinkingContent
 from agy_provider.pi.types import UserMessage
@@ -45,28 +43,7 @@ pytestmark = pytest.mark.slow
 _STAGED = re.compile(r"view the file (/[^\n]+)")
 
 
-def png(width: int = 2, height: int = 1) -> bytes:
-    """A real PNG of `width` × `height` grey pixels."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        crc = zlib.crc32(kind + body)
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
-
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-
-
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(64)) + b"\xff\xd9"
-
-
-def image(data: bytes, mime_type: str) -> ImageContent:
-    return ImageContent(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type)
 
 
 def summary(files: list[tuple[str, bytes]]) -> str:

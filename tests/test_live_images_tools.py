@@ -19,12 +19,12 @@ from host_helpers import TOOL_SCENARIO
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
+from image_helpers import image
+from image_helpers import png
 from live_helpers import MODEL
 from live_helpers import expect_done
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from test_live_images import image
-from test_live_images import png
 
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns

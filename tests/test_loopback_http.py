@@ -18,6 +18,8 @@ from agy_provider.rpc.loopback_http import LoopbackTransport
 from agy_provider.sim.tls import make_server_context
 
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+# Only bounds a hang: a close on loopback takes a moment of the loop.
+HANG = 30.0
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
@@ -57,6 +59,14 @@ async def serving(
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"{'https' if tls else 'http'}://127.0.0.1:{port}", per_connection
+
+
+async def _closed(writer: asyncio.StreamWriter, done: asyncio.Event) -> None:
+    """Close the server's end now and say so once its socket is closed (its FIN, or its reset,
+    is then in the client's socket on loopback)."""
+    writer.close()
+    await writer.wait_closed()
+    done.set()
 
 
 def client() -> httpx.AsyncClient:
@@ -128,13 +138,16 @@ async def test_an_http_1_0_answer_is_kept_alive_only_when_it_says_so() -> None:
 
 
 async def test_a_server_that_closed_an_idle_connection_gets_a_new_one() -> None:
+    closed = asyncio.Event()
+
     async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await _ok(reader, writer)
-        return False  # closes without saying so
+        await _closed(writer, closed)  # without saying so
+        return False
 
     async with serving(once) as (url, per_connection), client() as http:
         assert (await http.post(url, content=b"")).text == "hello"
-        await asyncio.sleep(0.05)  # the close reaches us
+        await asyncio.wait_for(closed.wait(), HANG)  # the close is on its way to us
         assert (await http.post(url, content=b"")).text == "hello"
     assert per_connection == [1, 1]
 
@@ -214,16 +227,19 @@ async def test_a_request_that_meets_a_reset_kept_alive_connection_is_sent_again(
 
     from agy_provider.rpc import loopback_http
 
+    reset = asyncio.Event()
+
     async def reset_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await _ok(reader, writer)
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        return False  # closing now sends a reset
+        await _closed(writer, reset)  # closing now sends a reset
+        return False
 
     # As if the reset came just after the connection was checked before reuse.
     monkeypatch.setattr(loopback_http._Connection, "reusable", lambda self: True)
     async with serving(reset_after_one) as (url, per_connection), client() as http:
         assert (await http.post(url, content=b"")).text == "hello"
-        await asyncio.sleep(0.05)  # the reset arrives
+        await asyncio.wait_for(reset.wait(), HANG)  # the reset is on its way to us
         assert (await http.post(url, content=b"")).text == "hello"
     assert per_connection == [1, 1]

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from host_helpers import TOOL_PARAMETERS
+from waiting import until_true
 
 mcp = pytest.importorskip("mcp", reason="the MCP bridge needs the `mcp` SDK (a dependency)")
 
@@ -934,12 +935,12 @@ async def test_a_dropped_tools_call_post_on_a_live_session_releases_the_parked_c
                 assert response.status_code == 200
                 held = await asyncio.wait_for(parked.next_call(), 30)
                 assert [c.id for c in parked.pending] == [held.id]
-            # The response closed unread: httpx drops the connection under it.
-            for _ in range(3000):
-                if not parked.pending and not running.pending_calls:
-                    break
-                await asyncio.sleep(0.01)
-            # Before: the call stayed parked for as long as the bridge lived.
+            # The response closed unread: httpx drops the connection under it. Before: the call
+            # stayed parked for as long as the bridge lived.
+            await until_true(
+                lambda: not parked.pending and not running.pending_calls,
+                "the call of a client that left is no longer pending",
+            )
             assert parked.pending == () and running.pending_calls == ()
             assert parked.resolve(held.id, "too late") is False
             listed = await http.post(

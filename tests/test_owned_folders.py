@@ -14,15 +14,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from lifeline_helpers import GONE_WITHIN
+from lifeline_helpers import STARTUP
+from lifeline_helpers import alive
+from lifeline_helpers import gone_within
+from lifeline_helpers import host
+from lifeline_helpers import lifeline_of
+from lifeline_helpers import read_line
+from lifeline_helpers import turn_env
 from live_helpers import agy_processes
-from test_lifeline import GONE_WITHIN
-from test_lifeline import STARTUP
-from test_lifeline import alive
-from test_lifeline import gone_within
-from test_lifeline import host
-from test_lifeline import lifeline_of
-from test_lifeline import read_line
-from test_lifeline import turn_env
 
 from agy_provider.owned_folders import make_owned_folder
 from agy_provider.owned_folders import owned_prefix

@@ -22,6 +22,8 @@ from live_helpers import expect_error
 from live_helpers import leftovers
 from live_helpers import scenario_answer
 from live_helpers import terminal
+from pi_suite_texts import EMOJI
+from pi_suite_texts import LONE_HIGH
 
 from agy_provider.live.provider import stream_simple
 from agy_provider.live.provider import wait_for_turns
@@ -40,13 +42,6 @@ from agy_provider.pi.types import UserMessage
 
 pytestmark = pytest.mark.slow
 
-LONE_HIGH = "\ud83d"  # pi's String.fromCharCode(0xd83d): a high surrogate without its low half
-EMOJI = (
-    "Test with emoji 🙈 and other characters:\n- Thumbs up: 👍\n- Heart: ❤️\n- Thinking face: 🤔\n"
-    "- Mixed text: Mario Zechner wann? Wo? Bin grad äußersr eventuninformiert 🙈\n"
-    "- Japanese: こんにちは\n- Chinese: 你好\n- Mathematical symbols: ∑∫∂√\n"
-    "- Special quotes: \"curly\" 'quotes'"
-)
 TEST_TOOL = Tool("test_tool", "A test tool", {"type": "object", "properties": {}})
 
 

@@ -7,6 +7,13 @@ from typing import Any
 
 import pytest
 from agy_provider.plugins.rpc_source import RpcEventSource
+from fakes import Script
+from fakes import collect
+from fakes import edges_for
+from fakes import planner
+from fakes import start_turn
+from fakes import until
+from fakes import user
 
 from agy_provider.agy.step import Interaction
 from agy_provider.agy.step import InteractionKind
@@ -20,6 +27,9 @@ from agy_provider.errors import UsageError
 from agy_provider.hookspecs import hookimpl
 from agy_provider.live.provider import complete_simple
 from agy_provider.live.provider import stream_simple
+from agy_provider.live.provider import wait_for_turns
+from agy_provider.pi.events import AssistantMessageEvent
+from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import Context
 from agy_provider.pi.types import ImageContent
@@ -264,3 +274,33 @@ def test_under_tests_entry_points_load_only_when_named(tmp_path: Path, allow: st
     builtins = ["rpc", "sqlite", "stream-json"]
     assert seen["sources"] == (["fake", *builtins] if allow else builtins)
     assert sys._called_from_test is True  # type: ignore[attr-defined]  # and this process is one
+
+
+class _BrokenObserver:
+    """A third-party `observe_event` with a bug: raises on one kind of event."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    @hookimpl
+    def observe_event(self, event: AssistantMessageEvent, turn: Any) -> None:
+        if event.type == self.kind:
+            raise RuntimeError(f"observer bug on {event.type}")
+
+
+async def test_an_observer_that_raises_never_costs_the_final_event(tmp_path: Path) -> None:
+    pm = get_plugin_manager()
+    pm.register(_BrokenObserver("text_end"), name="test-broken-observer")
+    try:
+        script = Script()
+        stream = start_turn(edges_for(script, tmp_path))
+        await until(lambda: script.sources)
+        script.sources[0].enqueue([user(0), planner(1, "Hello", StepStatus.GENERATING)])
+        await until(lambda: not script.sources[0].queue)
+        script.processes[0].exit(0)
+        events = await collect(stream)  # hung forever before: `done` was never pushed
+        assert isinstance(events[-1], (DoneEvent, ErrorEvent))
+        assert sum(isinstance(e, (DoneEvent, ErrorEvent)) for e in events) == 1
+        await wait_for_turns()
+    finally:
+        pm.unregister(name="test-broken-observer")

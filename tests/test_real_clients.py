@@ -23,22 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client_helpers import RUN_TIMEOUT
+from client_helpers import SHELL_ANSWER
+from client_helpers import SHELL_SAID
+from client_helpers import TOKEN
+from client_helpers import client_env
+from client_helpers import run
 from host_helpers import conversations
+from live_helpers import recorded_user_inputs
 from live_helpers import scenario_answer
 from npm_clients import PACKAGES
 from npm_clients import install
-from test_live_continuity import recorded_user_inputs
-from test_serve_security import ServeProcess
+from serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.slow
-
-TOKEN = "real-client-tier-" + "t" * 24
-SHELL_SAID = "agy-sim-42"  # what `echo agy-sim-$((6 * 7))` prints, in a real shell only
-SHELL_ANSWER = "The client's shell printed: "
-RUN_TIMEOUT = 240
-
-# What a user's own machine has, and nothing of this one's keys or settings.
-PASSED_ON = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS")
 
 
 @pytest.fixture
@@ -52,24 +50,6 @@ def serve(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     finally:
         server.proc.terminate()
         server.proc.communicate(timeout=120)
-
-
-def client_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in PASSED_ON if k in os.environ}
-    return {**env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), **extra}
-
-
-def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        argv,
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    return done
 
 
 @pytest.fixture
@@ -206,7 +186,9 @@ def test_claude_code_resume_continues_the_agy_conversation(
     assert second["result"] == scenario_answer("default")
     assert second["session_id"] == session
     [conversation] = conversations(live_env)
-    assert len(recorded_user_inputs(live_env, conversation)) == 2  # both turns in that one conversation
+    assert (
+        len(recorded_user_inputs(live_env, conversation)) == 2
+    )  # both turns in that one conversation
 
 
 # --- the pi coding agent --------------------------------------------------------------------
@@ -338,8 +320,6 @@ def qwen_session(
     assert len(results) == len(prompts), "".join(seen)[-2000:]
     assert not any(r.get("is_error") for r in results), results
     return results
-
-
 
 
 def test_qwen_code_answers(

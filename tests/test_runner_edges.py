@@ -8,11 +8,18 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
+from live_helpers import agy_sim_path
+from waiting import HANG_BOUND
+from waiting import until_true
 
+from agy_provider.errors import TurnError
 from agy_provider.live import runner
+from agy_provider.live.runner import AgyProcess
 from agy_provider.live.runner import StdoutEvents
+from agy_provider.live.runner import TurnRequest
 from agy_provider.live.runner import agy_version
 from agy_provider.rpc.language_server import LogPorts
 
@@ -91,8 +98,12 @@ async def test_agy_version_survives_the_process_and_follows_the_binary(
     assert counter.read_text().count("x") == 2
 
 
-async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
+async def test_an_abandoned_start_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Cancelled while the fork runs in its thread: the process it makes is killed anyway."""
+    import threading
+
     import psutil
 
     from agy_provider.live.runner import AgyProcess
@@ -105,6 +116,16 @@ async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
     request = TurnRequest(
         prompt="hi", cwd=str(tmp_path), agy_bin=str(script), env=dict([mark.split("=", 1)])
     )
+    forked = threading.Event()  # the worker's fork returned: whatever it made exists now
+    spawn = runner.spawn_agy
+
+    def spawn_and_say(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return spawn(*args, **kwargs)
+        finally:
+            forked.set()
+
+    monkeypatch.setattr(runner, "spawn_agy", spawn_and_say)
     process = AgyProcess(request)
     task = asyncio.ensure_future(process.start())
     await asyncio.sleep(0)  # the fork is submitted to its thread
@@ -123,11 +144,14 @@ async def test_an_abandoned_start_leaves_no_process(tmp_path: Path) -> None:
                     found.append(proc)
         return found
 
-    await asyncio.sleep(0.5)  # time for a leaked fork to have exec'd into `sleep 300`
-    leaked = ours()
-    for proc in leaked:
-        proc.kill()
-    assert leaked == []
+    assert await asyncio.to_thread(forked.wait, HANG_BOUND), "the fork never returned"
+    try:
+        # Killed by the abandoned start's callback as soon as the fork returned (an ended process
+        # is a zombie until reaped, and not counted); a leaked one runs `sleep 300` and stays.
+        await until_true(lambda: not ours(), "the abandoned start's process was ended", every=0.05)
+    finally:
+        for proc in ours():
+            proc.kill()
 
 
 async def test_agy_and_everything_it_runs_know_they_are_inside_a_turn(tmp_path: Path) -> None:
@@ -167,3 +191,12 @@ def test_descendants_from_proc_children_match_psutils_scan() -> None:
             proc.kill()
         shell.kill()
         shell.wait()
+
+
+async def test_a_missing_working_folder_is_named_when_agy_cannot_start(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    process = AgyProcess(TurnRequest(prompt="hi", cwd=str(missing), agy_bin=agy_sim_path()))
+    with pytest.raises(TurnError) as failure:
+        await process.start()
+    # Before: "could not start …/agy-sim: No such file or directory", as if agy were missing.
+    assert str(missing) in str(failure.value)

@@ -7,112 +7,29 @@ Expectations come from the scenario files; every test ends with no agy process l
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import secrets
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from host_helpers import TOOL_PARAMETERS
 from host_helpers import TOOL_SCENARIO
 from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
+from host_helpers import until_agy_runs
 from live_helpers import agy_processes
-from live_helpers import leftovers
 from live_helpers import scenario_answer
-from optional import need
-
-from agy_provider.hosts.serve.app import ServeServer
-from agy_provider.hosts.serve.app import ServeSettings
+from serve_helpers import CITY
+from serve_helpers import LOOKUP_ANTHROPIC
+from serve_helpers import LOOKUP_OPENAI
+from serve_helpers import Served
+from serve_helpers import anthropic
+from serve_helpers import openai
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import until_no_agy
 
 pytestmark = pytest.mark.slow
-
-openai = need("openai", "the openai SDK", "serve")
-anthropic = need("anthropic", "the anthropic SDK", "serve")
-
-LOOKUP_OPENAI = {
-    "type": "function",
-    "function": {
-        "name": "lookup_order",
-        "description": "Look up an order's status by its id.",
-        "parameters": TOOL_PARAMETERS,
-    },
-}
-LOOKUP_ANTHROPIC = {
-    "name": "lookup_order",
-    "description": "Look up an order's status by its id.",
-    "input_schema": TOOL_PARAMETERS,
-}
-CITY = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
-    "required": ["city", "population"],
-}
-
-
-@dataclasses.dataclass
-class Served:
-    """A running server: its base URL (no `/v1`), token, and this test's agy state folder."""
-
-    base: str
-    token: str
-    server: ServeServer
-    app: Path
-
-    def openai(self, token: str | None = None) -> Any:
-        return openai.AsyncOpenAI(
-            base_url=f"{self.base}/v1", api_key=token or self.token, max_retries=0
-        )
-
-    def anthropic(self, token: str | None = None) -> Any:
-        return anthropic.AsyncAnthropic(
-            base_url=self.base, api_key=token or self.token, max_retries=0
-        )
-
-    def headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.token}"}
-
-
-async def start_server(
-    app: Path, **settings: Any
-) -> tuple[Served, asyncio.Event, asyncio.Task[None]]:
-    token = secrets.token_urlsafe(24)
-    server = ServeServer(ServeSettings(token=token, port=0, **settings))
-    stop = asyncio.Event()
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.ensure_future(server.run(stop, ready.set_result))
-    waiting: set[asyncio.Future[Any]] = {ready, task}
-    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # it failed to start: say why
-    return Served(f"http://127.0.0.1:{ready.result()}", token, server, app), stop, task
-
-
-@pytest.fixture(name="served")
-async def served_fixture(live_env: Path) -> AsyncIterator[Served]:
-    """The server on a free port of 127.0.0.1; afterwards no agy of the test may be left."""
-    running, stop, task = await start_server(live_env)
-    try:
-        yield running
-    finally:
-        stop.set()
-        await task
-    assert not leftovers(live_env)
-
-
-async def until_no_agy(app: Path) -> None:
-    """Return once no agy process of this test is alive (a hang bound only, never a measure)."""
-    for _ in range(1000):
-        if not await asyncio.to_thread(agy_processes, app):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"agy still runs: {leftovers(app)}")
-
 
 # --- the openai SDK --------------------------------------------------------------------------
 
@@ -406,8 +323,7 @@ async def test_a_whole_request_whose_client_leaves_aborts_its_turn(
     body = {"model": "default", "messages": [{"role": "user", "content": "Take your time."}]}
     async with httpx.AsyncClient(base_url=served.base, headers=served.headers()) as http:
         request = asyncio.ensure_future(http.post("/v1/chat/completions", json=body, timeout=60))
-        while not await asyncio.to_thread(agy_processes, served.app):
-            await asyncio.sleep(0.02)
+        await until_agy_runs(served.app)
         request.cancel()  # the client closes its connection mid-turn
         with pytest.raises(asyncio.CancelledError):
             await request

@@ -21,8 +21,8 @@ from host_helpers import conversations
 from live_helpers import scenario_answer
 from npm_clients import install
 from npm_clients import install_command
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 

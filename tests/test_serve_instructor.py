@@ -17,8 +17,8 @@ import pytest
 from live_helpers import scenario_answer
 from optional import INSTRUCTOR
 from optional import own_folder_env
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 

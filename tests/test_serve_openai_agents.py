@@ -16,8 +16,8 @@ from host_helpers import tool_answer
 from host_helpers import tool_arguments
 from host_helpers import tool_output
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 agents = pytest.importorskip(
     "agents", reason="openai-agents is not installed: pip install -e '.[clients]'"

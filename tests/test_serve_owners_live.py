@@ -25,8 +25,8 @@ from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_output
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.hosts.serve.convert import anthropic_ask
 from agy_provider.hosts.serve.tokens import DEFAULT_CONTEXT_WINDOW

@@ -20,10 +20,10 @@ from host_helpers import tool_arguments
 from host_helpers import tool_output
 from live_helpers import agy_processes
 from live_helpers import scenario_answer
-from test_serve_app import CITY
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
-from test_serve_app import until_no_agy
+from serve_helpers import CITY
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import until_no_agy
 
 pytestmark = pytest.mark.slow
 

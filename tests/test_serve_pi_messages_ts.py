@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client_helpers import SHELL_ANSWER
+from client_helpers import SHELL_SAID
+from client_helpers import TOKEN
+from client_helpers import client_env
+from client_helpers import run
 from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
@@ -24,21 +29,16 @@ from host_helpers import tool_output
 from live_helpers import scenario_answer
 from npm_clients import install
 from npm_clients import node_for
-from test_real_clients import SHELL_ANSWER
-from test_real_clients import SHELL_SAID
-from test_real_clients import TOKEN
-from test_real_clients import client_env
-from test_real_clients import run
-from test_serve_app import CITY
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
-from test_serve_pi_ts import LOOKUP
-from test_serve_pi_ts import TOOL_PROMPT
-from test_serve_pi_ts import calls
-from test_serve_pi_ts import text
-from test_serve_pi_ts import tool_result
-from test_serve_pi_ts import user
-from test_serve_security import ServeProcess
+from pi_ts_helpers import LOOKUP
+from pi_ts_helpers import TOOL_PROMPT
+from pi_ts_helpers import calls
+from pi_ts_helpers import text
+from pi_ts_helpers import tool_result
+from pi_ts_helpers import user
+from serve_helpers import CITY
+from serve_helpers import Served
+from serve_helpers import ServeProcess
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_helpers import TOOL_PARAMETERS
 from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
@@ -31,10 +30,17 @@ from host_helpers import tool_output
 from live_helpers import scenario_answer
 from npm_clients import install
 from npm_clients import node_bin
-from test_pi_provider_suite import EMOJI
-from test_pi_provider_suite import LONE_HIGH
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from pi_suite_texts import EMOJI
+from pi_suite_texts import LONE_HIGH
+from pi_ts_helpers import LOOKUP
+from pi_ts_helpers import NOW
+from pi_ts_helpers import TOOL_PROMPT
+from pi_ts_helpers import calls
+from pi_ts_helpers import text
+from pi_ts_helpers import tool_result
+from pi_ts_helpers import user
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -141,7 +147,6 @@ def pi(
 
 # --- the contexts pi's suite builds ---------------------------------------------------------
 
-NOW = 1_700_000_000_000
 ZERO_USAGE = {
     "input": 0,
     "output": 0,
@@ -150,21 +155,6 @@ ZERO_USAGE = {
     "totalTokens": 0,
     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
 }
-
-
-def user(content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": content, "timestamp": NOW}
-
-
-def tool_result(call_id: str, name: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "role": "toolResult",
-        "toolCallId": call_id,
-        "toolName": name,
-        "content": content,
-        "isError": False,
-        "timestamp": NOW,
-    }
 
 
 def foreign_assistant(api: str, content: list[dict[str, Any]], stop: str = "stop") -> Any:
@@ -179,22 +169,6 @@ def foreign_assistant(api: str, content: list[dict[str, Any]], stop: str = "stop
         "stopReason": stop,
         "timestamp": NOW,
     }
-
-
-LOOKUP = {
-    "name": "lookup_order",
-    "description": "Look up an order's status by its id.",
-    "parameters": TOOL_PARAMETERS,
-}
-TOOL_PROMPT = "Where is my order A-1042? [agy-sim:mcp-host-tool]"
-
-
-def text(message: dict[str, Any]) -> str:
-    return "".join(b["text"] for b in message["content"] if b["type"] == "text")
-
-
-def calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [b for b in message["content"] if b["type"] == "toolCall"]
 
 
 def kinds(answer: dict[str, Any]) -> list[str]:

@@ -29,9 +29,9 @@ from host_helpers import tool_arguments
 from host_helpers import tool_output
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import start_server
-from test_serve_security import ServeProcess
+from serve_helpers import Served
+from serve_helpers import ServeProcess
+from serve_helpers import start_server
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +21,9 @@ import pytest
 from live_helpers import agy_processes
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import ServeProcess
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.cli import main
 from agy_provider.hosts.serve.http import MAX_BODY_BYTES
@@ -145,32 +144,6 @@ def serve_env(live_env: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     env.pop("AGY_PROVIDER_SERVE_TOKEN", None)
     yield env
     assert not leftovers(live_env)
-
-
-class ServeProcess:
-    """`agy-provider serve` as a real process; its stderr read until it says where it listens."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        argv = [sys.executable, "-m", "agy_provider.cli", "serve", "--port", "0", *args]
-        self.proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        assert self.proc.stderr is not None
-        self.lines: list[str] = []
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1", line)
-            if found:
-                self.base = found[1]
-            if "OPENAI_BASE_URL" in line:  # the last line it prints at start
-                break
-        else:
-            raise AssertionError(f"serve did not start: {''.join(self.lines)}")
-
-    def finish(self, signum: int) -> tuple[int, str]:
-        self.proc.send_signal(signum)
-        out, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, "".join(self.lines) + err + out
 
 
 def stream_lines(base: str, token: str, path: str, body: dict[str, Any]) -> Iterator[str]:

@@ -17,10 +17,10 @@ import pytest
 from live_helpers import agy_processes
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
-from test_serve_app import start_server
-from test_serve_app import until_no_agy
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import start_server
+from serve_helpers import until_no_agy
 
 from agy_provider.agy.quota import parse_go_duration
 

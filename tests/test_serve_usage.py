@@ -16,9 +16,9 @@ import pytest
 from live_helpers import agy_sim_path
 from live_helpers import leftovers
 from live_helpers import scenario_answer
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
-from test_serve_app import start_server
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import start_server
 from test_serve_owners_live import count_turn_one
 from test_serve_owners_live import told
 from test_serve_owners_live import watch_turns

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from host_helpers import conversations
-from test_serve_app import Served
-from test_serve_app import served_fixture  # noqa: F401 (the `served` fixture)
+from serve_helpers import Served
+from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 from agy_provider.sim.plays import TurnPlays
 from agy_provider.sim.scenario import MCP_RESULT_PLACEHOLDER

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from waiting import wait_until
 
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.control import ServerLink
@@ -35,20 +36,12 @@ def _copy(step: Any) -> Any:
     return clone
 
 
-def _wait_for(predicate: Any, timeout: float = 60) -> None:
-    # The timeout only bounds a hang; a busy machine may take far longer than an idle one.
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.005)
-
-
 def test_permission_answered_over_the_control_channel(tmp_path: Path) -> None:
     sim, _conversation, results, thread, seen = _start(tmp_path, "permission")
     link = ServerLink(
         sim, AppState(tmp_path / "app"), csrf_token=None, log_file=None, run_message=lambda *a: None
     )
-    _wait_for(lambda: sim._waiting is not None)
+    wait_until(lambda: sim._waiting is not None, "the turn waits for an answer")
     cid, index, _kind = sim._waiting  # type: ignore[misc]
     waiting = [s for i, s in seen if i == index][-1]
     assert waiting.status == 9 and waiting.requested_interaction.permission.resource.target == "pwd"
@@ -68,7 +61,7 @@ def test_permission_answered_over_the_control_channel(tmp_path: Path) -> None:
 
 def test_question_answer_is_recorded(tmp_path: Path) -> None:
     sim, _conversation, _results, thread, seen = _start(tmp_path, "question")
-    _wait_for(lambda: sim._waiting is not None)
+    wait_until(lambda: sim._waiting is not None, "the turn waits for an answer")
     cid, index, kind = sim._waiting  # type: ignore[misc]
     assert kind == "askQuestion"
     ok, _ = sim.answer(
@@ -99,13 +92,13 @@ def test_timed_out_permission_is_asked_again_at_a_higher_index(tmp_path: Path) -
 
 def test_cancel_stops_running_work_but_not_a_waiting_step(tmp_path: Path) -> None:
     sim, conversation, results, thread, seen = _start(tmp_path, "slow")
-    _wait_for(lambda: any(i == 2 for i, _ in seen))
+    wait_until(lambda: any(i == 2 for i, _ in seen), "step 2 was written")
     sim.cancel(conversation.id, None)
     thread.join()
     assert results[0].status == "CANCELED"
     assert [s for i, s in seen if i == 2][-1].status == 6
     sim2, conversation2, _results2, thread2, _ = _start(tmp_path / "b", "permission", speed=4)
-    _wait_for(lambda: sim2._waiting is not None)
+    wait_until(lambda: sim2._waiting is not None, "the turn waits for an answer")
     sim2.cancel(conversation2.id, None)
     assert sim2._waiting is not None and not sim2._cancel
     thread2.join()

@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from agy_provider.sim import descriptors as pb
 from agy_provider.sim.control import control_lines
@@ -209,15 +209,6 @@ def conv(parent: FakeParent, tmp_path: Path) -> Iterator[Conv]:
     conversation.writer.close()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    # The timeout only bounds a hang; a busy machine may take far longer than an idle one.
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
 # --- the stream client ------------------------------------------------------------------------
 
 
@@ -332,9 +323,10 @@ def test_get_all_cascade_trajectories(parent: FakeParent, conv: Conv) -> None:
     }  # lastUserInputStepIndex is 0, which protobuf JSON omits
     conv.writer.append(user_input("Again"))
     parent.status(conv.id, running=True)
-    wait_for(
+    wait_until(
         lambda: parent.call("GetAllCascadeTrajectories").json()["trajectorySummaries"][conv.id]
-        .get("status") == "CASCADE_RUN_STATUS_RUNNING"
+        .get("status") == "CASCADE_RUN_STATUS_RUNNING",
+        "the server lists the conversation as running",
     )  # fmt: skip
     summary = parent.call("GetAllCascadeTrajectories").json()["trajectorySummaries"][conv.id]
     assert summary["lastUserInputStepIndex"] == 3
@@ -431,7 +423,9 @@ def test_corrupt_row_is_skipped_and_logged(parent: FakeParent, conv: Conv) -> No
     conv.writer.append(planner("still here"))
     steps = conv.steps()
     assert [s["metadata"]["sourceTrajectoryStepInfo"].get("stepIndex", 0) for s in steps] == [0, 2]
-    wait_for(lambda: "skipping step row 1 of" in parent.log_file.read_text())
+    wait_until(
+        lambda: "skipping step row 1 of" in parent.log_file.read_text(), "the bad row was skipped"
+    )
 
 
 def test_stream_rejects_a_bare_json_body(parent: FakeParent, conv: Conv) -> None:
@@ -545,10 +539,18 @@ def test_stream_polls_the_database_without_changed_notifications(
 
 
 def test_stream_client_leaving_while_idle_is_harmless(parent: FakeParent, conv: Conv) -> None:
+    def said(words: str) -> int:
+        return parent.log_file.read_text().count(words) if parent.log_file.exists() else 0
+
+    opened, left = said("stream open"), said("the client left")
     stream = StreamReader(parent, conv.id)
-    time.sleep(0.2)
+    wait_until(
+        lambda: said("stream open") > opened, "the stream is open"
+    )  # the server holds it, idle: no frame yet
     stream.close()
-    time.sleep(0.2)
+    wait_until(
+        lambda: said("the client left") > left, "the server saw its client leave"
+    )  # and saw its client go
     assert parent.call("Heartbeat").status_code == 200
     assert parent.proc.poll() is None
 
@@ -823,9 +825,10 @@ def test_server_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
 def test_wait_for_conversation_fully_idle(parent: FakeParent, conv: Conv) -> None:
     assert parent.call("WaitForConversationFullyIdle", {"conversationId": conv.id}).json() == {}
     parent.status(conv.id, running=True)
-    wait_for(
+    wait_until(
         lambda: parent.call("GetAllCascadeTrajectories").json()["trajectorySummaries"][conv.id]
-        .get("status") == "CASCADE_RUN_STATUS_RUNNING"
+        .get("status") == "CASCADE_RUN_STATUS_RUNNING",
+        "the server lists the conversation as running",
     )  # fmt: skip
     went_idle = threading.Event()
 

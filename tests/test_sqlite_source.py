@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 import uuid
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from agy_provider.plugins import sqlite_source
 from agy_provider.plugins.sqlite_source import SqliteEventSource
+from fakes import HANG
 
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
@@ -153,3 +155,23 @@ def test_a_database_that_fails_to_open_leaves_no_descriptor_behind(tmp_path: Pat
         assert open_here() == 0
     finally:
         gc.enable()
+
+
+async def test_a_cancelled_sqlite_poll_keeps_its_rows_for_the_next_one(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    writer = write_conversation(db, str(uuid.uuid4()), turns=1)
+    answer = writer.append(planner_step("what agy wrote before the abort", ""))
+    source = SqliteEventSource(db, min_index=STEPS_PER_TURN - 1)
+    await source.open()
+    try:
+        polling = asyncio.ensure_future(source.poll())
+        await asyncio.sleep(0)  # the read is in its worker thread now
+        polling.cancel()  # an abort lands while the read runs
+        await asyncio.gather(polling, return_exceptions=True)
+        # The abort's last read (forced): it must still see the row the cancelled read took.
+        steps = await asyncio.wait_for(source.poll(force=True), HANG)
+        assert [s.index for s in steps] == [answer]
+        assert steps[0].text == "what agy wrote before the abort"
+    finally:
+        await source.aclose()
+        writer.close()

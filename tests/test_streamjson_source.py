@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from agy_provider.plugins.streamjson_source import StreamJsonEventSource
-from test_turn_collaborators import Exits
-from test_turn_driver import CONVERSATION
-from test_turn_driver import HANG
-from test_turn_driver import FakeProcess
-from test_turn_driver import Script
-from test_turn_driver import edges_for
+from fakes import CONVERSATION
+from fakes import HANG
+from fakes import Exits
+from fakes import FakeProcess
+from fakes import Script
+from fakes import edges_for
 
 from agy_provider.agy import stdout as stdout_module
 from agy_provider.agy.stdout import StdoutEvents

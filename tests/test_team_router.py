@@ -25,9 +25,9 @@ from litellm_proxy import LiteLLMProxy
 from litellm_proxy import free_port
 from litellm_proxy import litellm_bin
 from live_helpers import agy_sim_path
+from live_helpers import recorded_user_inputs
 from live_helpers import scenario_answer
-from test_live_continuity import recorded_user_inputs
-from test_serve_security import ServeProcess
+from serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.slow
 

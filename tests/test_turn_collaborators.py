@@ -1,4 +1,4 @@
-"""The turn driver's collaborators alone, against the fakes of `test_turn_driver`: the source
+"""The turn driver's collaborators alone, against the fakes of a turn's edges (`fakes.py`): the source
 handover and its table of moves, the final drain, host-tool parking, the settling records, and
 the deadlines. Milliseconds, no agy.
 """
@@ -10,15 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import HANG
+from fakes import Exits
 from fakes import FakeParkedTurn
-from test_turn_driver import HANG
-from test_turn_driver import Script
-from test_turn_driver import collect
-from test_turn_driver import edges_for
-from test_turn_driver import planner
-from test_turn_driver import start_turn
-from test_turn_driver import until
-from test_turn_driver import user
+from fakes import Script
+from fakes import collect
+from fakes import edges_for
+from fakes import planner
+from fakes import start_turn
+from fakes import until
+from fakes import user
 
 from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepStatus
@@ -39,22 +40,13 @@ from agy_provider.live.parking import HostToolParking
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.settle import UnsavedRecords
 from agy_provider.live.settle import reached_record
+from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import Config
 from agy_provider.store.sessions import SessionRecord
 
 S = HandoverState
-
-
-class Exits:
-    """A process for the handover: `exited` says whether agy is gone."""
-
-    def __init__(self, exited: bool = False) -> None:
-        self.exited = exited
-
-    async def wait(self, timeout: float | None = None) -> int | None:
-        return 0 if self.exited else None
 
 
 def handover_for(
@@ -381,3 +373,19 @@ async def test_the_turn_deadline_ends_agy_even_while_it_makes_progress(tmp_path:
     last = events_task.result()[-1]
     assert isinstance(last, ErrorEvent) and "turn deadline" in (last.error.error_message or "")
     await wait_for_turns()
+
+
+async def test_the_rpc_source_left_for_the_final_drain_is_closed(tmp_path: Path) -> None:
+    script = Script()
+    edges = edges_for(script, tmp_path, names=("rpc", "sqlite"))
+    stream = start_turn(edges)
+    await until(lambda: len(script.sources) == 2)
+    rpc, backup = script.sources
+    assert (rpc.name, backup.name) == ("rpc", "sqlite")
+    rpc.enqueue([user(0), planner(1, "streamed over rpc")])  # the pump moved to rpc
+    await until(lambda: not rpc.queue)
+    script.processes[0].exit(0)  # agy exits: the database gives the last word
+    assert isinstance((await collect(stream))[-1], DoneEvent)
+    await wait_for_turns()
+    assert backup.closed
+    assert rpc.closed  # was left open: its stream task and HTTP client lived on

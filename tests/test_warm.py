@@ -28,6 +28,7 @@ from live_helpers import run_turn
 from live_helpers import scenario_answer
 from live_helpers import scenario_planners
 from live_helpers import text_of
+from waiting import until_true
 
 from agy_provider.agy.argv import TurnRequest
 from agy_provider.live.provider import stream_simple
@@ -436,11 +437,11 @@ async def test_status_lists_the_warm_agys_of_this_host(live_env: Path) -> None:
     def listed() -> dict[int, str]:
         return {e.pid: e.state for e in warm_registry.list_warm()}
 
-    # Written by the registry's own thread: bounded wait for it to catch up.
-    for _ in range(500):
-        if set(listed()) == set(kept) and "starting" not in listed().values():
-            break
-        await asyncio.sleep(0.02)
+    # Written by the registry's own thread: wait for it to catch up.
+    await until_true(
+        lambda: set(listed()) == set(kept) and "starting" not in listed().values(),
+        f"the registry lists the warm agys {sorted(kept)} as started (it lists {listed()})",
+    )
     states = listed()
     assert set(states) == set(kept)
     assert sorted(states.values()) == ["ready", "spare"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from live_helpers import live_env  # noqa: F401  (fixture)
+from waiting import until_true
 
 from agy_provider.live import fswatch
 from agy_provider.workers import in_background
@@ -140,15 +141,6 @@ def inotify_descriptors() -> int:
     return count
 
 
-async def until_true(check: object, timeout: float = 10.0) -> None:
-    assert callable(check)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 needs_inotify = pytest.mark.skipif(
     importlib.util.find_spec("inotify_simple") is None or not os.path.isdir("/proc/self/fd"),
     reason="inotify (Linux) is needed for the folder watch",
@@ -171,13 +163,15 @@ async def test_turns_starting_together_share_one_descriptor_and_all_hear_a_chang
     for watch in watches:
         assert watch is not None
         watch.close()
-    await until_true(lambda: inotify_descriptors() == before)  # closed in a worker thread
+    await until_true(
+        lambda: inotify_descriptors() == before, "the descriptor was closed"
+    )  # in a worker thread
     again = await fswatch.watch_folder(tmp_path, lambda name: True)
     assert again is not None  # a new watcher after the last one left gets a fresh descriptor
     (tmp_path / "b.db").write_bytes(b"y")
     assert await again.wait(10)
     again.close()
-    await until_true(lambda: inotify_descriptors() == before)
+    await until_true(lambda: inotify_descriptors() == before, "the descriptor was closed")
 
 
 @needs_inotify
@@ -193,7 +187,10 @@ async def test_watchers_cancelled_while_the_descriptor_is_made_leave_none_open(
         waiter.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
     key = (id(asyncio.get_running_loop()), str(tmp_path))
-    await until_true(lambda: inotify_descriptors() == before and key not in fswatch._making)
+    await until_true(
+        lambda: inotify_descriptors() == before and key not in fswatch._making,
+        "no descriptor is open or being made",
+    )
     assert key not in fswatch._shared
 
 

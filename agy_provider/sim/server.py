@@ -407,6 +407,8 @@ class LanguageServerProcess:
         if task is not None:
             self._streaming.add(task)
         try:
+            # Said in the log (as the stream's end below) so a test can wait for it, not sleep.
+            _log.info("%s stream open", STREAM_METHOD)
             phase = await self.service.stream_agent_state_updates(request.body, sink, client_gone)
             if phase is StreamPhase.ENDED and not client_gone.is_set():
                 await sink.finish()
@@ -419,6 +421,8 @@ class LanguageServerProcess:
             watcher.cancel()
             if task is not None:
                 self._streaming.discard(task)
+            if client_gone.is_set():
+                _log.info("%s stream ended: the client left", STREAM_METHOD)
         return False
 
 
