@@ -7,7 +7,6 @@ by the delta (bytes decoded, characters checked, strings shared rather than copi
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,14 @@ from agy_provider.agy.step import Step
 from agy_provider.agy.step import StepKind
 from agy_provider.agy.step import StepStatus
 from agy_provider.assembly.assembler import StepAssembler
+from agy_provider.contract.turn import Binding
+from agy_provider.contract.turn import TurnContext
 from agy_provider.errors import DecodeError
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ToolCall
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.writer import ConversationWriter
+from agy_provider.store.config import Config
 
 GENERATING, DONE = "CORTEX_STEP_STATUS_GENERATING", "CORTEX_STEP_STATUS_DONE"
 # Multibyte characters of every UTF-8 length, and CRLF line ends, in every delta.
@@ -310,7 +312,16 @@ def update_frame(index: int, text: str) -> dict[str, object]:
 
 
 def test_the_rpc_sources_stream_path_checks_only_the_growth() -> None:
-    turn = types.SimpleNamespace(binding=types.SimpleNamespace(conversation_id="c"), min_index=0)
+    turn = TurnContext(
+        session_id="",
+        prompt="",
+        cwd="/",
+        config=Config(),
+        event_source="rpc",
+        permissions="default",
+        min_index=0,
+        binding=Binding(path=Path("c.db"), conversation_id="c"),
+    )
     source = RpcEventSource(turn)
     text = ""
     for _ in range(6):
