@@ -11,21 +11,22 @@ import atexit
 import queue
 import sys
 import threading
-from typing import TYPE_CHECKING
-from typing import Any
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.pi.options import AbortSignal
 
+# Annotations only: `typing`, pi's values, asyncio and the turn machinery load with the first
+# turn, so `import agy_provider.sync` costs less than a host's import line (mypy reads the
+# constant by its name, as in the package root).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    # Annotations only: the turn machinery, asyncio and pi's stream load with the first turn,
-    # so `import agy_provider.sync` costs what a host's import line does.
     import asyncio
     import concurrent.futures
     from collections.abc import Generator
+    from typing import Any
 
     from agy_provider.pi.events import AssistantMessageEvent
     from agy_provider.pi.host_input import HostTurn
+    from agy_provider.pi.options import AbortSignal
     from agy_provider.pi.stream import TurnFacts
     from agy_provider.pi.types import AssistantMessage
 
@@ -55,6 +56,7 @@ class _TurnThread:
     """
 
     def __init__(self, turn: HostTurn, kwargs: dict[str, Any]) -> None:
+        from agy_provider.pi.options import AbortSignal
         from agy_provider.pi.stream import TurnFacts
 
         self.stop = AbortSignal()
@@ -114,6 +116,7 @@ class _Resumed:
     """The call that brings a parked turn its tool results, run on that turn's loop."""
 
     def __init__(self, turn: HostTurn, kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        from agy_provider.pi.options import AbortSignal
         from agy_provider.pi.stream import TurnFacts
 
         self.stop = AbortSignal()
