@@ -140,6 +140,61 @@ def test_a_hosts_import_line_loads_only_pis_types_and_the_light_provider() -> No
     assert not new & (LIVE | REPLAY), new
 
 
+# What the blocking API needs only once a turn runs: the turn machinery and what it imports.
+TURN_MACHINERY = {
+    "agy_provider.hosts._turns",
+    "agy_provider.live.parking",
+    "agy_provider.live.provider",
+    "agy_provider.live.turn",
+    "agy_provider.pi.host_input",
+    "agy_provider.pi.stream",
+    "agy_provider.plugin_manager",
+    "concurrent.futures",
+    "logging",
+    "mcp",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "starlette",
+    "subprocess",
+    "uvicorn",
+}
+
+
+def test_the_sync_api_loads_no_turn_machinery() -> None:
+    # `import agy_provider.sync` costs less than a host's import line: `iter_events` and
+    # `complete` import pi's values, the turn (and asyncio) at their first call.
+    new = loaded_after(
+        "import agy_provider.sync\nfrom agy_provider.sync import complete, iter_events"
+    )
+    heavy = new & (LIVE | REPLAY | TURN_MACHINERY)
+    assert not heavy, sorted(heavy)
+    ours = {m for m in new if m.startswith("agy_provider")}
+    assert ours == {
+        "agy_provider",
+        "agy_provider.errors",
+        "agy_provider.hosts",
+        "agy_provider.hosts.sync",
+        "agy_provider.sync",
+    }, sorted(ours)
+
+
+def test_the_sync_api_imports_the_turn_at_its_first_call() -> None:
+    # The lazy imports are real: a first blocking turn loads the machinery and ends (agy is
+    # missing here, so with an `error` event naming it).
+    new = loaded_after(
+        "from agy_provider import Context, Model, UserMessage\n"
+        "from agy_provider.sync import complete\n"
+        "model = Model(id='x', name='x', api='agy', provider='agy', base_url='',\n"
+        "              reasoning=True, context_window=0, max_tokens=0)\n"
+        "context = Context(messages=[UserMessage(content='hi', timestamp=0)])\n"
+        "message = complete(model, context, agy_bin='/nonexistent/agy')\n"
+        "assert message.stop_reason == 'error', message\n"
+        "assert '/nonexistent/agy' in (message.error_message or ''), message"
+    )
+    assert {"asyncio", "agy_provider.live.turn", "agy_provider.hosts._turns"} <= new
+
+
 FIRST_TURN = (
     "import asyncio\n"
     "from agy_provider import Context, Model, UserMessage, stream_simple\n"

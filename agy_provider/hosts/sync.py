@@ -7,34 +7,33 @@ until agy's process tree is gone; so does the interpreter's exit.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
-import contextlib
-import logging
 import queue
+import sys
 import threading
-from collections.abc import Generator
-from typing import Any
 
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.hosts._turns import start_turn
-from agy_provider.live.provider import wait_for_turns
-from agy_provider.live.turn import PARKED
-from agy_provider.live.turn import STOPPED_WAITING
-from agy_provider.pi.abort_bridge import forward_until_turn_ends
-from agy_provider.pi.events import AssistantMessageEvent
-from agy_provider.pi.events import DoneEvent
-from agy_provider.pi.events import ErrorEvent
-from agy_provider.pi.host_input import HostTurn
-from agy_provider.pi.host_input import normalise_turn
-from agy_provider.pi.options import AbortSignal
-from agy_provider.pi.stream import TurnFacts
-from agy_provider.pi.types import AssistantMessage
+
+# Annotations only: `typing`, pi's values, asyncio and the turn machinery load with the first
+# turn, so `import agy_provider.sync` costs less than a host's import line (mypy reads the
+# constant by its name, as in the package root).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
+    from collections.abc import Generator
+    from typing import Any
+
+    from agy_provider.pi.events import AssistantMessageEvent
+    from agy_provider.pi.host_input import HostTurn
+    from agy_provider.pi.options import AbortSignal
+    from agy_provider.pi.stream import TurnFacts
+    from agy_provider.pi.types import AssistantMessage
 
 __all__ = ["complete", "iter_events"]
 
-log = logging.getLogger(__name__)
+# Until it is imported no turn has parked: the parked turns need not be looked for.
+_PARKING = "agy_provider.live.parking"
 
 # How long stopping may take before we say so: an abort lands within ~200 ms and agy's tree is
 # then ended (TERM, 0.1 s, KILL); this only bounds a hang, on a busy machine, with a warning.
@@ -57,6 +56,9 @@ class _TurnThread:
     """
 
     def __init__(self, turn: HostTurn, kwargs: dict[str, Any]) -> None:
+        from agy_provider.pi.options import AbortSignal
+        from agy_provider.pi.stream import TurnFacts
+
         self.stop = AbortSignal()
         self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
         self.parked = False  # the stream ended `toolUse`: the turn waits for tool results
@@ -66,10 +68,13 @@ class _TurnThread:
         self._thread = threading.Thread(target=self._main, name="agy-provider turn", daemon=True)
 
     def start(self) -> None:
+        _stop_turns_at_exit()
         _live.add(self)
         self._thread.start()
 
     def _main(self) -> None:
+        import asyncio
+
         try:
             asyncio.run(self._run())
         except BaseException as exc:  # handed to the caller's thread, never lost here
@@ -80,6 +85,9 @@ class _TurnThread:
             _live.discard(self)
 
     async def _run(self) -> None:
+        from agy_provider.hosts._turns import start_turn
+        from agy_provider.live.provider import wait_for_turns
+
         stream = start_turn(self._turn, self.stop, **self._kwargs)
         self.parked = await _relay(stream, self._turn, self.stop, self.events)
         self.facts = stream.facts
@@ -101,13 +109,16 @@ class _TurnThread:
             _end_parked_turns()
         self._thread.join(_STOP_BOUND)
         if self._thread.is_alive():
-            log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
+            _warn_slow_stop(reason)
 
 
 class _Resumed:
     """The call that brings a parked turn its tool results, run on that turn's loop."""
 
     def __init__(self, turn: HostTurn, kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        from agy_provider.pi.options import AbortSignal
+        from agy_provider.pi.stream import TurnFacts
+
         self.stop = AbortSignal()
         self.events: queue.SimpleQueue[AssistantMessageEvent | _End] = queue.SimpleQueue()
         self.parked = False
@@ -118,6 +129,8 @@ class _Resumed:
         self._done: concurrent.futures.Future[None] | None = None
 
     def start(self) -> None:
+        import asyncio
+
         work = self._run()
         try:
             self._done = asyncio.run_coroutine_threadsafe(work, self._loop)
@@ -132,6 +145,10 @@ class _Resumed:
         return self._loop.is_closed() and (done is None or not done.done() or done.cancelled())
 
     async def _run(self) -> None:
+        import asyncio
+
+        from agy_provider.hosts._turns import start_turn
+
         try:
             stream = start_turn(self._turn, self.stop, **self._kwargs)
             self.parked = await _relay(stream, self._turn, self.stop, self.events)
@@ -148,12 +165,14 @@ class _Resumed:
     def finish(self, reason: str) -> None:
         if self.parked and reason != _EXITING:
             return
+        import concurrent.futures
+
         self.stop.abort(reason)
         if self._done is not None:
             try:
                 self._done.result(_STOP_BOUND)
             except concurrent.futures.TimeoutError:
-                log.warning("the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason)
+                _warn_slow_stop(reason)
             except BaseException:  # already handed to the caller as its _End
                 pass
 
@@ -165,6 +184,11 @@ async def _relay(
     events: queue.SimpleQueue[AssistantMessageEvent | _End],
 ) -> bool:
     """Pass the stream's events on; True when it ended `toolUse` (the turn is parked)."""
+    import asyncio
+
+    from agy_provider.pi.abort_bridge import forward_until_turn_ends
+    from agy_provider.pi.events import DoneEvent
+
     host_signal = turn.options.signal
     follow = None
     if host_signal is not None:
@@ -182,11 +206,27 @@ async def _relay(
 
 def _end_parked_turns() -> None:
     """End every parked turn on its own loop, from any thread (the interpreter is exiting)."""
+    if _PARKING not in sys.modules:
+        return  # no turn ever parked in this process
+    import asyncio
+    import contextlib
+
+    from agy_provider.live.parking import PARKED
+    from agy_provider.live.parking import STOPPED_WAITING
+
     for parked in PARKED.all():
         loop = parked.loop
         if loop is not None and loop.is_running():
             with contextlib.suppress(RuntimeError):
                 asyncio.run_coroutine_threadsafe(parked.end_parked(STOPPED_WAITING), loop)
+
+
+def _warn_slow_stop(reason: str) -> None:
+    import logging  # only for this warning: `import agy_provider.sync` stays light
+
+    logging.getLogger(__name__).warning(
+        "the agy turn did not stop within %.0f s of %s", _STOP_BOUND, reason
+    )
 
 
 _EXITING = "the interpreter exiting"
@@ -201,14 +241,31 @@ def _stop_all_turns() -> None:
         runner.finish(_EXITING)
 
 
-# Before concurrent.futures refuses new work at exit (its own hook, registered earlier, runs
-# after this one): ending a turn saves its session and reads agy's database in worker threads.
-# `threading._register_atexit` is how concurrent.futures itself does it; plain atexit otherwise.
-_register_early = getattr(threading, "_register_atexit", None)
-if callable(_register_early):
-    _register_early(_stop_all_turns)
-else:
-    atexit.register(_stop_all_turns)
+_hook_lock = threading.Lock()
+_hooked = False
+
+
+def _stop_turns_at_exit() -> None:
+    """Have the interpreter's exit end every turn, before concurrent.futures refuses new work:
+    ending a turn saves its session and reads agy's database in worker threads.
+
+    Called at the first turn, not at import (which loads no turn machinery): the exit hooks
+    run last-registered first, so concurrent.futures' own is registered first, by importing it
+    here. `threading._register_atexit` is how concurrent.futures itself does it; plain atexit
+    otherwise.
+    """
+    global _hooked
+    with _hook_lock:
+        if _hooked:
+            return
+        import concurrent.futures.thread  # noqa: F401  (registers its exit hook, to run after ours)
+
+        register = getattr(threading, "_register_atexit", None)
+        if callable(register):
+            register(_stop_all_turns)
+        else:
+            atexit.register(_stop_all_turns)
+        _hooked = True
 
 
 def iter_events(
@@ -229,6 +286,8 @@ def iter_events(
     itself is its final `error` event. When the events have run out, the generator returns the
     turn's `TurnFacts` (the value of its `StopIteration`): the conversation, agy's exit code.
     """
+    from agy_provider.pi.host_input import normalise_turn
+
     turn = normalise_turn(model, context, options)
     return _events(turn, dict(kwargs))
 
@@ -236,9 +295,15 @@ def iter_events(
 def _events(
     turn: HostTurn, kwargs: dict[str, Any]
 ) -> Generator[AssistantMessageEvent, None, TurnFacts]:
+    from agy_provider.pi.events import DoneEvent
+
     runner: _TurnThread | _Resumed = _TurnThread(turn, kwargs)
-    found = PARKED.find(turn.context.messages, turn.options.session_id or "")
-    loop = found[0].loop if found is not None else None
+    loop = None
+    if _PARKING in sys.modules:  # else no turn has parked yet: this one is new
+        from agy_provider.live.parking import PARKED
+
+        found = PARKED.find(turn.context.messages, turn.options.session_id or "")
+        loop = found[0].loop if found is not None else None
     if loop is not None and loop.is_running():
         try:  # tool results for a turn parked on its loop: the same turn goes on
             resumed = _Resumed(turn, kwargs, loop)
@@ -283,6 +348,9 @@ def complete(
     Blocking and loop-free like `iter_events`; an abort signal in `options` (a
     `threading.Event` set from another thread, our `AbortSignal`, …) ends it `aborted`.
     """
+    from agy_provider.pi.events import DoneEvent
+    from agy_provider.pi.events import ErrorEvent
+
     final: AssistantMessage | None = None
     for event in iter_events(model, context, options, **kwargs):
         if isinstance(event, DoneEvent):
