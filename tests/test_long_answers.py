@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from agy_provider.plugins.sqlite_source import SqliteEventSource
 
 from agy_provider.agy.database import BLOB_READ_BYTES
@@ -21,6 +22,9 @@ from agy_provider.agy.step import Step
 from agy_provider.assembly.assembler import StepAssembler
 from agy_provider.sim.bulk import planner_step
 from agy_provider.sim.writer import ConversationWriter
+from agy_provider.wire.connect import HEADER_BYTES
+from agy_provider.wire.connect import EnvelopeDecoder
+from agy_provider.wire.connect import encode_envelope
 
 GENERATING, DONE = "CORTEX_STEP_STATUS_GENERATING", "CORTEX_STEP_STATUS_DONE"
 # Multibyte characters of every UTF-8 length; an odd length, so deltas cut them anywhere.
@@ -145,6 +149,24 @@ async def test_a_long_row_grown_shrunk_and_replaced_reads_as_a_fresh_decode(tmp_
     finally:
         await source.aclose()
         writer.close()
+
+
+@pytest.mark.parametrize("fed", [0, 1, HEADER_BYTES - 1, HEADER_BYTES, HEADER_BYTES + 7])
+def test_completes_frame_says_no_only_when_the_payload_would_still_be_short(fed: int) -> None:
+    payload = bytes(range(256)) * 40
+    stream = encode_envelope(payload)
+    decoder = EnvelopeDecoder()
+    decoder.feed(stream[:fed])
+    assert decoder.next_frame() is not None  # NEED_DATA; reads the header once it is whole
+    rest = stream[fed:]
+    for cut in (1, 100, len(rest) - 1):
+        # A header neither parsed nor whole at the start of the data: "maybe", the parse decides.
+        header_known = fed >= HEADER_BYTES or (fed == 0 and cut >= HEADER_BYTES)
+        assert decoder.completes_frame(rest[:cut]) is (not header_known)
+    assert decoder.completes_frame(rest) is True
+    decoder.feed(rest)
+    frame = decoder.next_frame()
+    assert not isinstance(frame, type(None)) and getattr(frame, "payload", None) == payload
 
 
 def test_steps_compare_equal_after_a_blob_read(tmp_path: Path) -> None:
