@@ -18,7 +18,13 @@ process with `PYTHONPATH` set to its tree. Run:
 Issue 31's comparison: `--sizes 262144,1048576 --chunk 4096 --rounds 3` measures each answer
 size in deltas of `--chunk` characters, sizes and sides interleaved round by round, and prints,
 per source and side, the per-delta CPU at each size, the whole answer's CPU ratio and the
-per-delta ratio between the largest and the smallest size (medians over the rounds).
+per-delta ratio between the largest and the smallest size (medians over the rounds), then each
+of issue 31's goals against its figure, ours beside the baseline's: 4x the answer costs at most
+5x the CPU; the last 10 % of deltas at most 1.5x the first 10 %; at most 1.5 ms per delta at the
+largest size (sqlite and rpc). `--sources stream-json` adds the stream-json source for
+reference: a writer process prints agy's `step_update` lines with each delta's `text_delta`, in
+lockstep, and the reader reads its stdout as the runner does (64 KiB reads into `StdoutEvents`)
+until the delta came out of the `StreamJsonEventSource` and the assembler.
 """
 
 from __future__ import annotations
@@ -132,6 +138,29 @@ def rpc_server_main(size: int, deltas: int, ascii_only: bool) -> None:
         server.close()
 
     asyncio.run(serve())
+
+
+def streamjson_writer_main(size: int, deltas: int, ascii_only: bool) -> None:
+    """agy's stdout for one growing answer: `init`, then one `step_update` line per delta."""
+    text = answer_text(size, ascii_only=ascii_only)
+    out = sys.stdout.buffer
+    out.write(json.dumps({"event": "init", "conversation_id": CONVERSATION}).encode() + b"\n")
+    out.flush()
+    start = 0
+    for end in cuts(size, deltas):
+        if sys.stdin.readline().strip() != "go":
+            break
+        update = {
+            "conversation_id": CONVERSATION,
+            "step_index": 1,
+            "state": "ACTIVE",
+            "step_type": "agent_response",
+            "text_delta": text[start:end],
+        }
+        line = json.dumps({"event": "step_update", "step_update": update}, separators=(",", ":"))
+        out.write(line.encode() + b"\n")
+        out.flush()
+        start = end
 
 
 class Peer:
@@ -252,8 +281,57 @@ async def measure_rpc(size: int, deltas: int, ascii_only: bool) -> list[float]:
     return cpu
 
 
+async def measure_streamjson(size: int, deltas: int, ascii_only: bool) -> list[float]:
+    from agy_provider.plugins.streamjson_source import StreamJsonEventSource
+
+    from agy_provider.agy.rpcjson import decode_json_step
+    from agy_provider.agy.stdout import StdoutEvents
+    from agy_provider.assembly.assembler import StepAssembler
+
+    argv = [__file__, "--streamjson-writer", str(size), str(deltas), str(int(ascii_only))]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    events = StdoutEvents()
+    source = StreamJsonEventSource(events, min_index=-1)
+    await source.open()
+    assembler = StepAssembler(model="bench")
+    user = {
+        "type": "CORTEX_STEP_TYPE_USER_INPUT",
+        "status": "CORTEX_STEP_STATUS_DONE",
+        "userInput": {"userResponse": "write me a megabyte"},
+    }
+    assembler.feed([decode_json_step(user, index=0)])
+    cpu: list[float] = []
+    streamed = lines = 0
+    try:
+        for k, end in enumerate(cuts(size, deltas)):
+            proc.stdin.write(b"go\n")
+            await proc.stdin.drain()
+            start = time.process_time()
+            while lines < k + 2:  # `init` and this delta's line, read as the runner reads
+                chunk = await proc.stdout.read(65536)
+                if not chunk:
+                    raise SystemExit("stream-json: the writer stopped early")
+                events.feed(chunk)
+                lines += chunk.count(b"\n")
+            while streamed < end:
+                streamed += _delta_chars(assembler.feed(await source.poll()))
+                if streamed < end:
+                    await source.wait(0.05)  # a long text's snapshot is due within FLUSH_EVERY
+            cpu.append(time.process_time() - start)
+    finally:
+        proc.stdin.close()
+        await proc.wait()
+        await source.aclose()
+    if streamed != size:
+        raise SystemExit(f"stream-json: streamed {streamed} characters of {size}")
+    return cpu
+
+
 def measure_main(source: str, size: int, deltas: int, ascii_only: bool) -> None:
-    run = measure_sqlite if source == "sqlite" else measure_rpc
+    run = {"sqlite": measure_sqlite, "rpc": measure_rpc, "stream-json": measure_streamjson}[source]
     cpu = asyncio.run(run(size, deltas, ascii_only))
     print(json.dumps(cpu))
 
@@ -318,6 +396,29 @@ def parts_main(size: int, deltas: int, ascii_only: bool) -> None:
         )
         reader.close()
         writer.close()
+        # The source's own read of it (a blob handle for a large payload since issue 31).
+        try:
+            from agy_provider.agy.database import open_conversation_db
+            from agy_provider.agy.database import read_snapshot
+            from agy_provider.agy.database import read_step_rows
+            from agy_provider.sim.writer import ConversationWriter
+
+            steps = [planner_step(text[:n], "", status=GENERATING) for n in (old_end, end)]
+            conversation = ConversationWriter(Path(tmp) / "conversation.db", CONVERSATION)
+            index = conversation.append(steps[0])
+            source_conn = open_conversation_db(Path(tmp) / "conversation.db")
+            timed = []
+            for n in range(15):
+                conversation.update(index, steps[n % 2])
+                start = time.thread_time()
+                with read_snapshot(source_conn):
+                    read_step_rows(source_conn, [index])
+                timed.append(time.thread_time() - start)
+            rows.append(("sqlite: read_step_rows of the rewritten row", min(timed) * 1000))
+            source_conn.close()
+            conversation.close()
+        except ImportError:
+            pass
 
     def grown_row() -> None:
         texts = GrowingTexts()
@@ -422,6 +523,36 @@ def summary(cpu: list[float]) -> tuple[float, float, float]:
     return first, last, sum(cpu)
 
 
+# Issue 31's goals: (figure, how it is shown, the bound, the sources it binds).
+GOALS = (
+    ("growth", "{n}x the answer: whole-answer CPU ratio", 5.0, ("sqlite", "rpc", "stream-json")),
+    ("flat", "last 10 % / first 10 % of deltas at {size}", 1.5, ("sqlite", "rpc", "stream-json")),
+    ("per_delta", "mean CPU per delta at {size}, ms", 1.5, ("sqlite", "rpc")),
+)
+
+
+def print_goals(
+    figures: dict[tuple[str, str], dict[str, float]],
+    configs: list[tuple[int, int]],
+    sides: list[str],
+    rounds: int,
+) -> None:
+    """Each goal against ours, the baseline's figure beside it (medians over the rounds)."""
+    if len(configs) < 2:
+        return
+    small, large = configs[0][0], configs[-1][0]
+    print(f"\ngoals (issue 31; medians of {rounds} round(s)); ours, then the baseline's")
+    for source in dict.fromkeys(source for source, _ in figures):
+        for key, label, bound, binds in GOALS:
+            ours = figures[(source, "ours")][key]
+            shown = label.format(n=f"{large / small:.0f}", size=f"{large:,}")
+            verdict = ("PASS" if ours <= bound else "FAIL") if source in binds else "reference"
+            line = f"  {source:<11} {shown:<48} {ours:6.2f} (goal <= {bound}) {verdict}"
+            if "base" in sides:
+                line += f"   base {figures[(source, 'base')][key]:6.2f}"
+            print(line)
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--sqlite-writer":
         db, size, deltas, ascii_only = sys.argv[2:6]
@@ -430,6 +561,10 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--rpc-server":
         size, deltas, ascii_only = sys.argv[2:5]
         rpc_server_main(int(size), int(deltas), ascii_only == "1")
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--streamjson-writer":
+        size, deltas, ascii_only = sys.argv[2:5]
+        streamjson_writer_main(int(size), int(deltas), ascii_only == "1")
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--parts":
         size, deltas, ascii_only = sys.argv[2:5]
@@ -444,7 +579,7 @@ def main() -> int:
     parser.add_argument("--deltas", type=int, default=400)
     parser.add_argument("--sizes", help="answer sizes to compare (comma-separated); see --chunk")
     parser.add_argument("--chunk", type=int, help="characters per delta (deltas = size / chunk)")
-    parser.add_argument("--sources", default="sqlite,rpc")
+    parser.add_argument("--sources", default="sqlite,rpc", help="of sqlite, rpc, stream-json")
     parser.add_argument("--base", type=Path, help="a checkout to measure as the baseline")
     parser.add_argument("--rounds", type=int, default=1, help="runs per side, interleaved")
     parser.add_argument("--ascii", action="store_true", help="an all-ASCII answer")
@@ -464,6 +599,7 @@ def main() -> int:
     for name, tree in trees:
         print(f"  {name}: {tree} at {tree_label(tree)}")
     print("\nreader CPU per delta (ms, median of the first / last 10 % of deltas, and the mean)")
+    figures: dict[tuple[str, str], dict[str, float]] = {}
     for source in args.sources.split(","):
         results: dict[tuple[str, int], list[list[float]]] = {}
         for _round in range(args.rounds):
@@ -479,20 +615,27 @@ def main() -> int:
                 for cpu in runs:
                     first, last, total = summary(cpu)
                     print(
-                        f"  {source:<6} {name:<4} {size:>9,}  first {first:6.2f}  last {last:6.2f}"
+                        f"  {source:<11} {name:<4} {size:>9,}  first {first:6.2f}  last {last:6.2f}"
                         f"  last/first {last / first:5.2f}x  mean {total / len(cpu) * 1000:6.2f}"
                         f"  whole answer {total:6.2f} s CPU"
                     )
                 means[size] = statistics.median(sum(c) / len(c) for c in runs) * 1000
                 totals[size] = statistics.median(sum(c) for c in runs)
+            small, large = configs[0][0], configs[-1][0]
+            flat = statistics.median(summary(c)[1] / summary(c)[0] for c in results[(name, large)])
+            figures[(source, name)] = {
+                "growth": totals[large] / totals[small],
+                "flat": flat,
+                "per_delta": means[large],
+            }
             if len(configs) > 1:
-                small, large = configs[0][0], configs[-1][0]
                 print(
-                    f"  {source:<6} {name:<4} {large / small:.0f}x the answer: whole answer "
+                    f"  {source:<11} {name:<4} {large / small:.0f}x the answer: whole answer "
                     f"{totals[large] / totals[small]:5.2f}x the CPU, per delta "
                     f"{means[large] / means[small]:5.2f}x ({means[small]:.2f} -> "
                     f"{means[large]:.2f} ms, medians of {args.rounds})"
                 )
+    print_goals(figures, configs, [name for name, _ in trees], args.rounds)
     # What is still proportional to the whole text, in this tree: one late delta's parts.
     size, deltas = configs[-1]
     argv = [sys.executable, __file__, "--parts", str(size), str(deltas)]

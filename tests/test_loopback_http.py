@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from agy_provider.rpc.client import _unverified_tls
+from agy_provider.rpc.loopback_http import CHUNK_PIECE_BYTES
 from agy_provider.rpc.loopback_http import LoopbackTransport
 from agy_provider.sim.tls import make_server_context
 
@@ -111,6 +112,39 @@ async def test_a_chunked_body_split_into_single_bytes() -> None:
         assert b"".join(pieces) == b"hello world" and pieces == [b"hello", b" ", b"world"]
         assert (await http.post(url, content=b"x")).text == "hello world"
     assert per_connection == [2]
+
+
+async def test_a_large_chunk_is_passed_on_in_pieces_that_join_to_it() -> None:
+    """A chunk over CHUNK_PIECE_BYTES (a growing answer's Connect frame) comes out in the pieces
+    it arrives in, none larger than that, and they join to exactly the chunk; the connection
+    is still reused after it."""
+    big = bytes(range(256)) * (3 * CHUNK_PIECE_BYTES // 256 + 7)
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%s\r\n3\r\nend\r\n0\r\n\r\n" % (len(big), big))
+        await writer.drain()
+        return True
+
+    async with serving(chunked) as (url, per_connection), client() as http:
+        async with http.stream("POST", url, content=b"x") as response:
+            pieces = [piece async for piece in response.aiter_raw()]
+        assert b"".join(pieces) == big + b"end"
+        assert len(pieces) > 3 and max(len(p) for p in pieces) <= CHUNK_PIECE_BYTES
+        assert (await http.post(url, content=b"x")).content == big + b"end"
+    assert per_connection == [2]
+
+
+async def test_a_server_gone_inside_a_large_chunk_is_a_protocol_error() -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n" % (CHUNK_PIECE_BYTES * 3) + b"x" * CHUNK_PIECE_BYTES)
+        await writer.drain()
+        return False  # closes the connection a chunk short
+
+    async with serving(cut) as (url, _), client() as http:
+        with pytest.raises(httpx.RemoteProtocolError, match="mid-body"):
+            await http.post(url, content=b"")
 
 
 async def test_connection_close_and_a_body_read_to_the_end_are_not_reused() -> None:

@@ -99,6 +99,27 @@ async def test_stream_frames_split_or_packed_decode_the_same(size: int) -> None:
     await client.aclose()
 
 
+@pytest.mark.parametrize("size", [65536, 256 * 1024, 10**7])
+async def test_big_frames_fed_in_pieces_parse_once_whole_between_small_ones(size: int) -> None:
+    """Frames over PARSE_OFF_LOOP_BYTES, arriving in pieces (or in one read with the frames
+    around them), come out whole and in order with the small frames around them; a growing
+    answer sent whole each time comes out grown each time."""
+    answer = "Line with é, ☕ and 𝄞 — ok.\r\n" * 30000  # ~1 MB of JSON string, twice a frame
+    messages: list[dict[str, Any]] = [{"update": {"n": 0}}]
+    for n in (1, 2, 3):
+        text = answer[: len(answer) * n // 3]
+        messages.append({"update": {"n": n, "response": text, "modifiedResponse": text}})
+        messages.append({"update": {"n": n, "small": "x" * n}})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Chunked(frames(*messages), size))
+
+    client = client_for(handler)
+    got = [m async for m in client.stream("StreamAgentStateUpdates", {"conversationId": "c"})]
+    assert got == messages
+    await client.aclose()
+
+
 async def test_stream_errors() -> None:
     bodies = {
         "trailer": frames(

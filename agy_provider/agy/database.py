@@ -17,6 +17,7 @@ from typing import Any
 from agy_provider.errors import DatabaseError
 
 __all__ = [
+    "BLOB_READ_BYTES",
     "STEP_COLUMNS",
     "StepRow",
     "data_version",
@@ -39,6 +40,8 @@ __all__ = [
 
 # The columns we know (newer builds add some: select by name, never `*`).
 STEP_COLUMNS = ("idx", "step_type", "status", "metadata", "error_details", "step_payload")
+# A payload this large is read through a blob handle (one copy instead of two; issue 31).
+BLOB_READ_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,20 +273,66 @@ def newest_step_index(path: str | os.PathLike[str]) -> int:
 
 
 def read_step_rows(conn: sqlite3.Connection, indices: Sequence[int]) -> list[StepRow]:
-    """The full rows with these indices, in index order (the columns of `STEP_COLUMNS`)."""
+    """The full rows with these indices, in index order (the columns of `STEP_COLUMNS`).
+
+    Call it inside one read transaction (`read_snapshot`): a payload of `BLOB_READ_BYTES` or more
+    is read through an incremental blob handle of that same transaction (see `_large_payload`).
+    """
     if not indices:
         return []
     marks = ",".join("?" * len(indices))
-    columns = ", ".join(STEP_COLUMNS)
-    cursor = conn.execute(
-        f"SELECT {columns} FROM steps WHERE typeof(idx) = 'integer' AND idx IN ({marks}) "
-        "ORDER BY idx",
-        tuple(indices),
-    )
+    # A large blob's value is left out of the row (SQLite reads `typeof` and `length` from the
+    # record header without loading the value) and read apart; every other payload as it is.
+    large = "typeof(step_payload) = 'blob' AND length(step_payload) >= ?"
+    try:
+        found = conn.execute(
+            "SELECT idx, step_type, status, metadata, error_details, "
+            f"CASE WHEN {large} THEN NULL ELSE step_payload END, "
+            f"CASE WHEN {large} THEN rowid END, length(step_payload) "
+            f"FROM steps WHERE typeof(idx) = 'integer' AND idx IN ({marks}) ORDER BY idx",
+            (BLOB_READ_BYTES, BLOB_READ_BYTES, *indices),
+        ).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "rowid" not in str(exc):
+            raise  # busy or locked: the caller's to handle, as for any read
+        # A table without rowids (not agy's schema) has no blob handles: every payload whole.
+        found = conn.execute(
+            "SELECT idx, step_type, status, metadata, error_details, step_payload, NULL, NULL "
+            f"FROM steps WHERE typeof(idx) = 'integer' AND idx IN ({marks}) ORDER BY idx",
+            tuple(indices),
+        ).fetchall()
     return [
-        StepRow(int(idx), _int(t), _int(s), _blob(m), _blob(e), _blob(p))
-        for idx, t, s, m, e, p in cursor
+        StepRow(
+            int(idx),
+            _int(t),
+            _int(s),
+            _blob(m),
+            _blob(e),
+            _blob(p) if rowid is None else _large_payload(conn, int(idx), rowid, size),
+        )
+        for idx, t, s, m, e, p, rowid, size in found
     ]
+
+
+def _large_payload(conn: sqlite3.Connection, index: int, rowid: int, size: int) -> bytes | None:
+    """Row `rowid`'s payload of `size` bytes through an incremental blob handle.
+
+    A `SELECT` hands a blob over twice (SQLite copies it into a value of its own, Python copies
+    that into `bytes`: each copy a fresh block of megabytes for a growing answer's row, once per
+    delta); `blob.read()` copies SQLite's pages once, straight into the `bytes`. Inside the
+    caller's read transaction the handle sees the row the `SELECT` saw; should anything differ
+    (a size that does not match, a table without rowids), the row is selected as before.
+    """
+    try:
+        with conn.blobopen("steps", "step_payload", rowid, readonly=True) as blob:
+            if len(blob) == size:
+                return blob.read()
+    except sqlite3.Error:
+        pass
+    row = conn.execute(
+        "SELECT step_payload FROM steps WHERE typeof(idx) = 'integer' AND idx = ?", (index,)
+    ).fetchone()
+    return None if row is None else _blob(row[0])
 
 
 def iter_generator_rows(conn: sqlite3.Connection, *, path: str = "") -> Iterator[tuple[int, bytes]]:

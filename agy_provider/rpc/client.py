@@ -227,7 +227,8 @@ class ConnectClient:
                 except httpx.HTTPError as exc:
                     raise RpcError("unavailable", f"{method} stream broke: {exc}") from exc
                 unparsed += len(chunk)
-                if unparsed >= PARSE_OFF_LOOP_BYTES:
+                # A big frame's pieces before its last are only kept (no thread hop for them).
+                if unparsed >= PARSE_OFF_LOOP_BYTES and decoder.envelopes.completes_frame(chunk):
                     # A big frame (the first one replays every earlier step of a resumed
                     # conversation): parsing megabytes of JSON must not stall the loop.
                     messages = await off_loop(_take_messages, decoder, chunk, method)

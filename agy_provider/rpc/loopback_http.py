@@ -29,6 +29,9 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_IDLE_PER_SERVER: Final = 4
 # Reads of a body without chunks or length, and of a long `Content-Length` body, in pieces this size.
 READ_BYTES: Final = 64 * 1024
+# A body chunk larger than this is passed on piece by piece, each at most this large (asyncio
+# reads a socket 256 KiB at a time).
+CHUNK_PIECE_BYTES: Final = 256 * 1024
 
 _Key = tuple[str, str, int]
 
@@ -301,10 +304,24 @@ class _Body(httpx.AsyncByteStream):
                 return
             # The chunk and its CRLF read apart: slicing the CRLF off would copy the chunk again
             # (a Connect frame of a growing answer is megabytes, once per delta).
-            piece = await self._read(reader.readexactly(size))
+            if size <= CHUNK_PIECE_BYTES:
+                yield await self._read(reader.readexactly(size))
+            else:
+                # A large chunk is passed on in the pieces it arrives in: gathered here, it
+                # would be copied into the reader's buffer, out of it twice, and again by the
+                # caller's framing, each copy a fresh block of megabytes (issue 31); the
+                # Connect framing joins the pieces once.
+                remaining = size
+                while remaining:
+                    piece = await self._read(reader.read(min(remaining, CHUNK_PIECE_BYTES)))
+                    if not piece:
+                        raise httpx.RemoteProtocolError(
+                            "Server disconnected mid-body.", request=self._request
+                        )
+                    remaining -= len(piece)
+                    yield piece
             if await self._read(reader.readexactly(2)) != b"\r\n":
                 raise httpx.RemoteProtocolError("a chunk without its CRLF", request=self._request)
-            yield piece
 
     async def _read(self, read: Any) -> bytes:
         try:

@@ -198,6 +198,19 @@ class EnvelopeDecoder(FedChunks):
         self._header = None
         return Frame(flags, self._take(length), offset)
 
+    def completes_frame(self, data: bytes) -> bool:
+        """Whether feeding `data` may make a frame complete: False only when the next frame's
+        header is known (buffered, or at the start of `data`) and its payload would still be
+        short. Lets a caller that parses big frames elsewhere (a worker thread) feed the pieces
+        before the last where it is, for the price of a deque append."""
+        header = self._header
+        if header is not None:
+            return self._buffered + len(data) >= header[1]
+        if self._buffered == 0 and len(data) >= HEADER_BYTES:
+            length: int = _HEADER.unpack_from(data)[1]
+            return len(data) - HEADER_BYTES >= length
+        return True
+
     def frames(self) -> Iterator[Frame]:
         """Yield every complete frame buffered so far; stops at `NEED_DATA`."""
         while (frame := self.next_frame()) is not NEED_DATA:
