@@ -30,7 +30,6 @@ from starlette.routing import Route
 
 from agy_provider.errors import AgyError
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.errors import UsageError
 from agy_provider.hosts._turns import DEFAULT_MODEL_ID
 from agy_provider.hosts._turns import agy_catalog
 from agy_provider.hosts.serve import anthropic
@@ -73,14 +72,13 @@ from agy_provider.hosts.serve.tokens import estimate_context
 from agy_provider.hosts.serve.tokens import overflow_response
 from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.hosts.serve.turn import ServeTurns
+from agy_provider.hosts.serve.turn import check_request_images
 from agy_provider.hosts.serve.usage import QuotaUsage
 from agy_provider.http_serving import listening_socket
-from agy_provider.live.images import check_images
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
 from agy_provider.pi.types import AssistantMessage
-from agy_provider.pi.types import ImageContent
 from agy_provider.workers import off_loop
 
 __all__ = ["DEFAULT_PORT", "ServeServer", "ServeSettings", "is_loopback"]
@@ -299,7 +297,7 @@ class ServeServer:
             ask = dataclasses.replace(ask, model=choice.used)
             if record is not None:
                 record.model_used = choice.used
-            await _check_images(ask)
+            await check_request_images(ask.context)
             tokens = (
                 await off_loop(estimate_context, ask.context)
                 if big
@@ -524,20 +522,3 @@ async def _whole(turn: RunningTurn, receive: Any) -> AssistantMessageEvent | Non
         with contextlib.suppress(RuntimeError):
             await events.aclose()
     return consume.result() if consume in done and not consume.cancelled() else None
-
-
-async def _check_images(ask: ServeAsk) -> None:
-    """Every image of the request decodes and is what it says (png, jpeg, gif, webp): a
-    client's mistake is a 400 here, not a failed turn. Raises `RequestError`."""
-    images = [
-        block
-        for message in ask.context.messages
-        if not isinstance(message, AssistantMessage) and not isinstance(message.content, str)
-        for block in message.content
-        if isinstance(block, ImageContent)
-    ]
-    if images:
-        try:
-            await off_loop(check_images, images)  # decoding megabytes: off the loop
-        except UsageError as exc:
-            raise RequestError(str(exc)) from exc

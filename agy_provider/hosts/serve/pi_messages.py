@@ -41,7 +41,7 @@ from agy_provider.hosts.serve.owners import Owner
 from agy_provider.hosts.serve.owners import owner_of
 from agy_provider.hosts.serve.tokens import context_window
 from agy_provider.hosts.serve.tokens import estimate_context
-from agy_provider.live.images import check_images
+from agy_provider.hosts.serve.turn import check_request_images
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent
@@ -58,8 +58,6 @@ from agy_provider.pi.events import ToolCallStartEvent
 from agy_provider.pi.host_input import normalise_turn
 from agy_provider.pi.options import ThinkingLevel
 from agy_provider.pi.types import AssistantMessage
-from agy_provider.pi.types import Context
-from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import Message
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ThinkingContent
@@ -223,7 +221,7 @@ async def respond(server: PiMessagesServer, request: Request) -> Response:
             record.model_asked, record.key_source = ask.model, owner.source
             record.model_used = choice.used
         ask = dataclasses.replace(ask, model=choice.used)
-        await _check_images(ask.context)
+        await check_request_images(ask.context)
         tokens = (
             await off_loop(estimate_context, ask.context) if big else estimate_context(ask.context)
         )
@@ -248,21 +246,6 @@ async def respond(server: PiMessagesServer, request: Request) -> Response:
         return server.turns.start(ask, placement, owner, input_tokens=tokens)
 
     return SseResponse(_frames(server, start, record))
-
-
-async def _check_images(context: Context) -> None:
-    images = [
-        block
-        for message in context.messages
-        if not isinstance(message, AssistantMessage) and not isinstance(message.content, str)
-        for block in message.content
-        if isinstance(block, ImageContent)
-    ]
-    if images:
-        try:
-            await off_loop(check_images, images)  # decoding megabytes: off the loop
-        except UsageError as exc:
-            raise RequestError(str(exc)) from exc
 
 
 async def _frames(

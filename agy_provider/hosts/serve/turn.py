@@ -32,6 +32,7 @@ from agy_provider.hosts.serve.owners import SESSION_PREFIX
 from agy_provider.hosts.serve.owners import Owner
 from agy_provider.hosts.serve.owners import Owners
 from agy_provider.hosts.serve.owners import Placement
+from agy_provider.live.images import check_images
 from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.provider import wait_for_turns
 from agy_provider.live.runner import agy_version
@@ -49,12 +50,14 @@ from agy_provider.pi.options import AbortSignal
 from agy_provider.pi.options import SimpleStreamOptions
 from agy_provider.pi.stream import AssistantMessageEventStream
 from agy_provider.pi.types import AssistantMessage
+from agy_provider.pi.types import Context
+from agy_provider.pi.types import ImageContent
 from agy_provider.pi.types import TextContent
 from agy_provider.pi.types import ToolCall
 from agy_provider.store.config import load_config
 from agy_provider.workers import off_loop
 
-__all__ = ["ServeTurns", "StructuredOutputError", "parse_structured"]
+__all__ = ["ServeTurns", "StructuredOutputError", "check_request_images", "parse_structured"]
 
 log = logging.getLogger(__name__)
 
@@ -384,3 +387,20 @@ def final_message(event: AssistantMessageEvent) -> AssistantMessage | None:
     if isinstance(event, ErrorEvent):
         return event.error
     return None
+
+
+async def check_request_images(context: Context) -> None:
+    """Every image of the request decodes and is what it says (png, jpeg, gif, webp): a
+    client's mistake is a 400 here, not a failed turn. Raises `RequestError`."""
+    images = [
+        block
+        for message in context.messages
+        if not isinstance(message, AssistantMessage) and not isinstance(message.content, str)
+        for block in message.content
+        if isinstance(block, ImageContent)
+    ]
+    if images:
+        try:
+            await off_loop(check_images, images)  # decoding megabytes: off the loop
+        except UsageError as exc:
+            raise RequestError(str(exc)) from exc
