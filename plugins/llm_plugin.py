@@ -345,7 +345,7 @@ class AgyAsyncModel(_AgyModelBase, llm.AsyncModel):
         response: llm.AsyncResponse,
         conversation: llm.AsyncConversation | None,
     ) -> AsyncGenerator[StreamEvent, None]:
-        from agy_provider.hosts._turns import start_turn
+        from agy_provider.hosts.turns import start_turn
         from agy_provider.live.provider import wait_for_turns
         from agy_provider.pi.host_input import HostTurn
         from agy_provider.pi.options import AbortSignal

@@ -184,7 +184,7 @@ def test_our_own_types_pass_through_unchanged() -> None:
 
 
 def test_a_turn_built_of_our_types_passes_through_as_itself_every_time() -> None:
-    # What serve (and `hosts/_turns`, which normalises a host's input before `stream_simple`
+    # What serve (and `hosts/turns`, which normalises a host's input before `stream_simple`
     # does again) hands over: agy's Model, a Context of our messages with an image and tools,
     # options with metadata, a thinking level and our own signal. Nothing of it is read again
     # through the path for untyped ports: each part, down to each message, is the same object.

@@ -142,7 +142,7 @@ def test_a_hosts_import_line_loads_only_pis_types_and_the_light_provider() -> No
 
 # What the blocking API needs only once a turn runs: the turn machinery and what it imports.
 TURN_MACHINERY = {
-    "agy_provider.hosts._turns",
+    "agy_provider.hosts.turns",
     "agy_provider.live.parking",
     "agy_provider.live.provider",
     "agy_provider.live.turn",
@@ -192,7 +192,7 @@ def test_the_sync_api_imports_the_turn_at_its_first_call() -> None:
         "assert message.stop_reason == 'error', message\n"
         "assert '/nonexistent/agy' in (message.error_message or ''), message"
     )
-    assert {"asyncio", "agy_provider.live.turn", "agy_provider.hosts._turns"} <= new
+    assert {"asyncio", "agy_provider.live.turn", "agy_provider.hosts.turns"} <= new
 
 
 FIRST_TURN = (

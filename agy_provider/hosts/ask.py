@@ -437,7 +437,7 @@ async def ask_antigravity(
 
     request = _Request(prompt, cwd, model, thinking, mode, conversation, timeout, agy_bin)
     plan = await off_loop(_plan, request, own)
-    from agy_provider.hosts._turns import start_turn
+    from agy_provider.hosts.turns import start_turn
 
     progress = _Progress(on_progress, started)
     linked: asyncio.Future[None] | None = None

@@ -19,10 +19,10 @@ from typing import Any
 
 import pi_agent_core
 
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID
-from agy_provider.hosts._turns import PROVIDER_ID
-from agy_provider.hosts._turns import agy_catalog
-from agy_provider.hosts._turns import host_events
+from agy_provider.hosts.turns import DEFAULT_MODEL_ID
+from agy_provider.hosts.turns import PROVIDER_ID
+from agy_provider.hosts.turns import agy_catalog
+from agy_provider.hosts.turns import host_events
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent
 from agy_provider.pi.events import ErrorEvent

@@ -23,10 +23,10 @@ from pi_agents.ai.api_registry import register_api_provider
 from pi_agents.ai.api_registry import unregister_api_providers
 from pi_agents.ai.utils.event_stream import AssistantMessageEventStream
 
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID
-from agy_provider.hosts._turns import PROVIDER_ID
-from agy_provider.hosts._turns import agy_catalog
-from agy_provider.hosts._turns import host_events
+from agy_provider.hosts.turns import DEFAULT_MODEL_ID
+from agy_provider.hosts.turns import PROVIDER_ID
+from agy_provider.hosts.turns import agy_catalog
+from agy_provider.hosts.turns import host_events
 from agy_provider.pi.agy_model import agy_model
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.types import AssistantMessage

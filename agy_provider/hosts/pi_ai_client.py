@@ -23,10 +23,10 @@ from typing import Any
 
 from agy_provider.agy.models import AgyModel
 from agy_provider.errors import UsageError
-from agy_provider.hosts._turns import PROVIDER_ID
-from agy_provider.hosts._turns import agy_catalog
-from agy_provider.hosts._turns import host_events
-from agy_provider.hosts._turns import pi_models
+from agy_provider.hosts.turns import PROVIDER_ID
+from agy_provider.hosts.turns import agy_catalog
+from agy_provider.hosts.turns import host_events
+from agy_provider.hosts.turns import pi_models
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.options import AbortSignal
 

@@ -29,10 +29,10 @@ from pi_ai.types import TranscriptContext
 
 from agy_provider.agy.models import AgyModel
 from agy_provider.errors import AgyError
-from agy_provider.hosts._turns import PROVIDER_ID
-from agy_provider.hosts._turns import agy_catalog
-from agy_provider.hosts._turns import host_events
-from agy_provider.hosts._turns import pi_models
+from agy_provider.hosts.turns import PROVIDER_ID
+from agy_provider.hosts.turns import agy_catalog
+from agy_provider.hosts.turns import host_events
+from agy_provider.hosts.turns import pi_models
 
 __all__ = ["provider"]
 

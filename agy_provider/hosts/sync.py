@@ -85,7 +85,7 @@ class _TurnThread:
             _live.discard(self)
 
     async def _run(self) -> None:
-        from agy_provider.hosts._turns import start_turn
+        from agy_provider.hosts.turns import start_turn
         from agy_provider.live.provider import wait_for_turns
 
         stream = start_turn(self._turn, self.stop, **self._kwargs)
@@ -147,7 +147,7 @@ class _Resumed:
     async def _run(self) -> None:
         import asyncio
 
-        from agy_provider.hosts._turns import start_turn
+        from agy_provider.hosts.turns import start_turn
 
         try:
             stream = start_turn(self._turn, self.stop, **self._kwargs)

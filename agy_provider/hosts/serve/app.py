@@ -2,7 +2,7 @@
 Starlette app, its routes, and the uvicorn server it runs in (in-process, our own signals).
 
 A host of the provider like the others: each request is converted (`serve/convert`,
-`serve/responses_ask`), started through `hosts/_turns.start_turn` (`serve/turn`) and answered in
+`serve/responses_ask`), started through `hosts/turns.start_turn` (`serve/turn`) and answered in
 its API's shape (`serve/openai`, `serve/anthropic`, `serve/responses`); `serve/http` guards the
 door.
 """
@@ -30,8 +30,6 @@ from starlette.routing import Route
 
 from agy_provider.errors import AgyError
 from agy_provider.errors import IncompleteStreamError
-from agy_provider.hosts._turns import DEFAULT_MODEL_ID
-from agy_provider.hosts._turns import agy_catalog
 from agy_provider.hosts.serve import anthropic
 from agy_provider.hosts.serve import openai
 from agy_provider.hosts.serve import pi_messages
@@ -74,6 +72,8 @@ from agy_provider.hosts.serve.turn import RunningTurn
 from agy_provider.hosts.serve.turn import ServeTurns
 from agy_provider.hosts.serve.turn import check_request_images
 from agy_provider.hosts.serve.usage import QuotaUsage
+from agy_provider.hosts.turns import DEFAULT_MODEL_ID
+from agy_provider.hosts.turns import agy_catalog
 from agy_provider.http_serving import listening_socket
 from agy_provider.pi.events import AssistantMessageEvent
 from agy_provider.pi.events import DoneEvent

@@ -1,4 +1,4 @@
-"""serve's turns: one request's `ServeAsk` started through `hosts/_turns.start_turn`, its pi
+"""serve's turns: one request's `ServeAsk` started through `hosts/turns.start_turn`, its pi
 events relayed (structured output held back and validated), its answer remembered for the next.
 
 Owns the turns a server runs (`ServeTurns`: abort them all, wait until agy is gone) and the
@@ -23,8 +23,6 @@ from typing import Any
 from agy_provider.agy.argv import JSON_SCHEMA_OPTION
 from agy_provider.errors import AgyError
 from agy_provider.errors import UsageError
-from agy_provider.hosts._turns import refusal
-from agy_provider.hosts._turns import start_turn
 from agy_provider.hosts.serve.ask import RequestError
 from agy_provider.hosts.serve.ask import ServeAsk
 from agy_provider.hosts.serve.memory import DeliveredMessages
@@ -32,6 +30,8 @@ from agy_provider.hosts.serve.owners import SESSION_PREFIX
 from agy_provider.hosts.serve.owners import Owner
 from agy_provider.hosts.serve.owners import Owners
 from agy_provider.hosts.serve.owners import Placement
+from agy_provider.hosts.turns import refusal
+from agy_provider.hosts.turns import start_turn
 from agy_provider.live.images import check_images
 from agy_provider.live.parking import NO_RESUME_OPTION
 from agy_provider.live.provider import wait_for_turns
