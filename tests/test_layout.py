@@ -72,7 +72,9 @@ def module_name(path: Path) -> str:
     parts = list(rel.with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    prefix = ["agy_provider", "plugins"] if path.is_relative_to(ROOT / "plugins") else ["agy_provider"]
+    prefix = (
+        ["agy_provider", "plugins"] if path.is_relative_to(ROOT / "plugins") else ["agy_provider"]
+    )
     return ".".join([*prefix, *parts])
 
 
@@ -234,3 +236,18 @@ def test_the_module_map_names_every_module() -> None:
         if path.name not in ("__init__.py", "__main__.py") and f"{path.name}" not in map_
     ]
     assert unnamed == []
+
+
+def test_every_folder_of_the_package_is_installed() -> None:
+    # pyproject.toml lists the packages a wheel holds: a folder left out imports in a checkout and
+    # fails on a plain install (`tests/test_plain_install.py` finds it late, in one path).
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        ".".join(("agy_provider", *path.parent.relative_to(PACKAGE).parts))
+        for path in PACKAGE.rglob("__init__.py")
+    }
+    assert folders - listed == set()
