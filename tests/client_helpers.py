@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from serve_helpers import ServeProcess
 
 TOKEN = "real-client-tier-" + "t" * 24
 
@@ -39,3 +43,26 @@ def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
         stdin=subprocess.DEVNULL,
     )
     return done
+
+
+@pytest.fixture(name="serve")
+def serve_fixture(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """`agy-provider serve` as a process on 127.0.0.1 with the tier's token; its base URL (no
+    /v1). Import it into a test module to use it (`live_env` comes from conftest)."""
+    monkeypatch.setenv("AGY_SIM_SPEED", "20")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGY_PROVIDER_SERVE_TOKEN": TOKEN}
+    server = ServeProcess(env)
+    try:
+        yield server.base
+    finally:
+        server.proc.terminate()
+        server.proc.communicate(timeout=120)
+
+
+@pytest.fixture(name="folders")
+def folders_fixture(tmp_path: Path) -> tuple[Path, Path]:
+    """A client's own HOME and working folder."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    return home, work

@@ -13,12 +13,10 @@ the client runs it, agy's answer quotes the output only a real shell prints;
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import threading
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +26,16 @@ from client_helpers import SHELL_ANSWER
 from client_helpers import SHELL_SAID
 from client_helpers import TOKEN
 from client_helpers import client_env
+from client_helpers import folders_fixture  # noqa: F401 (the `folders` fixture)
 from client_helpers import run
+from client_helpers import serve_fixture  # noqa: F401 (the `serve` fixture)
 from host_helpers import conversations
 from live_helpers import recorded_user_inputs
 from live_helpers import scenario_answer
 from npm_clients import PACKAGES
 from npm_clients import install
-from serve_helpers import ServeProcess
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def serve(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """`agy-provider serve` as a process on 127.0.0.1 with a token; its base URL (no /v1)."""
-    monkeypatch.setenv("AGY_SIM_SPEED", "20")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGY_PROVIDER_SERVE_TOKEN": TOKEN}
-    server = ServeProcess(env)
-    try:
-        yield server.base
-    finally:
-        server.proc.terminate()
-        server.proc.communicate(timeout=120)
-
-
-@pytest.fixture
-def folders(tmp_path: Path) -> tuple[Path, Path]:
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    return home, work
 
 
 # --- Claude Code ----------------------------------------------------------------------------

@@ -21,7 +21,9 @@ from client_helpers import SHELL_ANSWER
 from client_helpers import SHELL_SAID
 from client_helpers import TOKEN
 from client_helpers import client_env
+from client_helpers import folders_fixture  # noqa: F401 (the `folders` fixture)
 from client_helpers import run
+from client_helpers import serve_fixture  # noqa: F401 (the `serve` fixture)
 from host_helpers import conversations
 from host_helpers import tool_answer
 from host_helpers import tool_arguments
@@ -37,7 +39,6 @@ from pi_ts_helpers import tool_result
 from pi_ts_helpers import user
 from serve_helpers import CITY
 from serve_helpers import Served
-from serve_helpers import ServeProcess
 from serve_helpers import served_fixture  # noqa: F401 (the `served` fixture)
 
 pytestmark = pytest.mark.slow
@@ -288,40 +289,18 @@ def pi_p(node: str, pi_cli: Path, base: str, folders: tuple[Path, Path], *args: 
     return done.stdout.strip()
 
 
-@pytest.fixture
-def pi_serve(live_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """`agy-provider serve` as a process with the tier's token (as `test_real_clients`); its base."""
-    monkeypatch.setenv("AGY_SIM_SPEED", "20")
-    server = ServeProcess(
-        {**os.environ, "PYTHONUNBUFFERED": "1", "AGY_PROVIDER_SERVE_TOKEN": TOKEN}
-    )
-    try:
-        yield server.base
-    finally:
-        server.proc.terminate()
-        server.proc.communicate(timeout=120)
-
-
-@pytest.fixture
-def pi_folders(tmp_path: Path) -> tuple[Path, Path]:
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    return home, work
-
-
 def test_pi_answers_then_continues_one_agy_conversation(
-    node: str, pi_cli: Path, pi_serve: str, live_env: Path, pi_folders: tuple[Path, Path]
+    node: str, pi_cli: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
 ) -> None:
     answer = scenario_answer("default")
-    assert pi_p(node, pi_cli, pi_serve, pi_folders, "-p", "Hi!") == answer
-    assert pi_p(node, pi_cli, pi_serve, pi_folders, "-c", "-p", "Thanks") == answer
+    assert pi_p(node, pi_cli, serve, folders, "-p", "Hi!") == answer
+    assert pi_p(node, pi_cli, serve, folders, "-c", "-p", "Thanks") == answer
     assert len(conversations(live_env)) == 1
 
 
 def test_pi_runs_its_bash_tool_for_agy(
-    node: str, pi_cli: Path, pi_serve: str, live_env: Path, pi_folders: tuple[Path, Path]
+    node: str, pi_cli: Path, serve: str, live_env: Path, folders: tuple[Path, Path]
 ) -> None:
     prompt = "Run the check. [agy-sim:client-bash-pi]"
-    assert pi_p(node, pi_cli, pi_serve, pi_folders, "-p", prompt) == SHELL_ANSWER + SHELL_SAID
+    assert pi_p(node, pi_cli, serve, folders, "-p", prompt) == SHELL_ANSWER + SHELL_SAID
     assert len(conversations(live_env)) == 1
